@@ -1,0 +1,30 @@
+# The two set-up commands. Both create .venv on first use; nothing else needs installing by hand.
+#   make demo   install and run the offline quickstart (about 4 minutes on a laptop CPU)
+#   make test   install with dev extras and run the whole test suite
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# Pinned: on the project's machines this wheel (a CPU build) is on local disk; elsewhere PyPI serves it.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test clean
+
+$(VENV)/.stamp-base: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.stamp-dev: $(VENV)/.stamp-base
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: $(VENV)/.stamp-base
+	$(VENV)/bin/burnout quickstart --out runs/quickstart
+
+test: $(VENV)/.stamp-dev
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) runs

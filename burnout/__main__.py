@@ -1,0 +1,3 @@
+from burnout.cli import main
+
+raise SystemExit(main())

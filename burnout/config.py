@@ -1,0 +1,387 @@
+"""Typed configuration: model, data, tokenizer and training sections of a run.
+
+A run config is YAML. Each section maps onto a dataclass below; unknown keys, wrong types and
+impossible values are rejected with a BurnoutError that names the offending key. Model presets live
+in `configs/models/NAME.yaml`; a run config may name one (`model: llama-1b`) or name one and change
+fields (`model: {preset: llama-1b, n_layer: 8}`). Command-line overrides are `dotted.key=value`
+strings whose value is parsed as YAML (`train.lr=3e-4`, `model.tie_embeddings=false`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from burnout.errors import BurnoutError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+MODEL_PRESET_DIR = CONFIG_DIR / "models"
+
+
+@dataclass
+class ModelConfig:
+    family: Literal["gpt2", "llama"] = "llama"
+    vocab_size: int = 32000
+    n_layer: int = 12
+    d_model: int = 768
+    n_head: int = 12
+    # None means one key/value head per query head (plain multi-head attention).
+    n_kv_head: int | None = None
+    # None means 4·d_model (gpt2) or 8/3·d_model rounded up to ffn_multiple_of (llama).
+    ffn_hidden: int | None = None
+    ffn_multiple_of: int = 256
+    context_length: int = 1024
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    # None means the family's convention: biases in gpt2, none in llama.
+    bias: bool | None = None
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+    attention: Literal["sdpa", "math"] = "sdpa"
+
+    def resolved(self) -> ModelConfig:
+        """A copy with every family-dependent default made explicit, validated."""
+        cfg = dataclasses.replace(self)
+        if cfg.n_kv_head is None:
+            cfg.n_kv_head = cfg.n_head
+        if cfg.bias is None:
+            cfg.bias = cfg.family == "gpt2"
+        if cfg.ffn_hidden is None:
+            if cfg.family == "gpt2":
+                cfg.ffn_hidden = 4 * cfg.d_model
+            else:
+                m = cfg.ffn_multiple_of
+                cfg.ffn_hidden = m * -(-(8 * cfg.d_model // 3) // m)
+        cfg.validate()
+        return cfg
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def validate(self) -> None:
+        for key in ("vocab_size", "n_layer", "d_model", "n_head", "context_length", "ffn_multiple_of"):
+            _require_positive(f"model.{key}", getattr(self, key))
+        for key in ("n_kv_head", "ffn_hidden"):
+            if getattr(self, key) is not None:
+                _require_positive(f"model.{key}", getattr(self, key))
+        if self.d_model % self.n_head:
+            raise BurnoutError(
+                f"model.n_head: {self.n_head} heads do not divide d_model={self.d_model}; "
+                "choose n_head so that d_model / n_head is a whole number"
+            )
+        if self.n_kv_head is not None and self.n_head % self.n_kv_head:
+            raise BurnoutError(
+                f"model.n_kv_head: {self.n_kv_head} key/value heads do not divide n_head={self.n_head}; "
+                "choose a divisor of n_head"
+            )
+        if self.family == "llama" and self.head_dim % 2:
+            raise BurnoutError(
+                f"model.n_head: RoPE needs an even head dimension, but d_model/n_head = {self.head_dim}"
+            )
+        if self.family == "gpt2" and self.n_kv_head not in (None, self.n_head):
+            raise BurnoutError("model.n_kv_head: the gpt2 family uses plain multi-head attention; remove n_kv_head")
+        if not 0.0 <= self.dropout < 1.0:
+            raise BurnoutError(f"model.dropout: {self.dropout} is outside [0, 1)")
+        if self.rope_theta <= 0 or self.norm_eps <= 0:
+            raise BurnoutError("model.rope_theta and model.norm_eps must be positive")
+
+
+@dataclass
+class SourceConfig:
+    name: str
+    # stdlib_docs / stdlib_code: the embedded default corpus, built from this Python installation.
+    # text / jsonl: local files (a path, folder or glob).
+    kind: Literal["stdlib_docs", "stdlib_code", "text", "jsonl"]
+    weight: float = 1.0
+    path: str | None = None
+    text_field: str = "text"
+
+    def validate(self, where: str) -> None:
+        if self.weight < 0:
+            raise BurnoutError(f"{where}.weight: {self.weight} is negative; weights must be >= 0")
+        if self.kind in ("text", "jsonl") and not self.path:
+            raise BurnoutError(f"{where}.path: a '{self.kind}' source needs a path to its files")
+
+
+@dataclass
+class DataConfig:
+    sources: list[SourceConfig] = field(
+        default_factory=lambda: [
+            SourceConfig(name="docs", kind="stdlib_docs", weight=0.7),
+            SourceConfig(name="code", kind="stdlib_code", weight=0.3),
+        ]
+    )
+    # A folder already written by `burnout data prepare`; when set, `sources` are not read again.
+    prepared_dir: str | None = None
+    # Size of the mixed corpus in characters; each source contributes weight/sum(weights) of it.
+    max_chars: int = 2_800_000
+    val_fraction: float = 0.05
+    seed: int = 1337
+
+    def validate(self) -> None:
+        if not self.sources:
+            raise BurnoutError("data.sources: the list is empty; name at least one source")
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise BurnoutError(f"data.sources: source names must be unique, got {names}")
+        for i, source in enumerate(self.sources):
+            source.validate(f"data.sources[{i}]")
+        if sum(s.weight for s in self.sources) <= 0:
+            raise BurnoutError("data.sources: the weights sum to zero; give at least one source a positive weight")
+        _require_positive("data.max_chars", self.max_chars)
+        if not 0.0 < self.val_fraction < 0.5:
+            raise BurnoutError(f"data.val_fraction: {self.val_fraction} is outside (0, 0.5)")
+
+
+@dataclass
+class TokenizerConfig:
+    kind: Literal["bpe", "char"] = "bpe"
+    vocab_size: int = 4096
+    min_frequency: int = 2
+    special_tokens: list[str] = field(default_factory=lambda: ["<|endoftext|>"])
+
+    def validate(self) -> None:
+        _require_positive("tokenizer.vocab_size", self.vocab_size)
+        _require_positive("tokenizer.min_frequency", self.min_frequency)
+        if "<|endoftext|>" not in self.special_tokens:
+            raise BurnoutError("tokenizer.special_tokens: must include '<|endoftext|>' (the document separator)")
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 1337
+    device: str = "auto"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    compile: bool = False
+    batch_size: int = 16
+    grad_accum: int = 1
+    # None means the model's context length.
+    seq_len: int | None = None
+    max_steps: int = 1000
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    log_interval: int = 10
+    eval_interval: int = 200
+    eval_batches: int = 20
+    ckpt_interval: int = 500
+    keep_last: int = 2
+    sample_prompt: str = ""
+    sample_tokens: int = 64
+
+    def validate(self) -> None:
+        for key in ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval",
+                    "eval_batches", "ckpt_interval", "keep_last"):
+            _require_positive(f"train.{key}", getattr(self, key))
+        if self.seq_len is not None:
+            _require_positive("train.seq_len", self.seq_len)
+        if self.lr <= 0:
+            raise BurnoutError(f"train.lr: {self.lr} must be positive")
+        if not 0 <= self.min_lr <= self.lr:
+            raise BurnoutError(f"train.min_lr: {self.min_lr} must lie in [0, train.lr={self.lr}]")
+        if self.warmup_steps < 0:
+            raise BurnoutError(f"train.warmup_steps: {self.warmup_steps} is negative")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise BurnoutError("train.weight_decay and train.grad_clip must be >= 0")
+        if self.sample_tokens < 0:
+            raise BurnoutError(f"train.sample_tokens: {self.sample_tokens} is negative")
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self) -> None:
+        self.model = self.model.resolved()
+        self.data.validate()
+        self.tokenizer.validate()
+        self.train.validate()
+        seq_len = self.train.seq_len or self.model.context_length
+        if seq_len > self.model.context_length:
+            raise BurnoutError(
+                f"train.seq_len: {seq_len} exceeds model.context_length={self.model.context_length}; "
+                "lower train.seq_len or raise model.context_length"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+
+
+def model_preset_names() -> list[str]:
+    return sorted(p.stem for p in MODEL_PRESET_DIR.glob("*.yaml"))
+
+
+def load_model_preset(name: str, overrides: dict[str, Any] | None = None) -> ModelConfig:
+    raw = {**_model_preset_raw(name, "model preset"), **(overrides or {})}
+    return from_dict(ModelConfig, raw, "model").resolved()
+
+
+def _model_preset_raw(name: str, where: str) -> dict[str, Any]:
+    path = MODEL_PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise BurnoutError(f"{where}: unknown preset '{name}'; choose one of: {', '.join(model_preset_names())}")
+    return read_yaml(path)
+
+
+def load_run_config(source: str | Path | dict, overrides: list[str] = ()) -> RunConfig:
+    """Build a validated RunConfig from a YAML file (or a dict) plus `dotted.key=value` overrides.
+
+    `source` may also be the name of a file in configs/ without its extension (e.g. "quickstart").
+    """
+    if isinstance(source, dict):
+        raw = dict(source)
+    else:
+        raw = read_yaml(resolve_config_path(source))
+    for item in overrides:
+        apply_override(raw, item)
+    model_raw = raw.get("model", {})
+    if isinstance(model_raw, str):
+        model_raw = {"preset": model_raw}
+    if isinstance(model_raw, dict) and "preset" in model_raw:
+        overrides_of_preset = {k: v for k, v in model_raw.items() if k != "preset"}
+        raw["model"] = {**_model_preset_raw(model_raw["preset"], "model.preset"), **overrides_of_preset}
+    cfg = from_dict(RunConfig, raw, "config")
+    cfg.validate()
+    return cfg
+
+
+def resolve_config_path(source: str | Path) -> Path:
+    path = Path(source)
+    if path.is_file():
+        return path
+    builtin = CONFIG_DIR / f"{source}.yaml"
+    if builtin.is_file():
+        return builtin
+    raise BurnoutError(
+        f"config file '{source}' not found; give a path to a YAML file or a name from {CONFIG_DIR}"
+    )
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise BurnoutError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BurnoutError(f"cannot read config {path}: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BurnoutError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}")
+    return data
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Apply one `dotted.key=value` override to a raw config dict, in place."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise BurnoutError(f"override '{item}' is not of the form section.key=value (e.g. train.lr=3e-4)")
+    parts = key.strip().lstrip("-").split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if isinstance(child, str) and part == "model":
+            child = {"preset": child}
+        if child is None:
+            child = {}
+        if not isinstance(child, dict):
+            raise BurnoutError(f"override '{item}': '{part}' is not a section")
+        node[part] = child
+        node = child
+    try:
+        node[parts[-1]] = yaml.safe_load(value)
+    except yaml.YAMLError:
+        node[parts[-1]] = value
+
+
+def from_dict(cls: type, raw: Any, where: str) -> Any:
+    """Build dataclass `cls` from a plain dict, checking every key and type."""
+    if isinstance(raw, cls):
+        return raw
+    if not isinstance(raw, dict):
+        raise BurnoutError(f"{where}: expected a mapping, got {_describe(raw)}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(known))}"
+        raise BurnoutError(f"{where}.{unknown[0]}: unknown key{hint}")
+    kwargs = {name: _coerce(hints[name], value, f"{where}.{name}") for name, value in raw.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise BurnoutError(f"{where}: {exc}") from None
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        return _coerce(non_none[0], value, where)
+    if origin is Literal:
+        if value not in args:
+            raise BurnoutError(f"{where}: {value!r} is not one of {', '.join(map(repr, args))}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise BurnoutError(f"{where}: expected a list, got {_describe(value)}")
+        return [_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise BurnoutError(f"{where}: expected {tp.__name__}, got {_describe(value)}")
+
+
+def _describe(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _require_positive(where: str, value: int | float) -> None:
+    if value <= 0:
+        raise BurnoutError(f"{where}: {value} must be positive")

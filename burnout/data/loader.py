@@ -1,0 +1,96 @@
+"""Batches of token windows from a prepared data directory.
+
+Training batches are random crops whose offsets depend only on (seed, step, rank): resuming at step s
+replays exactly the batches an uninterrupted run would have seen, with no loader state to checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from burnout.data.prepare import read_meta
+from burnout.errors import BurnoutError
+
+
+class TokenLoader:
+    def __init__(
+        self,
+        data_dir: str | Path,
+        split: str,
+        batch_size: int,
+        seq_len: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        mode: Literal["mmap", "preload"] = "mmap",
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise BurnoutError(f"loader: rank {rank} is outside [0, world_size={world_size})")
+        self.meta = read_meta(data_dir)
+        if split not in self.meta["splits"]:
+            raise BurnoutError(f"loader: '{data_dir}' has no split '{split}'; it has {', '.join(self.meta['splits'])}")
+        check_split_length(self.meta, split, seq_len)
+        self.batch_size = batch_size
+        self.seq_len = seq_len
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        path = Path(data_dir) / self.meta["splits"][split]["file"]
+        dtype = np.dtype(self.meta["dtype"]).newbyteorder("<")
+        if mode == "mmap":
+            self.data = np.memmap(path, dtype=dtype, mode="r")
+        elif mode == "preload":
+            self.data = np.fromfile(path, dtype=dtype)
+        else:
+            raise BurnoutError(f"loader: mode '{mode}' is not one of 'mmap', 'preload'")
+        self.num_tokens = len(self.data)
+        self._window = np.arange(seq_len + 1)
+
+    def get_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training batch `step` for this rank: int64 (x, y), both (batch_size, seq_len), y = x shifted by one."""
+        rng = np.random.default_rng([self.seed, step, self.rank])
+        # Highest offset N - T - 1 still leaves room for the T + 1 tokens x and y are cut from.
+        offsets = rng.integers(0, self.num_tokens - self.seq_len, size=self.batch_size)
+        return self._to_xy(offsets)
+
+    def iter_eval_batches(self, num_batches: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Up to `num_batches` batches walking the split from its start in non-overlapping windows.
+
+        Ranks take interleaved windows and all get the same number of batches; the last batch is
+        smaller when the split runs out before `num_batches` full batches.
+        """
+        total_windows = (self.num_tokens - 1) // self.seq_len
+        windows_per_rank = min(total_windows // self.world_size, num_batches * self.batch_size)
+        window_ids = self.rank + self.world_size * np.arange(windows_per_rank)
+        for start in range(0, windows_per_rank, self.batch_size):
+            yield self._to_xy(window_ids[start : start + self.batch_size] * self.seq_len)
+
+    def _to_xy(self, offsets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.from_numpy(self.data[offsets[:, None] + self._window].astype(np.int64))  # (B, T+1)
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def check_compatible(meta: dict, vocab_size: int, seq_len: int | None = None) -> None:
+    """Refuse data a model with `vocab_size` embeddings (and context `seq_len`) cannot train on."""
+    if meta["vocab_size"] > vocab_size:
+        raise BurnoutError(
+            f"model.vocab_size: the data's tokenizer has {meta['vocab_size']} tokens but the model only "
+            f"{vocab_size}; set model.vocab_size to at least {meta['vocab_size']}"
+        )
+    if seq_len is not None:
+        for split in meta["splits"]:
+            check_split_length(meta, split, seq_len)
+
+
+def check_split_length(meta: dict, split: str, seq_len: int) -> None:
+    tokens = meta["splits"][split]["tokens"]
+    if tokens < seq_len + 1:
+        raise BurnoutError(
+            f"batch larger than the data: the {split} split has {tokens} tokens but seq_len={seq_len} needs at "
+            f"least {seq_len + 1}; lower train.seq_len or prepare more data (raise data.max_chars)"
+        )

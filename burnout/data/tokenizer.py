@@ -1,0 +1,115 @@
+"""Tokenizers: byte-level BPE and character-level, both plain HF `tokenizers.Tokenizer` objects.
+
+Both kinds are saved as a single tokenizer.json, which the HF ecosystem loads as is. Neither kind has
+a normalizer, so decoding the ids of a text gives back exactly that text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from burnout.config import TokenizerConfig
+from burnout.errors import BurnoutError
+
+EOT_TOKEN = "<|endoftext|>"
+BYTE_ALPHABET_SIZE = 256
+
+
+def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
+    """A new tokenizer of kind `cfg.kind` fitted to `texts`.
+
+    `bpe` learns merges up to cfg.vocab_size tokens (fewer if the texts run out of pairs seen
+    cfg.min_frequency times). `char` has one token per distinct character in `texts`, so its vocabulary
+    size follows from the data and cfg.vocab_size is not used.
+    """
+    cfg.validate()
+    if cfg.kind == "bpe":
+        return _train_bpe(texts, cfg)
+    if cfg.kind == "char":
+        return _train_char(texts, cfg)
+    raise BurnoutError(f"tokenizer.kind: unknown kind '{cfg.kind}'; use bpe or char")
+
+
+def _train_bpe(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
+    smallest = BYTE_ALPHABET_SIZE + len(cfg.special_tokens)
+    if cfg.vocab_size < smallest:
+        raise BurnoutError(
+            f"tokenizer.vocab_size: {cfg.vocab_size} is too small for byte-level BPE, which needs the "
+            f"{BYTE_ALPHABET_SIZE} byte symbols plus {len(cfg.special_tokens)} special tokens; use at least {smallest}"
+        )
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=cfg.vocab_size,
+        min_frequency=cfg.min_frequency,
+        special_tokens=list(cfg.special_tokens),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    remaining = iter(texts)
+    first = next((text for text in remaining if text), None)
+    if first is None:
+        raise BurnoutError("tokenizer: no text to train on; check that the data sources contain documents")
+    tok.train_from_iterator(itertools.chain([first], remaining), trainer=trainer)
+    # The trainer reserves the special tokens' ids; registering them as added tokens makes the
+    # encoder match them in raw text as one id instead of splitting them into bytes.
+    tok.add_special_tokens(list(cfg.special_tokens))
+    return tok
+
+
+def _train_char(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
+    chars: set[str] = set()
+    for text in texts:
+        chars.update(text)
+    if not chars:
+        raise BurnoutError("tokenizer: no text to train on; check that the data sources contain documents")
+    vocab = {token: i for i, token in enumerate(cfg.special_tokens)}
+    for char in sorted(chars - vocab.keys()):
+        vocab[char] = len(vocab)
+    # No unk token: every character of the training text has an id, and an unseen character is an
+    # error at encode time rather than a silent, lossy <unk>.
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    # [\s\S] rather than "." so newlines become tokens of their own too.
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(list(cfg.special_tokens))
+    return tok
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer saved at `path` (a tokenizer.json, or a folder holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise BurnoutError(f"tokenizer file '{path}' does not exist; give the path of a tokenizer.json")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust side raises a bare Exception for any parse failure
+        raise BurnoutError(f"tokenizer file '{path}' is not a valid tokenizer.json ({str(exc).splitlines()[0]})") from None
+
+
+def tokenizer_sha256(tok: Tokenizer) -> str:
+    return hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest()
+
+
+def eot_id(tok: Tokenizer) -> int:
+    token_id = tok.token_to_id(EOT_TOKEN)
+    if token_id is None:
+        raise BurnoutError(f"the tokenizer has no '{EOT_TOKEN}' token; retrain it with '{EOT_TOKEN}' in tokenizer.special_tokens")
+    return token_id
+
+
+def tokenizer_kind(tok: Tokenizer) -> str:
+    """'bpe' or 'char' for tokenizers made here; the model's class name, lowercased, otherwise."""
+    if isinstance(tok.model, models.BPE):
+        return "bpe"
+    if isinstance(tok.model, models.WordLevel):
+        return "char"
+    return type(tok.model).__name__.lower()

@@ -1,0 +1,215 @@
+"""The decoder-only transformer behind every GPUburnout model.
+
+Two families share one set of layers and differ only in the pieces they pick:
+
+    gpt2   learned positions · LayerNorm · GELU MLP   · multi-head attention · biases
+    llama  RoPE              · RMSNorm   · SwiGLU MLP · grouped-query attention · no biases
+
+Shapes: B batch, T time (tokens), C = d_model, H query heads, K key/value heads, D head dim, V vocab.
+Parameter names map one-to-one onto Hugging Face's GPT2LMHeadModel / LlamaForCausalLM
+(see burnout/models/hf.py); the query/key/value projections are fused into one matrix here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from burnout.config import ModelConfig
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding in the "rotate half" layout that Hugging Face's LLaMA uses."""
+
+    def __init__(self, head_dim: int, max_len: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (max_len, D/2)
+        angles = torch.cat((angles, angles), dim=-1)  # (max_len, D)
+        # Not persistent: derived from the config, so checkpoints carry only learned weights.
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        T = x.size(-2)
+        cos = self.cos[start : start + T].to(x.dtype)
+        sin = self.sin[start : start + T].to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class KVCache:
+    """Keys and values of past tokens, preallocated per layer. Sized by K (not H), so GQA shrinks it."""
+
+    def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, device, dtype):
+        shape = (cfg.n_layer, batch_size, cfg.n_kv_head, max_len, cfg.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0  # tokens already stored
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + k.size(2)
+        self.k[layer, :, :, self.length : end] = k
+        self.v[layer, :, :, self.length : end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.n_head * cfg.head_dim, cfg.d_model, bias=cfg.bias)
+        self.dropout = cfg.dropout
+        self.use_sdpa = cfg.attention == "sdpa"
+
+    def forward(self, x, rope: RotaryEmbedding | None, cache: KVCache | None, layer: int) -> torch.Tensor:
+        B, T, _ = x.shape
+        H, K, D = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.qkv(x).split([H * D, K * D, K * D], dim=-1)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, K, D).transpose(1, 2)  # (B, K, T, D)
+        v = v.view(B, T, K, D).transpose(1, 2)  # (B, K, T, D)
+        start = cache.length if cache is not None else 0
+        if rope is not None:
+            q, k = rope(q, start), rope(k, start)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, K, start + T, D)
+        dropout = self.dropout if self.training else 0.0
+        if self.use_sdpa:
+            # Without cached tokens the kernel's own causal mask applies. Past them, a lone new token
+            # sees every key (no mask), and a chunk of new tokens needs the mask shifted by `start`.
+            mask = causal_mask(T, k.size(2), x.device) if start > 0 and T > 1 else None
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=start == 0 and T > 1, dropout_p=dropout, enable_gqa=K != H
+            )
+        else:
+            y = explicit_attention(q, k, v, dropout)
+        y = y.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
+        return self.proj(y)
+
+
+def causal_mask(n_query: int, n_key: int, device) -> torch.Tensor:
+    """(n_query, n_key) boolean mask: query i (the last n_query positions) sees keys 0..its position."""
+    offset = n_key - n_query
+    return torch.ones(n_query, n_key, dtype=torch.bool, device=device).tril(diagonal=offset)
+
+
+def explicit_attention(q, k, v, dropout: float = 0.0) -> torch.Tensor:
+    """Attention written out in full: the reference that the fused SDPA kernels are checked against."""
+    H, K = q.size(1), k.size(1)
+    k = k.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
+    v = v.repeat_interleave(H // K, dim=1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    scores = scores.masked_fill(~causal_mask(q.size(2), k.size(2), q.device), float("-inf"))
+    weights = F.dropout(scores.float().softmax(dim=-1).to(q.dtype), p=dropout)
+    return weights @ v  # (B, H, T, D)
+
+
+class MLP(nn.Module):
+    """GPT-2's feed-forward block: d → ffn → d with a tanh-approximated GELU."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class SwiGLU(nn.Module):
+    """LLaMA's gated feed-forward block: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
+        self.up = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
+        self.down = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.family == "gpt2":
+        return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+    return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm_attn = make_norm(cfg)
+        self.attn = Attention(cfg)
+        self.norm_mlp = make_norm(cfg)
+        self.mlp = MLP(cfg) if cfg.family == "gpt2" else SwiGLU(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, rope, cache, layer):
+        x = x + self.dropout(self.attn(self.norm_attn(x), rope, cache, layer))
+        return x + self.dropout(self.mlp(self.norm_mlp(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg = cfg.resolved()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model) if cfg.family == "gpt2" else None
+        self.rope = (
+            RotaryEmbedding(cfg.head_dim, cfg.context_length, cfg.rope_theta) if cfg.family == "llama" else None
+        )
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = make_norm(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+        # GPT-2 init: residual projections scaled by 1/sqrt(2·n_layer) so the residual stream's
+        # variance does not grow with depth.
+        residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+        for name, param in self.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.proj.weight", "mlp.down.weight")):
+                nn.init.normal_(param, mean=0.0, std=residual_std)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+        """idx (B, T) token ids → logits (B, T, V); with targets (B, T) → mean cross-entropy loss.
+
+        Targets equal to -1 are ignored. With a cache, idx continues the cached tokens.
+        """
+        B, T = idx.shape
+        start = cache.length if cache is not None else 0
+        if start + T > self.cfg.context_length:
+            raise ValueError(f"sequence of {start + T} tokens exceeds the context length {self.cfg.context_length}")
+        x = self.tok_emb(idx)  # (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))
+        x = self.dropout(x)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, self.rope, cache, layer)
+        if cache is not None:
+            # NOTE: advance only after every layer has written its keys and values at `start`.
+            cache.length += T
+        logits = self.lm_head(self.norm(x))  # (B, T, V)
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
+        param = self.tok_emb.weight
+        return KVCache(self.cfg, batch_size, max_len or self.cfg.context_length, param.device, param.dtype)

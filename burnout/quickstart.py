@@ -1,0 +1,89 @@
+"""`burnout quickstart`: the whole pipeline, offline, in a few minutes on a laptop CPU.
+
+corpus (the Python stdlib's docs and source) → BPE tokenizer → token files → a small LLaMA trained
+for a measured number of steps → validation loss → samples → where everything is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+from burnout.config import load_run_config
+from burnout.data.prepare import prepare_data, read_meta
+from burnout.data.tokenizer import load_tokenizer
+from burnout.errors import BurnoutError
+from burnout.generate.sampling import generate_text
+from burnout.models.info import model_info
+from burnout.train.checkpoint import load_checkpoint
+from burnout.train.loop import measure_step_seconds
+from burnout.train.run import start_training
+
+SAMPLE_PROMPTS = ["The ", "def ", "To create a"]
+# Share of the budget left for validation, samples and checkpoints.
+_TRAINING_SHARE = 0.85
+
+
+def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), say=print) -> Path:
+    if minutes <= 0:
+        raise BurnoutError(f"--minutes {minutes}: the training budget must be positive")
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    cfg = load_run_config("quickstart", overrides)
+
+    data_dir = out_dir / "data"
+    if (data_dir / "meta.json").exists():
+        meta = read_meta(data_dir)
+        say(f"[1/4] data: reusing {data_dir}")
+    else:
+        say(f"[1/4] data: mixing the embedded corpus (Python's docs and stdlib source), training a "
+            f"{cfg.tokenizer.vocab_size}-token BPE, writing token files to {data_dir}")
+        meta = prepare_data(cfg.data, cfg.tokenizer, data_dir, progress=True)
+    for name, src in meta["sources"]["per_source"].items():
+        say(f"      source {name}: {src['documents']:,} documents, {src['chars']:,} characters "
+            f"({src['share']:.0%} of the mix, weight {src['weight']:g})")
+    say(f"      {meta['splits']['train']['tokens']:,} train / {meta['splits']['val']['tokens']:,} val tokens")
+
+    cfg.model = dataclasses.replace(cfg.model, vocab_size=meta["vocab_size"]).resolved()
+    info = model_info(cfg.model, seq_len=cfg.train.seq_len)
+    step_s = measure_step_seconds(cfg, data_dir)
+    budget_s = minutes * 60 * _TRAINING_SHARE
+    steps = max(20, int(budget_s / step_s))
+    tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum * (cfg.train.seq_len or cfg.model.context_length)
+    cfg.train = dataclasses.replace(cfg.train, max_steps=steps, ckpt_interval=-(-steps // 3),
+                                    eval_interval=max(cfg.train.log_interval, steps // 6))
+    say(f"[2/4] model: {cfg.model.family} {cfg.model.n_layer} layers × {cfg.model.d_model} wide, "
+        f"{info['params_total']:,} parameters")
+    say(f"      measured {step_s:.3f} s/step for {tokens_per_step:,} tokens/step → {steps} steps "
+        f"to fit {minutes:g} minutes")
+
+    run_dir = _fresh_run_dir(out_dir)
+    say(f"[3/4] training into {run_dir} (loss, tokens/s and samples as it goes)")
+    result = start_training(cfg, run_dir, data_dir=data_dir)
+
+    say(f"[4/4] done in {(time.perf_counter() - started) / 60:.1f} min: {result.step} steps, "
+        f"{result.tokens:,} tokens at {result.tokens_per_s:,.0f} tokens/s; "
+        f"val loss {result.val_loss:.3f} (a uniform guess scores {math.log(meta['vocab_size']):.3f})")
+    ckpt = load_checkpoint(result.checkpoint)
+    tokenizer = load_tokenizer(ckpt.path / "tokenizer.json")
+    for prompt in SAMPLE_PROMPTS:
+        text = generate_text(ckpt.model, tokenizer, prompt, 60, temperature=0.8, top_k=50, seed=0)
+        say(f"--- sample ({prompt!r}) ---\n{text}")
+    say("")
+    say(f"run folder:   {run_dir}   (config.yaml, metrics.jsonl, checkpoints/)")
+    say(f"checkpoint:   {result.checkpoint}")
+    say(f"generate:     burnout generate {run_dir} --prompt \"The \"")
+    say(f"export to HF: burnout export {run_dir} --to {out_dir / 'hf'}")
+    return run_dir
+
+
+def _fresh_run_dir(out_dir: Path) -> Path:
+    """out/run, or out/run-2, out/run-3 … so an earlier quickstart's run is never overwritten."""
+    candidate, n = out_dir / "run", 1
+    while candidate.exists():
+        n += 1
+        candidate = out_dir / f"run-{n}"
+    return candidate
+

@@ -1,0 +1,118 @@
+"""Checkpoints: one folder per kept step, written atomically, loadable without unpickling code.
+
+    RUN/checkpoints/step_0000500/
+        model.safetensors   weights (a tied matrix stored once)
+        state.pt            optimizer, step, tokens seen, RNG states; read with weights_only=True
+        config.yaml         the full resolved run config
+        tokenizer.json      the tokenizer the model was trained with
+        info.json           step, tokens, losses, wall time: what a person or a report reads
+
+A checkpoint is written under a temporary name, fsynced and renamed, so a folder named step_* is
+always complete; a crash mid-write leaves only a `.tmp-*` folder that the next save removes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import safetensors.torch
+import torch
+import yaml
+
+from burnout.config import RunConfig, load_run_config
+from burnout.errors import BurnoutError
+from burnout.models import Transformer
+
+CHECKPOINT_DIR = "checkpoints"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    config: RunConfig
+    model: Transformer
+    state: dict  # optimizer state, step, tokens, RNG states
+    info: dict
+
+
+def save_checkpoint(
+    run_dir: Path, cfg: RunConfig, model: Transformer, state: dict, info: dict, tokenizer_path: Path,
+    keep_last: int,
+) -> Path:
+    ckpt_root = Path(run_dir) / CHECKPOINT_DIR
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    for stale in ckpt_root.glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    final = ckpt_root / f"step_{info['step']:07d}"
+    tmp = ckpt_root / f".tmp-{final.name}"
+    tmp.mkdir()
+    # Unwrap torch.compile so names carry no `_orig_mod.` prefix.
+    model = getattr(model, "_orig_mod", model)
+    safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
+    torch.save(state, tmp / "state.pt")
+    (tmp / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    (tmp / "info.json").write_text(json.dumps(info, indent=2))
+    shutil.copyfile(tokenizer_path, tmp / "tokenizer.json")
+    for f in tmp.iterdir():
+        _fsync(f)
+    _fsync(tmp)
+    if final.exists():  # the same step saved again after a resume
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync(ckpt_root)
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoint folders of a run, oldest first."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder, or a run folder (→ its latest checkpoint)."""
+    path = Path(path)
+    if (path / "model.safetensors").is_file():
+        return path
+    if not path.exists():
+        raise BurnoutError(f"checkpoint '{path}' does not exist; give a run folder or one of its checkpoints/step_* folders")
+    found = list_checkpoints(path)
+    if not found:
+        raise BurnoutError(f"'{path}' holds no checkpoint (no model.safetensors, no checkpoints/step_*); train first")
+    return found[-1]
+
+
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
+    path = resolve_checkpoint(path)
+    cfg = load_run_config(path / "config.yaml")
+    model = Transformer(cfg.model)
+    try:
+        missing, unexpected = safetensors.torch.load_model(model, str(path / "model.safetensors"), strict=False)
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+        info = json.loads((path / "info.json").read_text())
+    except (OSError, RuntimeError, ValueError, json.JSONDecodeError, safetensors.SafetensorError) as exc:
+        raise BurnoutError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if missing or unexpected:
+        raise BurnoutError(
+            f"checkpoint {path} does not match its config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
+        )
+    return Checkpoint(path=path, config=cfg, model=model.to(device), state=state, info=info)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

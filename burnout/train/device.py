@@ -1,0 +1,34 @@
+"""Where and in what precision a run computes."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from burnout.errors import BurnoutError
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise BurnoutError(f"train.device: '{name}' is not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BurnoutError("train.device: CUDA was asked for but this machine has none; use train.device=cpu")
+    return device
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """bf16 autocast where the GPU supports it; fp32 on CPU until a measurement shows bf16 pays off."""
+    if name == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    return name
+
+
+def autocast(device: torch.device, precision: str):
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
