@@ -1,47 +1,116 @@
-"""Data stage throughput: preparation (mix + tokenizer training + encoding) and batch loading.
+"""Data stage throughput.
 
-    python -m benchmarks.bench_data [--max-chars 4000000] [--vocab-size 4096]
+    python -m benchmarks.bench_data [--mb 8] [--workers 1 2] [--batches 200]
+
+1. Tokenization MB/s of prepare_data (clean none, GPT-2-sized BPE trained here) at each --workers.
+2. Peak RSS of prepare_data on a corpus of --mb MB and on one 10x larger (each in a fresh process):
+   streaming preparation should need about the same memory for both.
+3. TokenLoader.get_batch batches/s, mmap vs preload, on the larger prepared directory.
+
+The corpus is the embedded stdlib text repeated into jsonl files under a temp folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from burnout.config import DataConfig, TokenizerConfig
-from burnout.data.loader import TokenLoader
-from burnout.data.prepare import prepare_data
+from burnout.config import DataConfig, SourceConfig, TokenizerConfig
+from burnout.data.corpus import iter_documents
+
+
+def make_corpus(folder: Path, megabytes: float) -> Path:
+    """jsonl files of stdlib documents (each copy tagged so dedup would keep it) totalling `megabytes`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = list(iter_documents(SourceConfig(name="code", kind="stdlib_code")))
+    target = int(megabytes * 1e6)
+    written, copy, part = 0, 0, 0
+    while written < target:
+        with open(folder / f"part{part:03d}.jsonl", "w", encoding="utf-8") as f:
+            for doc in base:
+                line = json.dumps({"text": f"# copy {copy}\n{doc}"}) + "\n"
+                f.write(line)
+                written += len(line)
+                if written >= target:
+                    break
+        copy += 1
+        part += 1
+    return folder
+
+
+def _cfg(corpus: Path, shard_tokens: int) -> DataConfig:
+    # max_tokens large: every document is taken; max_chars: the tokenizer trains on a 2 MB sample.
+    return DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=2_000_000,
+                      max_tokens=10**12, shard_tokens=shard_tokens)
+
+
+def run_prepare(corpus: str, out: str, workers: int, tokenizer: str | None) -> dict:
+    from burnout.data.prepare import prepare_data
+
+    tok_cfg = TokenizerConfig(kind="bpe", vocab_size=8192)
+    start = time.perf_counter()
+    meta = prepare_data(_cfg(Path(corpus), 10_000_000), tok_cfg, out, tokenizer_path=tokenizer, workers=workers)
+    seconds = time.perf_counter() - start
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    tokens = meta["sources"]["total"]["tokens"]
+    return {"seconds": seconds, "tokens": tokens, "peak_rss_mb": rss_mb, "worker_peak_rss_mb": children_mb}
+
+
+def in_subprocess(corpus: Path, out: Path, workers: int, tokenizer: Path | None) -> dict:
+    code = ("import json,sys; from benchmarks.bench_data import run_prepare; "
+            "print(json.dumps(run_prepare(*sys.argv[1:3], int(sys.argv[3]), sys.argv[4] or None)))")
+    result = subprocess.run([sys.executable, "-c", code, str(corpus), str(out), str(workers), str(tokenizer or "")],
+                            check=True, capture_output=True, text=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-chars", type=int, default=4_000_000)
-    parser.add_argument("--vocab-size", type=int, default=4096)
+    parser.add_argument("--mb", type=float, default=8.0, help="size of the small corpus (the large one is 10x)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--batches", type=int, default=200)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        start = time.perf_counter()
-        meta = prepare_data(DataConfig(max_chars=args.max_chars), TokenizerConfig(vocab_size=args.vocab_size), out)
-        seconds = time.perf_counter() - start
-        chars = meta["sources"]["total"]["chars"]
-        tokens = meta["splits"]["train"]["tokens"] + meta["splits"]["val"]["tokens"]
-        print(f"prepare: {chars:,} chars -> {tokens:,} tokens in {seconds:.2f}s ({chars / seconds / 1e6:.2f} Mchar/s)")
+        tmp = Path(tmp)
+        small = make_corpus(tmp / "small", args.mb)
+        large = make_corpus(tmp / "large", 10 * args.mb)
+        # Train the tokenizer once, so the timings below are of encoding + writing only.
+        first = in_subprocess(small, tmp / "tok", 1, None)
+        tokenizer = tmp / "tok" / "tokenizer.json"
+        print(f"corpus: small {args.mb:g} MB, large {10 * args.mb:g} MB (jsonl, stdlib source copies)")
+        print(f"(tokenizer training + first prepare: {first['seconds']:.1f}s)")
+        for workers in args.workers:
+            r = in_subprocess(small, tmp / f"w{workers}", workers, tokenizer)
+            print(f"prepare small, workers={workers}: {r['seconds']:.2f}s, {args.mb / r['seconds']:.2f} MB/s, "
+                  f"{r['tokens'] / r['seconds'] / 1e6:.2f} Mtok/s")
+        for name, corpus in (("small", small), ("large", large)):
+            r = in_subprocess(corpus, tmp / f"rss_{name}", max(args.workers), tokenizer)
+            print(f"prepare {name}: {r['tokens']:,} tokens in {r['seconds']:.1f}s, peak RSS main {r['peak_rss_mb']:.0f} MB, "
+                  f"largest worker {r['worker_peak_rss_mb']:.0f} MB")
 
-        seq_len = min(args.seq_len, meta["splits"]["train"]["tokens"] - 1)
+        from burnout.data.loader import TokenLoader
+
+        out = tmp / "rss_large"
         for mode in ("mmap", "preload"):
-            loader = TokenLoader(out, "train", args.batch_size, seq_len, seed=0, mode=mode)
+            loader = TokenLoader(out, "train", args.batch_size, args.seq_len, seed=0, mode=mode)
+            loader.get_batch(0)
             start = time.perf_counter()
             for step in range(args.batches):
                 loader.get_batch(step)
             seconds = time.perf_counter() - start
-            rate = args.batches * args.batch_size * seq_len / seconds
-            print(f"get_batch[{mode}]: {seconds / args.batches * 1e3:.3f} ms/batch ({rate / 1e6:.1f} Mtok/s)")
+            shards = len(loader.meta["splits"]["train"]["shards"])
+            print(f"get_batch[{mode}] ({shards} shards, B={args.batch_size}, T={args.seq_len}): "
+                  f"{args.batches / seconds:.0f} batches/s ({args.batches * args.batch_size * args.seq_len / seconds / 1e6:.1f} Mtok/s)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ strings whose value is parsed as YAML (`train.lr=3e-4`, `model.tie_embeddings=fa
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -97,17 +98,32 @@ class ModelConfig:
 class SourceConfig:
     name: str
     # stdlib_docs / stdlib_code: the embedded default corpus, built from this Python installation.
-    # text / jsonl: local files (a path, folder or glob).
-    kind: Literal["stdlib_docs", "stdlib_code", "text", "jsonl"]
+    # text / jsonl / parquet: local files (a path, folder or glob; .gz, .bz2 and .zst are decompressed).
+    # hf: a Hugging Face dataset streamed by name (`dataset`, `subset`, `split`; `data_files` for
+    #     the file-based builders such as "json" or "parquet").
+    kind: Literal["stdlib_docs", "stdlib_code", "text", "jsonl", "parquet", "hf"]
     weight: float = 1.0
     path: str | None = None
     text_field: str = "text"
+    # text sources: one document per file, per blank-line separated block, or per line.
+    split_by: Literal["file", "paragraph", "line"] = "file"
+    # When `path` does not exist: download it from `url` (checked against `sha256` when given).
+    url: str | None = None
+    sha256: str | None = None
+    dataset: str | None = None
+    subset: str | None = None
+    split: str = "train"
+    data_files: str | None = None
 
     def validate(self, where: str) -> None:
         if self.weight < 0:
             raise BurnoutError(f"{where}.weight: {self.weight} is negative; weights must be >= 0")
-        if self.kind in ("text", "jsonl") and not self.path:
+        if self.kind in ("text", "jsonl", "parquet") and not self.path:
             raise BurnoutError(f"{where}.path: a '{self.kind}' source needs a path to its files")
+        if self.kind == "hf" and not self.dataset:
+            raise BurnoutError(f"{where}.dataset: an 'hf' source needs a dataset name (e.g. HuggingFaceFW/fineweb-edu)")
+        if self.sha256 is not None and not (len(self.sha256) == 64 and set(self.sha256) <= set("0123456789abcdef")):
+            raise BurnoutError(f"{where}.sha256: expected 64 lowercase hex digits")
 
 
 @dataclass
@@ -120,10 +136,27 @@ class DataConfig:
     )
     # A folder already written by `burnout data prepare`; when set, `sources` are not read again.
     prepared_dir: str | None = None
-    # Size of the mixed corpus in characters; each source contributes weight/sum(weights) of it.
+    # Size of the character sample the tokenizer is trained on (each source gives weight/sum(weights)
+    # of it); when max_tokens is unset, the token count of that sample is also the token budget.
     max_chars: int = 2_800_000
+    # Token budget of the prepared data (train + val); each source gives weight/sum(weights) of it.
+    max_tokens: int | None = None
     val_fraction: float = 0.05
     seed: int = 1337
+    # Tokens per shard file; the last shard of a split holds the remainder.
+    shard_tokens: int = 100_000_000
+    # Cleaning: none (text as is), lenient (NFC, control characters removed), balanced (lenient plus
+    # whitespace tidied and documents that are mostly non-text dropped), strict_ascii (balanced, then
+    # accents folded and other non-ASCII characters removed).
+    clean: Literal["none", "lenient", "balanced", "strict_ascii"] = "none"
+    # Documents shorter than this after cleaning are dropped.
+    min_chars: int = 0
+    # Drop exact duplicate documents (after cleaning), across all sources.
+    dedup: bool = False
+    # Regular expressions counted per document (with examples in meta); matching documents are removed
+    # when drop_junk is true.
+    junk_patterns: list[str] = field(default_factory=list)
+    drop_junk: bool = False
 
     def validate(self) -> None:
         if not self.sources:
@@ -136,38 +169,83 @@ class DataConfig:
         if sum(s.weight for s in self.sources) <= 0:
             raise BurnoutError("data.sources: the weights sum to zero; give at least one source a positive weight")
         _require_positive("data.max_chars", self.max_chars)
+        if self.max_tokens is not None:
+            _require_positive("data.max_tokens", self.max_tokens)
+        _require_positive("data.shard_tokens", self.shard_tokens)
+        if self.min_chars < 0:
+            raise BurnoutError(f"data.min_chars: {self.min_chars} is negative")
         if not 0.0 < self.val_fraction < 0.5:
             raise BurnoutError(f"data.val_fraction: {self.val_fraction} is outside (0, 0.5)")
+        import re
+
+        for i, pattern in enumerate(self.junk_patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise BurnoutError(f"data.junk_patterns[{i}]: {pattern!r} is not a valid regular expression ({exc})") from None
 
 
 @dataclass
 class TokenizerConfig:
-    kind: Literal["bpe", "char"] = "bpe"
+    # bpe / char: trained on the data. gpt2: GPT-2's byte-level BPE read from vocab_path + merges_path.
+    kind: Literal["bpe", "char", "gpt2"] = "bpe"
     vocab_size: int = 4096
     min_frequency: int = 2
     special_tokens: list[str] = field(default_factory=lambda: ["<|endoftext|>"])
+    vocab_path: str | None = None
+    merges_path: str | None = None
 
     def validate(self) -> None:
         _require_positive("tokenizer.vocab_size", self.vocab_size)
         _require_positive("tokenizer.min_frequency", self.min_frequency)
         if "<|endoftext|>" not in self.special_tokens:
             raise BurnoutError("tokenizer.special_tokens: must include '<|endoftext|>' (the document separator)")
+        if self.kind == "gpt2":
+            for key in ("vocab_path", "merges_path"):
+                if not getattr(self, key):
+                    raise BurnoutError(f"tokenizer.{key}: the gpt2 tokenizer needs {key} (GPT-2's vocab.json / merges.txt)")
+
+
+@dataclass
+class PhaseConfig:
+    """One leg of a run: training stops at `steps` (counted from the run's start) with a summary."""
+    name: str
+    steps: int
+    # Dollars (or the hardware price's units) this phase may cost; compared with the actual spend.
+    budget: float | None = None
 
 
 @dataclass
 class TrainConfig:
     seed: int = 1337
     device: str = "auto"
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # fp16 uses a gradient scaler; bf16 and fp16 are autocast (weights and optimizer stay fp32).
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     compile: bool = False
+    # Recompute each block's activations in backward: less memory, about a third more compute.
+    activation_checkpointing: bool = False
+    # Under torchrun: ddp replicates the model; fsdp shards weights, grads and optimizer state (FSDP2).
+    distributed: Literal["ddp", "fsdp"] = "ddp"
     batch_size: int = 16
     grad_accum: int = 1
     # None means the model's context length.
     seq_len: int | None = None
     max_steps: int = 1000
+    # Further stop conditions; the earliest of steps, tokens and epochs (passes over train.bin) wins,
+    # and the LR schedule spans it.
+    max_tokens: int | None = None
+    max_epochs: float | None = None
+    # Wall-clock cap for one invocation: stop after the step that passes it (final eval + checkpoint).
+    max_minutes: float | None = None
+    # Named legs of the run, cumulative step targets; training stops at each one's end.
+    phases: list[PhaseConfig] = field(default_factory=list)
     lr: float = 1e-3
     min_lr: float = 1e-4
     warmup_steps: int = 100
+    # cosine / linear: decay from the end of warmup to the last step; wsd: flat, then a linear decay
+    # over the last decay_fraction of the steps (warmup-stable-decay).
+    schedule: Literal["cosine", "linear", "wsd"] = "cosine"
+    decay_fraction: float = 0.2
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -177,6 +255,18 @@ class TrainConfig:
     eval_batches: int = 20
     ckpt_interval: int = 500
     keep_last: int = 2
+    # Steps whose checkpoints are kept forever (phase ends are kept too).
+    milestones: list[int] = field(default_factory=list)
+    # A folder (mounted drive, network volume) that receives a copy of each kept checkpoint in the background.
+    mirror_dir: str | None = None
+    # Non-finite losses in a row tolerated (each such step is skipped) before the run stops.
+    max_bad_steps: int = 5
+    # Hardware for MFU and cost: a name from configs/hardware.yaml, or auto (detected GPU, else cpu).
+    hardware: str = "auto"
+    # Price per device-hour; None means the hardware table's price.
+    price_per_hour: float | None = None
+    tensorboard: bool = False
+    wandb: bool = False
     sample_prompt: str = ""
     sample_tokens: int = 64
 
@@ -196,6 +286,26 @@ class TrainConfig:
             raise BurnoutError("train.weight_decay and train.grad_clip must be >= 0")
         if self.sample_tokens < 0:
             raise BurnoutError(f"train.sample_tokens: {self.sample_tokens} is negative")
+        for key in ("max_tokens", "max_epochs", "max_minutes", "max_bad_steps", "price_per_hour"):
+            if getattr(self, key) is not None:
+                _require_positive(f"train.{key}", getattr(self, key))
+        if not 0 < self.decay_fraction <= 1:
+            raise BurnoutError(f"train.decay_fraction: {self.decay_fraction} is outside (0, 1]")
+        for i, step in enumerate(self.milestones):
+            _require_positive(f"train.milestones[{i}]", step)
+        previous = 0
+        for i, phase in enumerate(self.phases):
+            if phase.steps <= previous:
+                raise BurnoutError(f"train.phases[{i}].steps: {phase.steps} must exceed the previous phase's "
+                                   f"{previous}; phase steps are cumulative targets")
+            if phase.budget is not None and phase.budget < 0:
+                raise BurnoutError(f"train.phases[{i}].budget: {phase.budget} is negative")
+            previous = phase.steps
+        if self.phases and self.phases[-1].steps > self.max_steps:
+            raise BurnoutError(f"train.max_steps: {self.max_steps} ends before the last phase "
+                               f"('{self.phases[-1].name}', {self.phases[-1].steps}); raise train.max_steps")
+        if len({p.name for p in self.phases}) != len(self.phases):
+            raise BurnoutError("train.phases: phase names must be unique")
 
 
 @dataclass
@@ -247,7 +357,7 @@ def load_run_config(source: str | Path | dict, overrides: list[str] = ()) -> Run
     `source` may also be the name of a file in configs/ without its extension (e.g. "quickstart").
     """
     if isinstance(source, dict):
-        raw = dict(source)
+        raw = copy.deepcopy(source)  # overrides edit nested sections in place
     else:
         raw = read_yaml(resolve_config_path(source))
     for item in overrides:

@@ -7,6 +7,7 @@ for a measured number of steps → validation loss → samples → where everyth
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.generate.sampling import generate_text
 from burnout.models.info import model_info
+from burnout.report.render import write_report
 from burnout.train.checkpoint import load_checkpoint
 from burnout.train.loop import measure_step_seconds
 from burnout.train.run import start_training
@@ -52,8 +54,11 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     budget_s = minutes * 60 * _TRAINING_SHARE
     steps = max(20, int(budget_s / step_s))
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum * (cfg.train.seq_len or cfg.model.context_length)
+    # The step count comes from a short measurement; max_minutes is the hard cap in case the
+    # machine gets slower once training is under way (other work on a laptop, thermal throttling).
     cfg.train = dataclasses.replace(cfg.train, max_steps=steps, ckpt_interval=-(-steps // 3),
-                                    eval_interval=max(cfg.train.log_interval, steps // 6))
+                                    eval_interval=max(cfg.train.log_interval, steps // 6),
+                                    max_minutes=budget_s / 60)
     say(f"[2/4] model: {cfg.model.family} {cfg.model.n_layer} layers × {cfg.model.d_model} wide, "
         f"{info['params_total']:,} parameters")
     say(f"      measured {step_s:.3f} s/step for {tokens_per_step:,} tokens/step → {steps} steps "
@@ -76,6 +81,12 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     say(f"checkpoint:   {result.checkpoint}")
     say(f"generate:     burnout generate {run_dir} --prompt \"The \"")
     say(f"export to HF: burnout export {run_dir} --to {out_dir / 'hf'}")
+    _, written = write_report([run_dir])
+    say(f"report:       {written[-1]}   (loss curves, tables, samples; Markdown beside it)")
+    playground = f"burnout playground {run_dir}"
+    if importlib.util.find_spec("gradio") is None:  # an optional extra: say how to get it
+        playground = f"pip install 'gpuburnout[playground]' && {playground}"
+    say(f"playground:   {playground}   (then open http://127.0.0.1:7860)")
     return run_dir
 
 

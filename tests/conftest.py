@@ -18,3 +18,54 @@ def shared_data() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_bpe_data(tmp_path_factory) -> Path:
+    """A small prepared data folder, made once per session: 150k characters of the embedded corpus
+    (Python's docs and stdlib source) and a 512-token byte-level BPE."""
+    from burnout.config import DataConfig, TokenizerConfig
+    from burnout.data.prepare import prepare_data
+
+    out = tmp_path_factory.mktemp("tiny_bpe_data")
+    prepare_data(DataConfig(max_chars=150_000), TokenizerConfig(kind="bpe", vocab_size=512), out)
+    return out
+
+
+TINY_MODEL = {"family": "llama", "vocab_size": 512, "n_layer": 2, "d_model": 64, "n_head": 4, "n_kv_head": 2,
+              "context_length": 64, "ffn_multiple_of": 32}
+
+
+@pytest.fixture(scope="session")
+def tiny_run_config():
+    """Factory: a validated RunConfig for a tiny llama on CPU; `overrides` are `dotted.key=value` strings."""
+    from burnout.config import load_run_config
+
+    def make(overrides=(), **train):
+        raw = {
+            "model": dict(TINY_MODEL),
+            "data": {"max_chars": 150_000},
+            "tokenizer": {"kind": "bpe", "vocab_size": 512},
+            "train": {"device": "cpu", "precision": "fp32", "batch_size": 4, "seq_len": 32, "max_steps": 12,
+                      "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 3, "log_interval": 2, "eval_interval": 4,
+                      "eval_batches": 2, "ckpt_interval": 6, "keep_last": 10, **train},
+        }
+        return load_run_config(raw, list(overrides))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def sampled_runs(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> list[Path]:
+    """Two 24-step runs of the tiny llama that differ only in learning rate (3e-3, 1e-3), each with a
+    checkpoint and a logged sample every 8 steps: what reports and the playground read. Do not modify."""
+    from burnout.train.run import start_training
+
+    root = tmp_path_factory.mktemp("sampled_runs")
+    runs = []
+    for name, lr in (("fast", 3e-3), ("slow", 1e-3)):
+        cfg = tiny_run_config(max_steps=24, lr=lr, min_lr=lr / 10, eval_interval=8, ckpt_interval=8,
+                              sample_prompt="The ", sample_tokens=16)
+        start_training(cfg, root / name, data_dir=tiny_bpe_data, on_event=lambda line: None, progress=False)
+        runs.append(root / name)
+    return runs

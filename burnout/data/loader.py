@@ -40,14 +40,18 @@ class TokenLoader:
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
-        path = Path(data_dir) / self.meta["splits"][split]["file"]
         dtype = np.dtype(self.meta["dtype"]).newbyteorder("<")
+        shards = self.meta["splits"][split]["shards"]
+        paths = [Path(data_dir) / shard["file"] for shard in shards]
         if mode == "mmap":
-            self.data = np.memmap(path, dtype=dtype, mode="r")
+            parts = [np.memmap(path, dtype=dtype, mode="r") for path in paths]
         elif mode == "preload":
-            self.data = np.fromfile(path, dtype=dtype)
+            parts = [np.fromfile(path, dtype=dtype) for path in paths]
+            # One array: batches gather from it directly, with no shard lookup.
+            parts = [np.concatenate(parts)] if len(parts) > 1 else parts
         else:
             raise BurnoutError(f"loader: mode '{mode}' is not one of 'mmap', 'preload'")
+        self.data = _ShardedTokens(parts)
         self.num_tokens = len(self.data)
         self._window = np.arange(seq_len + 1)
 
@@ -71,8 +75,38 @@ class TokenLoader:
             yield self._to_xy(window_ids[start : start + self.batch_size] * self.seq_len)
 
     def _to_xy(self, offsets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens = torch.from_numpy(self.data[offsets[:, None] + self._window].astype(np.int64))  # (B, T+1)
+        tokens = torch.from_numpy(self.data.windows(offsets, self.seq_len + 1))  # (B, T+1) int64
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+class _ShardedTokens:
+    """The shards of a split read as one token sequence: window i is tokens[offsets[i] : offsets[i] + n].
+
+    Offsets are positions in the concatenation, so batches do not depend on how the split is sharded
+    (nor on mmap vs preload); a window that crosses a shard boundary is stitched from both sides.
+    """
+
+    def __init__(self, parts: list[np.ndarray]) -> None:
+        self.parts = parts
+        self.starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def windows(self, offsets: np.ndarray, length: int) -> np.ndarray:
+        if len(self.parts) == 1:
+            return self.parts[0][offsets[:, None] + np.arange(length)].astype(np.int64)
+        out = np.empty((len(offsets), length), dtype=np.int64)
+        for row, offset in enumerate(offsets.tolist()):
+            filled = 0
+            shard = int(np.searchsorted(self.starts, offset, side="right")) - 1
+            while filled < length:
+                begin = offset + filled - int(self.starts[shard])
+                piece = self.parts[shard][begin : begin + length - filled]
+                out[row, filled : filled + len(piece)] = piece
+                filled += len(piece)
+                shard += 1
+        return out
 
 
 def check_compatible(meta: dict, vocab_size: int, seq_len: int | None = None) -> None:

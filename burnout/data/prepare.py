@@ -1,19 +1,37 @@
-"""Corpus → tokenizer → flat token files, plus the meta.json that describes them.
+"""Sources → cleaning → tokenizer → token-share mix → fixed-size token shards, plus meta.json.
 
 Layout of a prepared data directory:
 
-    train.bin, val.bin   every document's token ids followed by <|endoftext|>, back to back,
-                         raw little-endian uint16 (uint32 when the vocabulary exceeds 65536)
-    tokenizer.json       the HF tokenizer that produced them
-    meta.json            format, dtype, counts and checksums; written last, so its presence
-                         means the directory is complete
+    train_000000.bin ...  token ids of the split, documents back to back, each followed by
+    val_000000.bin ...    <|endoftext|>; raw little-endian uint16 (uint32 when the vocabulary exceeds
+                          65536); every shard holds data.shard_tokens tokens except the last
+    tokenizer.json        the HF tokenizer that produced them
+    manifest.json         finished shards (file, tokens, sha256) and the fingerprint of the settings
+                          that produced them; rewritten after each shard
+    meta.json             format, dtype, counts, shares, cleaning report and checksums; written last,
+                          so its presence means the directory is complete
+
+Mixing is by TOKEN share: source s contributes weight_s / sum(weights) of the token budget
+(data.max_tokens, or, when unset, the token count of the max_chars sample the tokenizer is trained
+on). Each source is read in its seeded order, each whole document going to val or to train, so no
+document is in both. Documents of the sources are interleaved in a seeded order that
+draws each source in proportion to the budget it still has left; each source sends a document to val
+when that keeps val's part of the tokens the source has given closest to val_fraction. The document
+that crosses a source's budget is cut (and still ends with <|endoftext|>).
+
+Preparation streams: memory holds one encode chunk per source and one document per split, not the
+corpus. Encoding runs in `workers` processes, each with its own copy of the tokenizer. An interrupted
+run resumes: the stream is replayed deterministically, and shards already renamed into place and
+listed in the manifest (same settings, same size) are not written or hashed again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+from collections import deque
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,21 +40,30 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from burnout.config import DataConfig, TokenizerConfig
-from burnout.data.corpus import mix_corpus
-from burnout.data.tokenizer import eot_id, load_tokenizer, tokenizer_kind, tokenizer_sha256, train_tokenizer
+from burnout.data.clean import Cleaner
+from burnout.data.corpus import MixedCorpus, interleave_rng, iter_source, mix_corpus
+from burnout.data.tokenizer import build_tokenizer, eot_id, load_tokenizer, tokenizer_kind, tokenizer_sha256
 from burnout.errors import BurnoutError
 
-FORMAT = "burnout-tokens-v1"
+FORMAT = "burnout-tokens-v2"
+LEGACY_FORMATS = ("burnout-tokens-v1",)
 META_FILE = "meta.json"
+MANIFEST_FILE = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
 SPLITS = ("train", "val")
-# Documents per encode_batch call: large enough to keep the Rust thread pool busy, small enough
-# that the ids of one chunk stay a modest amount of Python memory.
-ENCODE_CHUNK_DOCS = 256
+# Documents (or characters) read from one source before they are encoded together.
+ENCODE_CHUNK_DOCS = 1024
+ENCODE_CHUNK_CHARS = 4_000_000
+# A chunk smaller than this is encoded in the main process: the round trip to workers costs more.
+MIN_PARALLEL_DOCS = 64
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<u4")
+
+
+def shard_name(split: str, index: int) -> str:
+    return f"{split}_{index:06d}.bin"
 
 
 def prepare_data(
@@ -46,8 +73,13 @@ def prepare_data(
     tokenizer_path: str | Path | None = None,
     progress: bool = False,
     overwrite: bool = False,
+    workers: int | None = None,
 ) -> dict:
-    """Mix, tokenize and write a data directory; returns its meta (also saved as meta.json)."""
+    """Mix, clean, tokenize and write a sharded data directory; returns its meta (also meta.json).
+
+    An unfinished directory (manifest but no meta) prepared with the same settings is resumed.
+    `workers`: encoding processes (None: one per CPU core, at most 8).
+    """
     data_cfg.validate()
     tok_cfg.validate()
     out_dir = Path(out_dir)
@@ -59,41 +91,47 @@ def prepare_data(
             )
         # Unfinished from here on: if this run dies half way, the old meta must not vouch for new files.
         meta_path.unlink()
+        _remove_outputs(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob(".*.tmp-*"):
+        stale.unlink(missing_ok=True)
+    workers = workers or min(os.cpu_count() or 1, 8)
 
-    mixed = mix_corpus(data_cfg)
-    if tokenizer_path is not None:
-        tok = load_tokenizer(tokenizer_path)
-    elif tok_cfg.kind == "char":
-        # The character inventory carries no sequence statistics, so taking it from both splits leaks
-        # nothing, and a character seen only in val would otherwise make val impossible to encode.
-        tok = train_tokenizer(mixed.train_docs + mixed.val_docs, tok_cfg)
-    else:
-        tok = train_tokenizer(mixed.train_docs, tok_cfg)
+    given = load_tokenizer(tokenizer_path) if tokenizer_path is not None else None
+    fingerprint = _fingerprint(data_cfg, tok_cfg, given)
+    manifest = _load_manifest(out_dir, fingerprint)
+
+    tok = None
+    if manifest["tokenizer_sha256"] and (out_dir / TOKENIZER_FILE).is_file():
+        tok = load_tokenizer(out_dir / TOKENIZER_FILE)
+        if tokenizer_sha256(tok) != manifest["tokenizer_sha256"]:
+            tok = None
+    sample = None
+    if tok is None:
+        if given is not None:
+            tok = given
+        else:
+            if tok_cfg.kind != "gpt2":
+                sample = tokenizer_sample(data_cfg)
+            tok = train_recipe_tokenizer(data_cfg, tok_cfg, sample)
+        _write_atomic(out_dir / TOKENIZER_FILE, tok.to_str(pretty=True).encode("utf-8"))
+        manifest = _new_manifest(fingerprint)
+        manifest["tokenizer_sha256"] = tokenizer_sha256(tok)
     vocab_size = tok.get_vocab_size()
     dtype = token_dtype(vocab_size)
     eot = eot_id(tok)
 
-    splits = {}
-    tokens_per_source = np.zeros((len(SPLITS), len(data_cfg.sources)), dtype=np.int64)
-    for split_index, (split, docs, sources) in enumerate(
-        [("train", mixed.train_docs, mixed.train_sources), ("val", mixed.val_docs, mixed.val_sources)]
-    ):
-        file_name = f"{split}.bin"
-        doc_tokens, sha256 = _write_tokens(tok, docs, eot, dtype, out_dir / file_name, split, progress)
-        np.add.at(tokens_per_source[split_index], sources, doc_tokens)
-        splits[split] = {"tokens": int(doc_tokens.sum()), "documents": len(docs), "file": file_name, "sha256": sha256}
-
-    _write_atomic(out_dir / TOKENIZER_FILE, tok.to_str(pretty=True).encode("utf-8"))
-
-    sources_report = mixed.report
-    for index, source in enumerate(data_cfg.sources):
-        entry = sources_report["per_source"].get(source.name)
-        if entry is not None:
-            entry["train_tokens"] = int(tokens_per_source[0, index])
-            entry["val_tokens"] = int(tokens_per_source[1, index])
-    sources_report["total"]["train_tokens"] = splits["train"]["tokens"]
-    sources_report["total"]["val_tokens"] = splits["val"]["tokens"]
+    with _Encoder(tok, workers) as encoder:
+        if manifest["total_tokens"] is None:
+            if data_cfg.max_tokens is not None:
+                manifest["total_tokens"] = data_cfg.max_tokens
+            else:
+                if sample is None:
+                    sample = tokenizer_sample(data_cfg)
+                docs = sample.train_docs + sample.val_docs
+                manifest["total_tokens"] = sum(len(ids) + 1 for ids in encoder.encode(docs))
+        _save_manifest(out_dir, manifest)
+        meta = _write_splits(data_cfg, manifest, out_dir, encoder, eot, dtype, progress)
 
     meta = {
         "format": FORMAT,
@@ -102,8 +140,8 @@ def prepare_data(
         "eot_id": eot,
         "tokenizer_sha256": tokenizer_sha256(tok),
         "tokenizer_kind": tokenizer_kind(tok),
-        "splits": splits,
-        "sources": sources_report,
+        "shard_tokens": data_cfg.shard_tokens,
+        **meta,
         "data_config": asdict(data_cfg),
         "tokenizer_config": asdict(tok_cfg),
     }
@@ -111,38 +149,294 @@ def prepare_data(
     return meta
 
 
-def _write_tokens(
-    tok: Tokenizer, docs: list[str], eot: int, dtype: np.dtype, path: Path, split: str, progress: bool
-) -> tuple[np.ndarray, str]:
-    """Encode `docs` into `path`, each followed by `eot`; returns (tokens per document, sha256 of the file)."""
-    doc_tokens = np.zeros(len(docs), dtype=np.int64)
-    digest = hashlib.sha256()
-    tmp_path = _tmp_name(path)
-    try:
-        with open(tmp_path, "wb") as f, tqdm(
-            total=len(docs), desc=f"tokenizing {split}", unit="doc", disable=not progress
-        ) as bar:
-            for start in range(0, len(docs), ENCODE_CHUNK_DOCS):
-                chunk = docs[start : start + ENCODE_CHUNK_DOCS]
-                encodings = _encode_chunk(tok, chunk, split)
-                flat_ids: list[int] = []
-                for i, enc in enumerate(encodings, start=start):
-                    flat_ids += enc.ids
-                    flat_ids.append(eot)
-                    doc_tokens[i] = len(enc.ids) + 1
-                data = np.asarray(flat_ids, dtype=dtype).tobytes()
-                digest.update(data)
-                f.write(data)
-                bar.update(len(chunk))
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
-    return doc_tokens, digest.hexdigest()
+def tokenizer_sample(data_cfg: DataConfig) -> MixedCorpus:
+    """The cleaned, weighted `max_chars` sample of the sources that a tokenizer is trained on."""
+    cleaner = Cleaner(data_cfg)
+    return mix_corpus(data_cfg, transform=cleaner if cleaner.active else None)
 
 
-def _encode_chunk(tok: Tokenizer, docs: list[str], split: str) -> list:
+def train_recipe_tokenizer(data_cfg: DataConfig, tok_cfg: TokenizerConfig, sample: MixedCorpus | None = None) -> Tokenizer:
+    """The tokenizer a recipe asks for: GPT-2's read from its files, or one trained on the sample."""
+    if tok_cfg.kind == "gpt2":
+        return build_tokenizer(tok_cfg)
+    sample = sample or tokenizer_sample(data_cfg)
+    # The char inventory carries no sequence statistics, so taking it from both splits leaks
+    # nothing, and a character seen only in val would otherwise make val impossible to encode.
+    texts = sample.train_docs + sample.val_docs if tok_cfg.kind == "char" else sample.train_docs
+    return build_tokenizer(tok_cfg, texts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Token-share mixing
+
+
+class _SourceStream:
+    """The encoded documents of one source in its seeded order, read and encoded a chunk at a time."""
+
+    def __init__(self, source, seed: int, cleaner: Cleaner, encoder: _Encoder) -> None:
+        self.texts = iter_source(source, seed)
+        self.cleaner = cleaner
+        self.encoder = encoder
+        self.queue: deque[tuple[np.ndarray, int]] = deque()
+        self.exhausted = False
+        # Chunks start small and double: a source that needs few documents reads few past its budget.
+        self.chunk_docs = 8
+
+    def next(self) -> tuple[np.ndarray, int] | None:
+        """(token ids, characters) of the next document, or None when the source has run out."""
+        while not self.queue and not self.exhausted:
+            self._fill()
+        return self.queue.popleft() if self.queue else None
+
+    def _fill(self) -> None:
+        docs: list[str] = []
+        chars = 0
+        for text in self.texts:
+            if self.cleaner.active:
+                text = self.cleaner(text)
+                if not text:
+                    continue
+            docs.append(text)
+            chars += len(text)
+            if len(docs) >= self.chunk_docs or chars >= ENCODE_CHUNK_CHARS:
+                break
+        else:
+            self.exhausted = True
+        self.chunk_docs = min(2 * self.chunk_docs, ENCODE_CHUNK_DOCS)
+        if docs:
+            self.queue.extend(zip(self.encoder.encode(docs), map(len, docs)))
+
+
+def _budgets(cfg: DataConfig, total_tokens: int) -> dict[str, int]:
+    total_weight = sum(s.weight for s in cfg.sources)
+    return {s.name: int(total_tokens * s.weight / total_weight) for s in cfg.sources}
+
+
+def _write_splits(
+    cfg: DataConfig, manifest: dict, out_dir: Path, encoder: _Encoder, eot: int, dtype: np.dtype, progress: bool
+) -> dict:
+    budgets = _budgets(cfg, manifest["total_tokens"])
+    cleaner = Cleaner(cfg)
+    streams = [_SourceStream(s, cfg.seed, cleaner, encoder) if s.weight > 0 else None for s in cfg.sources]
+    names = [s.name for s in cfg.sources]
+    stats = {split: {name: {"tokens": 0, "documents": 0, "chars": 0} for name in names} for split in SPLITS}
+    writers = {split: _ShardWriter(out_dir, split, cfg.shard_tokens, dtype, manifest) for split in SPLITS}
+    remaining = np.array([budgets[n] if streams[i] else 0 for i, n in enumerate(names)], dtype=np.int64)
+    taken = np.zeros(len(names), dtype=np.int64)
+    taken_val = np.zeros(len(names), dtype=np.int64)
+    rng = interleave_rng(cfg.seed, "mix")
+    with tqdm(total=int(remaining.sum()), desc="tokenizing", unit="tok", unit_scale=True, disable=not progress) as bar:
+        while remaining.sum() > 0:
+            active = np.flatnonzero(remaining > 0)
+            cumulative = np.cumsum(remaining[active])
+            i = int(active[np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")])
+            item = streams[i].next()
+            if item is None:  # the source ran out: its shortfall is reported
+                remaining[i] = 0
+                continue
+            ids, chars = item
+            doc = np.empty(min(len(ids) + 1, int(remaining[i])), dtype=dtype)
+            doc[:-1] = ids[: len(doc) - 1]
+            doc[-1] = eot
+            # A whole document goes to val when that brings the source's val share closer to
+            # val_fraction than sending it to train would, so the share holds even when it runs short.
+            # A source's second document goes to val if none has yet, so every source is in val.
+            to_val = taken_val[i] + len(doc) / 2 < cfg.val_fraction * (taken[i] + len(doc))
+            split = "val" if to_val or (taken_val[i] == 0 and taken[i] > 0) else "train"
+            writers[split].add(doc)
+            entry = stats[split][names[i]]
+            entry["tokens"] += len(doc)
+            entry["documents"] += 1
+            entry["chars"] += chars if len(doc) == len(ids) + 1 else round(chars * len(doc) / (len(ids) + 1))
+            taken[i] += len(doc)
+            taken_val[i] += len(doc) if split == "val" else 0
+            remaining[i] -= len(doc)
+            bar.update(len(doc))
+    splits = {}
+    for split in SPLITS:
+        shards = writers[split].finish()
+        tokens = sum(s["tokens"] for s in shards)
+        if tokens == 0:
+            raise BurnoutError(
+                f"the {split} split came out empty; raise data.max_tokens (or data.max_chars) or add text to the sources"
+            )
+        documents = sum(e["documents"] for e in stats[split].values())
+        splits[split] = {"tokens": tokens, "documents": documents, "shards": shards}
+
+    total = sum(splits[s]["tokens"] for s in SPLITS)
+    total_weight = sum(s.weight for s in cfg.sources)
+    per_source = {}
+    for source in cfg.sources:
+        train, val = stats["train"][source.name], stats["val"][source.name]
+        budget = budgets[source.name]
+        tokens = train["tokens"] + val["tokens"]
+        per_source[source.name] = {
+            "kind": source.kind,
+            "weight": source.weight,
+            "target_share": source.weight / total_weight,
+            "share": tokens / total,
+            "budget_tokens": budget,
+            "tokens": tokens,
+            "shortfall_tokens": budget - tokens,
+            "train_tokens": train["tokens"],
+            "val_tokens": val["tokens"],
+            "documents": train["documents"] + val["documents"],
+            "train_documents": train["documents"],
+            "val_documents": val["documents"],
+            "chars": train["chars"] + val["chars"],
+        }
+    sources = {
+        "per_source": per_source,
+        "total": {
+            "tokens": total,
+            "budget_tokens": manifest["total_tokens"],
+            "train_tokens": splits["train"]["tokens"],
+            "val_tokens": splits["val"]["tokens"],
+            "documents": splits["train"]["documents"] + splits["val"]["documents"],
+            "train_documents": splits["train"]["documents"],
+            "val_documents": splits["val"]["documents"],
+            "chars": sum(e["chars"] for e in per_source.values()),
+        },
+    }
+    return {"splits": splits, "sources": sources, "cleaning": cleaner.report()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Shards and manifest
+
+
+class _ShardWriter:
+    """Writes a split's token stream into fixed-size shards, one document at a time.
+
+    A shard is finished when its file is renamed into place and listed in the manifest (which is saved
+    right away). Shards the manifest already lists, with a file of the right size, are skipped.
+    """
+
+    def __init__(self, out_dir: Path, split: str, shard_tokens: int, dtype: np.dtype, manifest: dict) -> None:
+        self.out_dir, self.split, self.shard_tokens, self.dtype = out_dir, split, shard_tokens, dtype
+        self.manifest = manifest
+        self.done = manifest["shards"].setdefault(split, [])
+        self.index = 0
+        self.filled = 0
+        self._file = None
+        self._digest = None
+        self._skip = False
+        self._open()
+
+    def _open(self) -> None:
+        self.filled = 0
+        name = shard_name(self.split, self.index)
+        if self.index < len(self.done):
+            entry = self.done[self.index]
+            path = self.out_dir / name
+            if entry["file"] == name and path.is_file() and path.stat().st_size == entry["tokens"] * self.dtype.itemsize:
+                self._skip = True
+                return
+            del self.done[self.index :]  # a listed shard is damaged: it and everything after are redone
+        self._skip = False
+        self._tmp = _tmp_name(self.out_dir / name)
+        self._file = open(self._tmp, "wb")
+        self._digest = hashlib.sha256()
+
+    def add(self, tokens: np.ndarray) -> None:
+        while len(tokens):
+            room = self.shard_tokens - self.filled
+            head, tokens = tokens[:room], tokens[room:]
+            if not self._skip:
+                data = head.astype(self.dtype, copy=False).tobytes()
+                self._file.write(data)
+                self._digest.update(data)
+            self.filled += len(head)
+            if self.filled == self.shard_tokens:
+                self._close()
+                self.index += 1
+                self._open()
+
+    def _close(self) -> None:
+        if self._skip:
+            return
+        self._file.close()
+        self._file = None
+        name = shard_name(self.split, self.index)
+        if self.filled == 0:
+            self._tmp.unlink(missing_ok=True)
+            return
+        os.replace(self._tmp, self.out_dir / name)
+        self.done.append({"file": name, "tokens": self.filled, "sha256": self._digest.hexdigest()})
+        _save_manifest(self.out_dir, self.manifest)
+
+    def finish(self) -> list[dict]:
+        if self._skip and self.filled < self.done[self.index]["tokens"]:
+            # Replay produced less than the listed shard held: it cannot be from these settings.
+            raise BurnoutError(f"'{self.out_dir}': shard {shard_name(self.split, self.index)} does not match a replay; prepare with overwrite")
+        self._close()
+        end = self.index + (1 if self.filled else 0)
+        for extra in self.done[end:]:
+            (self.out_dir / extra["file"]).unlink(missing_ok=True)
+        del self.done[end:]
+        _save_manifest(self.out_dir, self.manifest)
+        return list(self.done)
+
+
+def _fingerprint(data_cfg: DataConfig, tok_cfg: TokenizerConfig, given: Tokenizer | None) -> str:
+    settings = {
+        "format": FORMAT,
+        "data": asdict(data_cfg),
+        "tokenizer": asdict(tok_cfg),
+        "given_tokenizer": tokenizer_sha256(given) if given is not None else None,
+    }
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def _new_manifest(fingerprint: str) -> dict:
+    return {"format": FORMAT, "fingerprint": fingerprint, "tokenizer_sha256": None, "total_tokens": None, "shards": {}}
+
+
+def _load_manifest(out_dir: Path, fingerprint: str) -> dict:
+    path = out_dir / MANIFEST_FILE
     try:
-        return tok.encode_batch(docs, add_special_tokens=False)
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if manifest.get("fingerprint") == fingerprint:
+            return manifest
+    except (OSError, ValueError, AttributeError):
+        pass
+    _remove_outputs(out_dir)  # from other settings, or unreadable: nothing in it can be trusted
+    return _new_manifest(fingerprint)
+
+
+def _save_manifest(out_dir: Path, manifest: dict) -> None:
+    _write_atomic(out_dir / MANIFEST_FILE, (json.dumps(manifest, indent=1) + "\n").encode("utf-8"))
+
+
+def _remove_outputs(out_dir: Path) -> None:
+    for split in SPLITS:
+        for path in out_dir.glob(f"{split}_{'[0-9]' * 6}.bin"):
+            path.unlink()
+        (out_dir / f"{split}.bin").unlink(missing_ok=True)
+    (out_dir / MANIFEST_FILE).unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Encoding
+
+
+_WORKER_TOKENIZER: Tokenizer | None = None
+
+
+def _init_worker(tokenizer_json: str) -> None:
+    global _WORKER_TOKENIZER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker process
+    _WORKER_TOKENIZER = Tokenizer.from_str(tokenizer_json)
+
+
+def _encode_in_worker(docs: list[str]) -> list[np.ndarray]:
+    return encode_documents(_WORKER_TOKENIZER, docs)
+
+
+def encode_documents(tok: Tokenizer, docs: list[str], split: str = "data") -> list[np.ndarray]:
+    """Token ids (uint32 arrays, no special tokens added) of each document."""
+    try:
+        encodings = tok.encode_batch_fast(docs, add_special_tokens=False)
     except Exception:  # the Rust side raises a bare Exception, e.g. for a character a char vocab lacks
         vocab = tok.get_vocab()
         unknown = sorted({c for doc in docs for c in doc} - vocab.keys())
@@ -150,9 +444,50 @@ def _encode_chunk(tok: Tokenizer, docs: list[str], split: str) -> list:
             raise
         shown = ", ".join(repr(c) for c in unknown[:5])
         raise BurnoutError(
-            f"the tokenizer has no token for {len(unknown)} character(s) of the {split} split ({shown}); "
+            f"the tokenizer has no token for {len(unknown)} character(s) of the {split} ({shown}); "
             "retrain the tokenizer on this data or use tokenizer.kind: bpe"
         ) from None
+    return [np.asarray(enc.ids, dtype=np.uint32) for enc in encodings]
+
+
+class _Encoder:
+    """encode(docs) in the main process (workers=1) or split across worker processes."""
+
+    def __init__(self, tok: Tokenizer, workers: int) -> None:
+        self.tok = tok
+        self.workers = workers
+        self.pool = None
+
+    def __enter__(self) -> _Encoder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+    def encode(self, docs: list[str]) -> list[np.ndarray]:
+        if self.workers <= 1 or len(docs) < MIN_PARALLEL_DOCS:
+            return encode_documents(self.tok, docs)
+        if self.pool is None:
+            self.pool = self._start_pool()
+        # Contiguous parts of similar character counts keep the workers equally busy.
+        bounds = np.searchsorted(np.cumsum([len(d) for d in docs]), np.linspace(0, sum(map(len, docs)), self.workers + 1)[1:-1])
+        parts = [p for p in np.split(np.arange(len(docs)), bounds) if len(p)]
+        results = self.pool.map(_encode_in_worker, [[docs[i] for i in part] for part in parts])
+        return [ids for part in results for ids in part]
+
+    def _start_pool(self):
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        # Set explicitly, tokenizers does not print its fork warning; workers turn parallelism off.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+        context = multiprocessing.get_context(method)
+        return context.Pool(self.workers, initializer=_init_worker, initargs=(self.tok.to_str(),))
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -169,7 +504,11 @@ def _tmp_name(path: Path) -> Path:
 
 
 def read_meta(data_dir: str | Path) -> dict:
-    """The meta of a finished data directory, after checking that its token files are whole."""
+    """The meta of a finished data directory, after checking that its token files are whole.
+
+    Every split gets a "shards" list ({file, tokens, sha256}); directories in the older single-file
+    format (train.bin / val.bin) are read as one shard per split.
+    """
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise BurnoutError(f"data directory '{data_dir}' does not exist; prepare the data into it first")
@@ -182,10 +521,13 @@ def read_meta(data_dir: str | Path) -> dict:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BurnoutError(f"'{meta_path}' is not valid JSON ({exc}); prepare the data again") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, *LEGACY_FORMATS):
         found = meta.get("format") if isinstance(meta, dict) else None
         raise BurnoutError(f"'{meta_path}' has format {found!r}, expected '{FORMAT}'; prepare the data again with this version")
     try:
+        for info in meta["splits"].values():
+            if "shards" not in info:  # v1: one file per split
+                info["shards"] = [{"file": info["file"], "tokens": info["tokens"], "sha256": info["sha256"]}]
         _check_token_files(data_dir, meta)
     except (KeyError, TypeError, ValueError) as exc:
         raise BurnoutError(f"'{meta_path}' is malformed ({type(exc).__name__}: {exc}); prepare the data again") from None
@@ -194,13 +536,41 @@ def read_meta(data_dir: str | Path) -> dict:
 
 def _check_token_files(data_dir: Path, meta: dict) -> None:
     itemsize = np.dtype(meta["dtype"]).itemsize
+    for split, info in meta["splits"].items():
+        if sum(s["tokens"] for s in info["shards"]) != info["tokens"]:
+            raise BurnoutError(f"'{data_dir / META_FILE}': the {split} shards do not add up to {info['tokens']} tokens; prepare the data again")
+        for shard in info["shards"]:
+            path = data_dir / shard["file"]
+            expected = shard["tokens"] * itemsize
+            actual = path.stat().st_size if path.is_file() else None
+            if actual != expected:
+                state = "is missing" if actual is None else f"is {actual} bytes"
+                raise BurnoutError(
+                    f"'{path}' {state} but {META_FILE} expects {expected} ({shard['tokens']} {meta['dtype']} tokens); "
+                    "the file is truncated or from another run, prepare the data again"
+                )
+
+
+def verify_checksums(data_dir: str | Path) -> None:
+    """Re-hash every shard against meta.json (slow: reads all the data); raises on a mismatch."""
+    data_dir = Path(data_dir)
+    meta = read_meta(data_dir)
     for info in meta["splits"].values():
-        path = data_dir / info["file"]
-        expected = info["tokens"] * itemsize
-        actual = path.stat().st_size if path.is_file() else None
-        if actual != expected:
-            state = "is missing" if actual is None else f"is {actual} bytes"
-            raise BurnoutError(
-                f"'{path}' {state} but {META_FILE} expects {expected} ({info['tokens']} {meta['dtype']} tokens); "
-                "the file is truncated or from another run, prepare the data again"
-            )
+        for shard in info["shards"]:
+            digest = hashlib.sha256()
+            with open(data_dir / shard["file"], "rb") as f:
+                while chunk := f.read(1 << 24):
+                    digest.update(chunk)
+            if digest.hexdigest() != shard["sha256"]:
+                raise BurnoutError(f"'{data_dir / shard['file']}' does not match its sha256 in {META_FILE}; prepare the data again")
+
+
+def read_tokens(data_dir: str | Path, split: str) -> np.ndarray:
+    """All tokens of `split` (its shards concatenated) as one in-memory array."""
+    data_dir = Path(data_dir)
+    meta = read_meta(data_dir)
+    if split not in meta["splits"]:
+        raise BurnoutError(f"'{data_dir}' has no split '{split}'; it has {', '.join(meta['splits'])}")
+    dtype = np.dtype(meta["dtype"]).newbyteorder("<")
+    parts = [np.fromfile(data_dir / shard["file"], dtype=dtype) for shard in meta["splits"][split]["shards"]]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)

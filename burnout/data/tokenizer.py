@@ -32,7 +32,39 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
         return _train_bpe(texts, cfg)
     if cfg.kind == "char":
         return _train_char(texts, cfg)
-    raise BurnoutError(f"tokenizer.kind: unknown kind '{cfg.kind}'; use bpe or char")
+    if cfg.kind == "gpt2":
+        return gpt2_tokenizer(cfg.vocab_path, cfg.merges_path, cfg.special_tokens)
+    raise BurnoutError(f"tokenizer.kind: unknown kind '{cfg.kind}'; use bpe, char or gpt2")
+
+
+def build_tokenizer(cfg: TokenizerConfig, texts: Iterable[str] | None = None) -> Tokenizer:
+    """The tokenizer `cfg` describes: read from files for gpt2, otherwise trained on `texts`."""
+    cfg.validate()
+    if cfg.kind == "gpt2":
+        return gpt2_tokenizer(cfg.vocab_path, cfg.merges_path, cfg.special_tokens)
+    return train_tokenizer(texts if texts is not None else [], cfg)
+
+
+def gpt2_tokenizer(vocab_path: str | Path, merges_path: str | Path, special_tokens: Iterable[str] = (EOT_TOKEN,)) -> Tokenizer:
+    """GPT-2's byte-level BPE, offline, from its vocab.json (encoder.json) and merges.txt (vocab.bpe).
+
+    Same ids as tiktoken's "gpt2" encoding: "Hello world" -> [15496, 995], <|endoftext|> = 50256.
+    Special tokens missing from the vocabulary are appended after it.
+    """
+    for key, path in (("vocab_path", vocab_path), ("merges_path", merges_path)):
+        if not path or not Path(path).is_file():
+            raise BurnoutError(f"tokenizer.{key}: file '{path}' does not exist; give the path of GPT-2's {Path(str(path)).name or key}")
+    try:
+        model = models.BPE.from_file(str(vocab_path), str(merges_path))
+    except Exception as exc:  # the Rust side raises a bare Exception for any parse failure
+        raise BurnoutError(
+            f"tokenizer: cannot read GPT-2 BPE from '{vocab_path}' + '{merges_path}' ({str(exc).splitlines()[0]})"
+        ) from None
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(special_tokens))
+    return tok
 
 
 def _train_bpe(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:

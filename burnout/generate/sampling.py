@@ -1,29 +1,25 @@
-"""Autoregressive sampling with a KV cache: temperature and top-k."""
+"""Autoregressive sampling with a KV cache: temperature, top-k, top-p, repetition penalty, stop sequences,
+batched prompts and streaming.
+
+Logits are processed in Hugging Face's order: repetition penalty → temperature → top-k → top-p.
+Each prompt samples from its own generator seeded with `seed`, so a prompt continues the same way
+alone or inside a batch.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 
+EOT_TOKEN = "<|endoftext|>"
 
-@torch.no_grad()
-def stream_tokens(
-    model: Transformer,
-    prompt_ids: list[int],
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    seed: int | None = None,
-    stop_id: int | None = None,
-) -> Iterator[int]:
-    """Yield new token ids one at a time. temperature 0 means greedy (argmax).
 
-    Stops after max_new_tokens, at stop_id (not yielded), or when the context window is full.
-    """
+def check_sampling(model: Transformer, prompt_ids: Sequence[int], temperature: float, top_k: int | None,
+                   top_p: float | None, repetition_penalty: float) -> None:
     context = model.cfg.context_length
     if not prompt_ids:
         raise BurnoutError("the prompt is empty after tokenization; give at least one character")
@@ -33,40 +29,214 @@ def stream_tokens(
         )
     if temperature < 0:
         raise BurnoutError(f"temperature {temperature} is negative; use 0 (greedy) or more")
-    device = model.tok_emb.weight.device
-    generator = torch.Generator(device=device)
-    if seed is not None:
-        generator.manual_seed(seed)
-    was_training = model.training
-    model.eval()
-    cache = model.new_cache(1, min(context, len(prompt_ids) + max_new_tokens))
-    step_input = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-    try:
-        for _ in range(min(max_new_tokens, context - len(prompt_ids))):
-            logits = model(step_input, cache=cache)[0, -1].float()  # (V,)
-            next_id = sample_next(logits, temperature, top_k, generator)
-            if next_id == stop_id:
-                return
-            yield next_id
-            step_input = torch.tensor([[next_id]], dtype=torch.long, device=device)
-    finally:
-        model.train(was_training)
+    if top_k is not None and top_k < 1:
+        raise BurnoutError(f"top-k {top_k} must be at least 1 (or unset for no top-k)")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise BurnoutError(f"top-p {top_p} must be in (0, 1]")
+    if repetition_penalty <= 0:
+        raise BurnoutError(f"repetition penalty {repetition_penalty} must be positive (1 means none)")
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:
+def process_logits(
+    logits: torch.Tensor,
+    recent: Sequence[int],
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    repetition_penalty: float,
+) -> torch.Tensor:
+    """(V,) logits → the logits actually sampled from; filtered tokens get -inf."""
+    if repetition_penalty != 1.0 and recent:
+        # CTRL's penalty, as HF applies it: shrink positive logits, push negative ones further down.
+        ids = torch.tensor(sorted(set(recent)), device=logits.device)
+        seen = logits[ids]
+        logits = logits.clone()
+        logits[ids] = torch.where(seen > 0, seen / repetition_penalty, seen * repetition_penalty)
     if temperature == 0:
-        return int(logits.argmax())
+        return logits
     logits = logits / temperature
     if top_k is not None and top_k < logits.numel():
         kth = torch.topk(logits, top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = logits.softmax(dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        # Keep the smallest prefix whose mass reaches top_p: drop a token once the mass before it does.
+        drop = probs.cumsum(dim=-1) - probs >= top_p
+        logits = logits.masked_fill(drop.scatter(0, order, drop), float("-inf"))
+    return logits
+
+
+def sample_next(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> int:
+    if temperature == 0:
+        return int(logits.argmax())
+    return int(torch.multinomial(logits.softmax(dim=-1), 1, generator=generator))
+
+
+@torch.no_grad()
+def stream_batch(
+    model: Transformer,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    repetition_window: int = 64,
+    seed: int | None = None,
+    stop_id: int | None = None,
+    is_done: Callable[[int, list[int]], bool] | None = None,
+) -> Iterator[list[int | None]]:
+    """Decode prompts of one length together; each step yields every row's new token (None once done).
+
+    A row is done at stop_id (not yielded), when is_done(row, its new ids) says so, after max_new_tokens,
+    or when the context window is full.
+    """
+    if len({len(p) for p in prompts}) > 1:
+        raise ValueError("stream_batch decodes prompts of one length; generate_batch groups them")
+    for p in prompts:
+        check_sampling(model, p, temperature, top_k, top_p, repetition_penalty)
+    device = model.tok_emb.weight.device
+    generators = []
+    for _ in prompts:
+        generator = torch.Generator(device=device)
+        if seed is not None:
+            generator.manual_seed(seed)
+        else:  # a fresh Generator starts from one fixed default seed: without this, every call samples alike
+            generator.seed()
+        generators.append(generator)
+    context, length = model.cfg.context_length, len(prompts[0])
+    steps = min(max_new_tokens, context - length)
+    if steps <= 0:
+        return
+    was_training = model.training
+    model.eval()
+    history = [list(p) for p in prompts]
+    new: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    cache = model.new_cache(len(prompts), length + steps)
+    step_input = torch.tensor(history, dtype=torch.long, device=device)
+    try:
+        for _ in range(steps):
+            logits = model(step_input, cache=cache)[:, -1].float()  # (B, V)
+            out: list[int | None] = []
+            for row in range(len(prompts)):
+                if done[row]:
+                    out.append(None)
+                    continue
+                recent = history[row][-repetition_window:] if repetition_window > 0 else history[row]
+                processed = process_logits(logits[row], recent, temperature, top_k, top_p, repetition_penalty)
+                token = sample_next(processed, temperature, generators[row])
+                history[row].append(token)
+                if token == stop_id:
+                    done[row] = True
+                    out.append(None)
+                    continue
+                new[row].append(token)
+                out.append(token)
+                if is_done is not None and is_done(row, new[row]):
+                    done[row] = True
+            if all(t is None for t in out):
+                return
+            yield out
+            if all(done):
+                return
+            # Finished rows keep being fed their last token: the batch stays rectangular, their output is ignored.
+            step_input = torch.tensor([[h[-1]] for h in history], dtype=torch.long, device=device)
+    finally:
+        model.train(was_training)
+
+
+def stream_tokens(model: Transformer, prompt_ids: Sequence[int], max_new_tokens: int, **sampling) -> Iterator[int]:
+    """Yield one prompt's new token ids one at a time (temperature 0 means greedy); see stream_batch."""
+    for (token,) in stream_batch(model, [prompt_ids], max_new_tokens, **sampling):
+        if token is not None:
+            yield token
+
+
+def generate_batch(model: Transformer, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                   is_done: Callable[[int, list[int]], bool] | None = None, **sampling) -> list[list[int]]:
+    """New token ids for each prompt. Prompts of equal length decode together in one batch: the model
+    has no padding mask, so only equal lengths share a batch without changing any row's result.
+    is_done(prompt index, its new ids) ends a prompt early."""
+    by_length: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_length.setdefault(len(p), []).append(i)
+    out: list[list[int]] = [[] for _ in prompts]
+    for rows in by_length.values():
+        row_done = (lambda r, ids, rows=rows: is_done(rows[r], ids)) if is_done is not None else None
+        for step in stream_batch(model, [prompts[i] for i in rows], max_new_tokens, is_done=row_done, **sampling):
+            for r, token in enumerate(step):
+                if token is not None:
+                    out[rows[r]].append(token)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Text
+
+
+def _cut_at_stop(text: str, stop: Sequence[str]) -> int | None:
+    hits = [i for s in stop if s and (i := text.find(s)) >= 0]
+    return min(hits) if hits else None
+
+
+def stream_text(model: Transformer, tokenizer, prompt: str, max_new_tokens: int, stop: Sequence[str] = (),
+                **sampling) -> Iterator[str]:
+    """The continuation of `prompt` as printable pieces, ending at <|endoftext|> or before the first stop
+    sequence. Text that might be half a character, or the start of a stop sequence, is held back until
+    the next tokens settle it. Bad settings or a too-long prompt raise here, before anything streams."""
+    prompt_ids = tokenizer.encode(prompt).ids
+    check_sampling(model, prompt_ids, sampling.get("temperature", 1.0), sampling.get("top_k"), sampling.get("top_p"),
+                   sampling.get("repetition_penalty", 1.0))
+    return _stream_text(model, tokenizer, prompt_ids, max_new_tokens, stop, **sampling)
+
+
+def _stream_text(model: Transformer, tokenizer, prompt_ids: list[int], max_new_tokens: int, stop: Sequence[str],
+                 **sampling) -> Iterator[str]:
+    new_ids: list[int] = []
+    printed = 0
+    for token in stream_tokens(model, prompt_ids, max_new_tokens, stop_id=tokenizer.token_to_id(EOT_TOKEN),
+                               **sampling):
+        new_ids.append(token)
+        # Decode the whole continuation each time: a byte-level token can be half a character.
+        text = tokenizer.decode(new_ids)
+        cut = _cut_at_stop(text, stop)
+        if cut is not None:
+            if cut > printed:
+                yield text[printed:cut]
+            return
+        safe = len(text.rstrip("\ufffd"))
+        for s in stop:  # hold back a suffix that could grow into a stop sequence
+            for k in range(min(len(s) - 1, safe), 0, -1):
+                if text[safe - k : safe] == s[:k]:
+                    safe -= k
+                    break
+        if safe > printed:
+            yield text[printed:safe]
+            printed = safe
+    text = tokenizer.decode(new_ids)
+    if len(text) > printed:
+        yield text[printed:]
 
 
 def generate_text(model: Transformer, tokenizer, prompt: str, max_new_tokens: int, **sampling) -> str:
-    """The prompt followed by its continuation, decoded."""
-    prompt_ids = tokenizer.encode(prompt).ids
-    stop_id = tokenizer.token_to_id("<|endoftext|>")
-    new_ids = list(stream_tokens(model, prompt_ids, max_new_tokens, stop_id=stop_id, **sampling))
-    return tokenizer.decode(prompt_ids + new_ids)
+    """The prompt followed by its continuation."""
+    return prompt + "".join(stream_text(model, tokenizer, prompt, max_new_tokens, **sampling))
+
+
+def generate_texts(model: Transformer, tokenizer, prompts: Sequence[str], max_new_tokens: int,
+                   stop: Sequence[str] = (), **sampling) -> list[str]:
+    """Each prompt followed by its continuation, decoded in batches (see generate_batch)."""
+    prompt_ids = [tokenizer.encode(p).ids for p in prompts]
+    new_ids = generate_batch(
+        model, prompt_ids, max_new_tokens, stop_id=tokenizer.token_to_id(EOT_TOKEN),
+        is_done=(lambda row, ids: _cut_at_stop(tokenizer.decode(ids), stop) is not None) if stop else None,
+        **sampling,
+    )
+    out = []
+    for prompt, ids in zip(prompts, new_ids):
+        text = tokenizer.decode(ids)
+        cut = _cut_at_stop(text, stop)
+        out.append(prompt + (text if cut is None else text[:cut]))
+    return out

@@ -2,21 +2,27 @@
 
     RUN/checkpoints/step_0000500/
         model.safetensors   weights (a tied matrix stored once)
-        state.pt            optimizer, step, tokens seen, RNG states; read with weights_only=True
+        state.pt            optimizer (+ grad scaler), step, tokens seen, loader position, RNG states
+                            (Python, NumPy, torch CPU and CUDA); read with weights_only=True
         config.yaml         the full resolved run config
         tokenizer.json      the tokenizer the model was trained with
         info.json           step, tokens, losses, wall time: what a person or a report reads
 
 A checkpoint is written under a temporary name, fsynced and renamed, so a folder named step_* is
-always complete; a crash mid-write leaves only a `.tmp-*` folder that the next save removes.
+always complete; a crash mid-write leaves only a `.tmp-*` folder that the next save removes. The last
+`keep_last` checkpoints survive pruning, and so do milestone steps (kept forever). A CheckpointMirror
+copies each kept checkpoint to a second folder (a mounted drive) in a background thread.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +49,7 @@ class Checkpoint:
 
 def save_checkpoint(
     run_dir: Path, cfg: RunConfig, model: Transformer, state: dict, info: dict, tokenizer_path: Path,
-    keep_last: int,
+    keep_last: int, keep_steps: Iterable[int] = (),
 ) -> Path:
     ckpt_root = Path(run_dir) / CHECKPOINT_DIR
     ckpt_root.mkdir(parents=True, exist_ok=True)
@@ -66,9 +72,52 @@ def save_checkpoint(
         shutil.rmtree(final)
     os.replace(tmp, final)
     _fsync(ckpt_root)
+    keep_steps = set(keep_steps)
     for old in list_checkpoints(run_dir)[:-keep_last]:
-        shutil.rmtree(old)
+        if _step_of(old) not in keep_steps:
+            shutil.rmtree(old)
     return final
+
+
+def _step_of(path: Path) -> int:
+    return int(_STEP_DIR.match(path.name).group(1))
+
+
+class CheckpointMirror:
+    """Copies checkpoints to `mirror_dir/checkpoints/` in a background thread, atomically (temp name,
+    then rename), and prunes the mirror to the run's kept set, so losing the machine loses at most
+    the checkpoint being copied."""
+
+    def __init__(self, mirror_dir: Path, on_error: Callable[[str], None]):
+        self.root = Path(mirror_dir) / CHECKPOINT_DIR
+        self.on_error = on_error
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="checkpoint-mirror", daemon=True)
+        self._thread.start()
+
+    def submit(self, checkpoint: Path, kept: list[Path]) -> None:
+        self._queue.put((Path(checkpoint), {p.name for p in kept}))
+
+    def close(self) -> None:
+        """Wait for every submitted copy to finish."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _work(self) -> None:
+        while (job := self._queue.get()) is not None:
+            src, kept = job
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                tmp, final = self.root / f".tmp-{src.name}", self.root / src.name
+                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.copytree(src, tmp)
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(tmp, final)
+                for old in self.root.iterdir():
+                    if _STEP_DIR.match(old.name) and old.name not in kept:
+                        shutil.rmtree(old, ignore_errors=True)
+            except OSError as exc:  # a full or vanished mirror must not stop training
+                self.on_error(f"mirror: copying {src.name} to {self.root} failed ({exc}); training goes on")
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

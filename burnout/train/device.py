@@ -29,6 +29,14 @@ def resolve_precision(name: str, device: torch.device) -> str:
 
 
 def autocast(device: torch.device, precision: str):
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    if precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return torch.autocast(device_type=device.type, dtype=dtype)
     return contextlib.nullcontext()
+
+
+def configure_backends(device: torch.device) -> None:
+    """TF32 tensor cores for the fp32 matmuls and convolutions left outside autocast (Ampere and later)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True

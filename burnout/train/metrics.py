@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
+# Keys that measure the machine rather than the training: they differ between a run and its exact replay.
+TIMING_KEYS = ("elapsed_s", "tokens_per_s", "mfu", "eta_s", "dollars", "dollars_projected")
 
 
 class MetricsLog:
@@ -31,3 +33,42 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class ExternalLoggers:
+    """TensorBoard and Weights & Biases, each only when enabled in the config (and installed)."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool, wandb: bool, config: dict):
+        from burnout.errors import BurnoutError
+
+        self.tb = self.wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise BurnoutError("train.tensorboard: the tensorboard package is not installed; "
+                                   "pip install tensorboard or set train.tensorboard=false") from None
+            self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+        if wandb:
+            try:
+                import wandb as wandb_module
+            except ImportError:
+                raise BurnoutError("train.wandb: the wandb package is not installed; "
+                                   "pip install wandb or set train.wandb=false") from None
+            # The run folder's name is the W&B id, so a resumed run continues the same W&B run.
+            self.wandb = wandb_module.init(project="gpuburnout", name=Path(run_dir).name, id=Path(run_dir).name,
+                                           dir=str(run_dir), config=config, resume="allow")
+
+    def write(self, record: dict) -> None:
+        numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
+        if self.tb is not None:
+            for key, value in numbers.items():
+                self.tb.add_scalar(key, value, record["step"])
+        if self.wandb is not None:
+            self.wandb.log(numbers, step=record["step"])
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()

@@ -4,7 +4,7 @@ import torch
 
 from burnout.config import DataConfig, TokenizerConfig
 from burnout.data.loader import TokenLoader, check_compatible
-from burnout.data.prepare import prepare_data
+from burnout.data.prepare import prepare_data, read_tokens
 from burnout.errors import BurnoutError
 
 B, T = 4, 32
@@ -13,8 +13,40 @@ B, T = 4, 32
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("loader")
+    prepare_data(DataConfig(max_chars=50_000, shard_tokens=3_000), TokenizerConfig(kind="bpe", vocab_size=300), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_shard_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("loader1")
     prepare_data(DataConfig(max_chars=50_000), TokenizerConfig(kind="bpe", vocab_size=300), out)
     return out
+
+
+def test_fixture_is_sharded(data_dir, one_shard_dir):
+    shards = TokenLoader(data_dir, "train", B, T, seed=0).meta["splits"]["train"]["shards"]
+    assert len(shards) > 3 and all(s["tokens"] == 3_000 for s in shards[:-1])
+    assert len(TokenLoader(one_shard_dir, "train", B, T, seed=0).meta["splits"]["train"]["shards"]) == 1
+
+
+def test_batches_do_not_depend_on_sharding(data_dir, one_shard_dir):
+    assert np.array_equal(read_tokens(data_dir, "train"), read_tokens(one_shard_dir, "train"))
+    for mode in ("mmap", "preload"):
+        sharded = TokenLoader(data_dir, "train", B, T, seed=0, mode=mode)
+        flat = TokenLoader(one_shard_dir, "train", B, T, seed=0, mode=mode)
+        for step in range(20):  # 20 batches of 4 windows over ~10 shards: some cross a boundary
+            assert torch.equal(sharded.get_batch(step)[0], flat.get_batch(step)[0])
+        assert all(torch.equal(a[0], b[0]) for a, b in zip(sharded.iter_eval_batches(50), flat.iter_eval_batches(50)))
+
+
+def test_windows_across_a_shard_boundary(data_dir):
+    loader = TokenLoader(data_dir, "train", B, T, seed=0)
+    tokens = read_tokens(data_dir, "train").astype(np.int64)
+    offsets = np.array([3_000 - 5, 0, 6_000 - 1, len(tokens) - T - 1])
+    windows = loader.data.windows(offsets, T + 1)
+    for row, offset in enumerate(offsets):
+        assert np.array_equal(windows[row], tokens[offset : offset + T + 1])
 
 
 def test_batch_shape_dtype_and_shift(data_dir):
@@ -24,7 +56,7 @@ def test_batch_shape_dtype_and_shift(data_dir):
     assert x.dtype == y.dtype == torch.int64 and x.device.type == "cpu"
     assert torch.equal(x[:, 1:], y[:, :-1])
     assert int(x.max()) < loader.meta["vocab_size"]
-    tokens = np.fromfile(data_dir / "train.bin", dtype="<u2")
+    tokens = read_tokens(data_dir, "train")
     assert loader.num_tokens == len(tokens)
 
 
@@ -50,7 +82,7 @@ def test_mmap_and_preload_agree(data_dir):
 
 def test_eval_batches_walk_the_split_without_overlap(data_dir):
     loader = TokenLoader(data_dir, "val", B, T, seed=0)
-    tokens = torch.from_numpy(np.fromfile(data_dir / "val.bin", dtype="<u2").astype(np.int64))
+    tokens = torch.from_numpy(read_tokens(data_dir, "val").astype(np.int64))
     batches = list(loader.iter_eval_batches(2))
     assert len(batches) == 2
     x = torch.cat([b[0] for b in batches]).flatten()

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
-from burnout.data.corpus import mix_documents
-from burnout.data.prepare import prepare_data, read_meta
+import burnout.data.prepare as prepare_module
+from burnout.data.prepare import prepare_data, read_meta, read_tokens, verify_checksums
 from burnout.data.tokenizer import load_tokenizer, tokenizer_sha256, train_tokenizer
 from burnout.errors import BurnoutError
 
@@ -23,15 +23,17 @@ def prepared(tmp_path_factory):
 
 def test_files_match_meta(prepared):
     out, meta = prepared
-    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "tokenizer.json", "train.bin", "val.bin"]
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["manifest.json", "meta.json", "tokenizer.json", "train_000000.bin", "val_000000.bin"]
     assert json.loads((out / "meta.json").read_text()) == meta
-    assert meta["format"] == "burnout-tokens-v1" and meta["dtype"] == "uint16"
+    assert meta["format"] == "burnout-tokens-v2" and meta["dtype"] == "uint16"
     assert meta["vocab_size"] == 512 and meta["tokenizer_kind"] == "bpe"
     assert meta["tokenizer_sha256"] == tokenizer_sha256(load_tokenizer(out / "tokenizer.json"))
     for split, info in meta["splits"].items():
-        raw = (out / info["file"]).read_bytes()
-        assert len(raw) == 2 * info["tokens"]
-        assert hashlib.sha256(raw).hexdigest() == info["sha256"]
+        (shard,) = info["shards"]
+        raw = (out / shard["file"]).read_bytes()
+        assert len(raw) == 2 * info["tokens"] == 2 * shard["tokens"]
+        assert hashlib.sha256(raw).hexdigest() == shard["sha256"]
         tokens = np.frombuffer(raw, dtype="<u2")
         assert (tokens == meta["eot_id"]).sum() == info["documents"]
         assert tokens[-1] == meta["eot_id"]
@@ -40,18 +42,55 @@ def test_files_match_meta(prepared):
     assert sum(s["val_tokens"] for s in per_source.values()) == meta["splits"]["val"]["tokens"]
     assert meta["data_config"]["max_chars"] == 200_000 and meta["tokenizer_config"]["vocab_size"] == 512
     assert read_meta(out) == meta
+    verify_checksums(out)
 
 
-def test_train_bin_decodes_to_the_train_documents(prepared):
-    out, meta = prepared
-    tok = load_tokenizer(out / "tokenizer.json")
-    train_docs, val_docs, _ = mix_documents(DATA_CFG)
-    for split, docs in (("train", train_docs), ("val", val_docs)):
-        tokens = np.fromfile(out / f"{split}.bin", dtype="<u2")
-        ends = np.flatnonzero(tokens == meta["eot_id"])
-        pieces = np.split(tokens, ends + 1)[:-1]  # each piece is one document plus its eot
-        decoded = [tok.decode(piece[:-1].tolist(), skip_special_tokens=False) for piece in pieces]
-        assert decoded == docs
+def test_token_shares_match_the_weights(prepared):
+    _, meta = prepared
+    per_source = meta["sources"]["per_source"]
+    total = meta["sources"]["total"]
+    # Budget = tokens of the 200k-char tokenizer sample; each source fills exactly its weight of it.
+    assert total["tokens"] == sum(s["tokens"] for s in per_source.values())
+    assert per_source["docs"]["tokens"] == int(total["budget_tokens"] * 0.7)
+    assert per_source["code"]["tokens"] == int(total["budget_tokens"] * 0.3)
+    assert per_source["docs"]["share"] == pytest.approx(0.7, abs=1e-4)
+    for entry in per_source.values():
+        assert entry["shortfall_tokens"] == 0 and entry["val_documents"] >= 1
+    # Whole documents go to val, so its share is only as fine as the documents (stdlib files are big).
+    assert total["val_tokens"] / total["tokens"] == pytest.approx(0.05, abs=0.03)
+
+
+def test_split_decodes_to_the_source_documents(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    docs = [f"document {i}: " + "some words here " * (i % 7 + 1) for i in range(60)]
+    for i, doc in enumerate(docs):
+        (folder / f"{i:02d}.txt").write_text(doc, encoding="utf-8")
+    cfg = DataConfig(sources=[SourceConfig(name="t", kind="text", path=str(folder))], max_tokens=10**6, val_fraction=0.1)
+    meta = prepare_data(cfg, TOK_CFG, tmp_path / "out", workers=2)
+    tok = load_tokenizer(tmp_path / "out")
+    decoded = {}
+    for split in ("train", "val"):
+        tokens = read_tokens(tmp_path / "out", split)
+        pieces = np.split(tokens, np.flatnonzero(tokens == meta["eot_id"]) + 1)[:-1]
+        decoded[split] = [tok.decode(p[:-1].tolist()) for p in pieces]
+    # Everything fits the budget except the val cut: the val tail doc is cut and its rest dropped.
+    assert set(decoded["train"]) <= set(docs)
+    assert not set(decoded["train"]) & set(decoded["val"])
+    assert len(decoded["train"]) + len(decoded["val"]) == 60
+    assert sum(d in docs for d in decoded["val"]) >= len(decoded["val"]) - 1
+    assert meta["sources"]["per_source"]["t"]["shortfall_tokens"] > 0  # the folder ran out before 10**6
+
+
+def test_prepare_is_deterministic_and_worker_count_does_not_matter(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_module, "MIN_PARALLEL_DOCS", 1)  # every chunk goes through the workers
+    cfg = DataConfig(max_chars=60_000, max_tokens=12_000, shard_tokens=1_000)
+    one = prepare_data(cfg, TOK_CFG, tmp_path / "one", workers=1)
+    two = prepare_data(cfg, TOK_CFG, tmp_path / "two", workers=2)
+    assert one == two
+    assert one["splits"]["train"]["tokens"] + one["splits"]["val"]["tokens"] == 12_000
+    other = prepare_data(DataConfig(max_chars=60_000, max_tokens=12_000, seed=7), TOK_CFG, tmp_path / "seed7")
+    assert other["splits"]["train"]["shards"][0]["sha256"] != one["splits"]["train"]["shards"][0]["sha256"]
 
 
 def test_refuses_existing_output_unless_overwrite(prepared, tmp_path):
@@ -86,9 +125,9 @@ def test_char_tokenizer_covers_val_only_characters(tmp_path):
 
 def test_read_meta_detects_truncation(tmp_path):
     meta = prepare_data(DataConfig(max_chars=20_000), TOK_CFG, tmp_path)
-    train = tmp_path / meta["splits"]["train"]["file"]
+    train = tmp_path / meta["splits"]["train"]["shards"][0]["file"]
     train.write_bytes(train.read_bytes()[:-2])
-    with pytest.raises(BurnoutError, match="train.bin.*truncated"):
+    with pytest.raises(BurnoutError, match="train_000000.bin.*truncated"):
         read_meta(tmp_path)
 
 

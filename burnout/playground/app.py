@@ -1,0 +1,131 @@
+"""`burnout playground`: the blog's "Try it yourself" page for your own runs, as a local Gradio app.
+
+Pick a checkpoint, type a prompt, watch it stream; or send one prompt to two or three checkpoints at
+once and watch the model get less stupid from step to step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+# The playground runs offline: no usage reporting to Gradio's servers unless the user asks for it.
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from burnout.errors import BurnoutError  # noqa: E402
+
+try:
+    import gradio as gr  # after the environment default above
+except ImportError:
+    raise BurnoutError("the playground needs Gradio; install it with: pip install 'gpuburnout[playground]'") from None
+
+from burnout.playground.catalog import MAX_NEW_TOKENS, MAX_PROMPT_CHARS, Entry, ModelCache, discover, stream_text  # noqa: E402
+from burnout.quickstart import SAMPLE_PROMPTS  # noqa: E402
+
+EXAMPLE_PROMPTS = [*SAMPLE_PROMPTS, "What is the capital of France?", "Write a poem about coffee."]
+MAX_SIDE_BY_SIDE = 3
+
+
+def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
+    labels = list(entries)
+
+    def info_markdown(label: str) -> str:
+        if label not in entries:
+            return ""
+        entry = entries[label]
+        model = cache.get(label).model
+        cfg = model.cfg
+        params = sum(p.numel() for p in model.parameters())
+        val = entry.info.get("val_loss")
+        return "\n".join([
+            f"**{label}**",
+            f"- parameters: {params:,} ({cfg.family}, {cfg.n_layer} layers × {cfg.d_model} wide)",
+            f"- tokenizer: {cache.get(label).tokenizer.get_vocab_size():,} tokens; context {cfg.context_length}",
+            f"- step {entry.info['step']:,}, {entry.info.get('tokens', 0):,} tokens trained",
+            f"- val loss: {val:.4f}" if isinstance(val, (int, float)) else "- val loss: not measured",
+        ])
+
+    def settings(temperature: float, top_k: float, top_p: float, penalty: float) -> dict:
+        return {"temperature": temperature, "top_k": int(top_k), "top_p": top_p, "repetition_penalty": penalty}
+
+    def generate(label: str, prompt: str, max_new: float, *sampling: float) -> Iterator[str]:
+        try:
+            loaded = cache.get(label)
+            yield from stream_text(loaded, prompt, int(max_new), **settings(*sampling))
+        except BurnoutError as exc:
+            raise gr.Error(str(exc)) from None
+
+    def side_by_side(chosen: list[str], prompt: str, max_new: float, *sampling: float):
+        if not 2 <= len(chosen) <= MAX_SIDE_BY_SIDE:
+            raise gr.Error(f"choose 2 or {MAX_SIDE_BY_SIDE} checkpoints to compare (chosen: {len(chosen)})")
+        try:
+            streams = [stream_text(cache.get(label), prompt, int(max_new), **settings(*sampling)) for label in chosen]
+            texts = [""] * len(chosen)
+            live = list(range(len(chosen)))
+            # One token for each checkpoint in turn, so the columns grow together.
+            while live:
+                for i in list(live):
+                    try:
+                        texts[i] = next(streams[i])
+                    except StopIteration:
+                        live.remove(i)
+                yield _columns(chosen, texts)
+        except BurnoutError as exc:
+            raise gr.Error(str(exc)) from None
+
+    with gr.Blocks(title="GPUburnout playground", analytics_enabled=False) as app:
+        gr.Markdown("# GPUburnout playground\nPick a checkpoint and see how it generates. "
+                    f"Serving {len(labels)} checkpoint(s) from the runs given to `burnout playground`.")
+        with gr.Row():
+            max_new = gr.Slider(1, MAX_NEW_TOKENS, value=100, step=1, label="max new tokens")
+            temperature = gr.Slider(0.1, 1.5, value=0.8, step=0.05, label="temperature")
+            top_k = gr.Slider(1, 100, value=50, step=1, label="top-k")
+            top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p")
+            penalty = gr.Slider(1.0, 2.0, value=1.0, step=0.05, label="repetition penalty")
+        sampling = [max_new, temperature, top_k, top_p, penalty]
+        with gr.Tab("Generate"):
+            with gr.Row():
+                with gr.Column(scale=2):
+                    checkpoint = gr.Dropdown(labels, value=labels[-1], label="checkpoint", elem_id="checkpoint")
+                    prompt = gr.Textbox(label="prompt", lines=3, max_length=MAX_PROMPT_CHARS, elem_id="prompt")
+                    gr.Examples(EXAMPLE_PROMPTS, inputs=prompt)
+                    button = gr.Button("Generate", variant="primary", elem_id="generate")
+                with gr.Column(scale=1):
+                    info = gr.Markdown(info_markdown(labels[-1]), elem_id="model-info")
+            output = gr.Textbox(label="output", lines=8, elem_id="output")
+            checkpoint.change(info_markdown, checkpoint, info)
+            button.click(generate, [checkpoint, prompt, *sampling], output)
+        with gr.Tab("Side by side"):
+            gr.Markdown("One prompt, two or three checkpoints at once: watch it get less stupid.")
+            chosen = gr.CheckboxGroup(labels, value=labels[-MAX_SIDE_BY_SIDE:] if len(labels) > 1 else [],
+                                      label="checkpoints (2 or 3)", elem_id="compare-checkpoints")
+            compare_prompt = gr.Textbox(label="prompt", lines=2, max_length=MAX_PROMPT_CHARS, elem_id="compare-prompt")
+            compare_button = gr.Button("Generate side by side", variant="primary", elem_id="compare")
+            with gr.Row():
+                columns = [gr.Textbox(label=f"checkpoint {i + 1}", lines=8, elem_id=f"compare-output-{i}")
+                           for i in range(MAX_SIDE_BY_SIDE)]
+            compare_button.click(side_by_side, [chosen, compare_prompt, *sampling], columns)
+    return app
+
+
+def _columns(chosen: list[str], texts: list[str]) -> list:
+    return [gr.update(label=chosen[i], value=texts[i], visible=True) if i < len(chosen) else gr.update(visible=False)
+            for i in range(MAX_SIDE_BY_SIDE)]
+
+
+def serve(sources: list[str | Path], host: str = "127.0.0.1", port: int = 7860, max_cache_mb: float = 2048,
+          concurrency: int = 2, queue_size: int = 32) -> None:
+    """Start the app and block until interrupted."""
+    if concurrency < 1 or queue_size < 1 or max_cache_mb <= 0:
+        raise BurnoutError("--concurrency, --queue-size and --max-cache-mb must be positive")
+    entries = discover(sources)
+    cache = ModelCache(entries, int(max_cache_mb * 2**20))
+    app = build_app(entries, cache)
+    # The queue bounds both parallel generations (CPU time, memory) and how many requests may wait.
+    app.queue(default_concurrency_limit=concurrency, max_size=queue_size)
+    print(f"serving {len(entries)} checkpoint(s): " + ", ".join(entries))
+    try:
+        app.launch(server_name=host, server_port=port, footer_links=[])
+    except OSError as exc:
+        raise BurnoutError(f"cannot listen on {host}:{port} ({exc}); choose another --port") from None

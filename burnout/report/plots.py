@@ -1,0 +1,65 @@
+"""The report's figures as PNG bytes (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: CI machines and SSH sessions have no display
+
+import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
+
+from burnout.report.runlog import RunLog  # noqa: E402
+
+
+def loss_plot(run: RunLog, x: str, log_scale: bool) -> bytes:
+    """Train and val loss against `x` ("step" or "tokens")."""
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for key, style in (("train_loss", "-"), ("val_loss", "o-")):
+        steps, tokens, values = run.series(key)
+        if values:
+            ax.plot(steps if x == "step" else tokens, values, style, label=key.replace("_", " "), markersize=4)
+    _finish(ax, x, "loss", f"{run.name}: loss vs {x}", log_scale)
+    return _png(fig)
+
+
+def lr_plot(run: RunLog) -> bytes:
+    fig, ax = plt.subplots(figsize=(7, 3), dpi=100)
+    steps, _, values = run.series("lr")
+    ax.plot(steps, values, "-", color="tab:green")
+    _finish(ax, "step", "learning rate", f"{run.name}: learning rate", log_scale=False)
+    return _png(fig)
+
+
+def overlay_plot(runs: list[RunLog], log_scale: bool) -> bytes:
+    """Loss against tokens for several runs: the ablation view (same tokens, which run learns faster)."""
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for run in runs:
+        _, tokens, values = run.series("train_loss")
+        line, = ax.plot(tokens, values, "-", label=f"{run.name} train", alpha=0.8)
+        _, val_tokens, val_values = run.series("val_loss")
+        if val_values:
+            ax.plot(val_tokens, val_values, "o--", color=line.get_color(), label=f"{run.name} val", markersize=4)
+    _finish(ax, "tokens", "loss", "loss vs tokens", log_scale)
+    return _png(fig)
+
+
+def _finish(ax, x: str, y: str, title: str, log_scale: bool) -> None:
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    if log_scale:  # log-log: a power law in tokens becomes a straight line
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,297 @@
+"""`burnout report`: a run's report as a self-contained HTML page and a Markdown file, and a terminal summary.
+
+The report is built once as a list of blocks (headings, tables, images, text) and written in both formats,
+so the HTML and the Markdown always say the same thing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from burnout.errors import BurnoutError
+from burnout.report import plots
+from burnout.report.runlog import RunLog, anomalies, eval_rows, load_run, phase_rows
+
+REPORT_DIR = "report"
+
+
+@dataclass
+class Block:
+    kind: str  # "h2", "p", "table", "image", "list", "markdown"
+    text: str = ""
+    columns: list[str] | None = None
+    rows: list[list] | None = None
+    items: list[str] | None = None
+    png: bytes = b""
+
+
+def write_report(run_paths: list[str | Path], out: str | Path | None = None, html_page: bool = True,
+                 markdown: bool = True, log_scale: bool = False) -> tuple[list[RunLog], list[Path]]:
+    """Write the report of one run (default: RUN/report/) or the overlay of several (needs `out`)."""
+    runs = [load_run(p) for p in run_paths]
+    if out is None:
+        if len(runs) > 1:
+            raise BurnoutError("a report over several runs needs --out DIR (where to write the overlay)")
+        out = runs[0].path / REPORT_DIR
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    title, blocks = (run_blocks(runs[0], log_scale) if len(runs) == 1 else overlay_blocks(runs, log_scale))
+    written = []
+    if markdown:
+        written += _write_markdown(out, title, blocks)
+    if html_page:
+        path = out / "report.html"
+        path.write_text(_html(title, blocks))
+        written.append(path)
+    return runs, written
+
+
+def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
+    m, last, train = run.model, run.last, run.config.get("train", {})
+    speeds = run.series("tokens_per_s")[2]
+    summary = [
+        ["model", f"{m['family']}, {m['config']['n_layer']} layers × {m['config']['d_model']} wide, "
+                  f"{m['config']['n_head']} heads, context {m['config']['context_length']}"],
+        ["parameters", f"{m['params_total']:,} ({m['params_non_embedding']:,} non-embedding)"],
+        ["FLOPs per token", f"{m['flops_per_token']:,} (train, forward + backward, seq_len {m['seq_len']})"],
+        ["vocabulary", f"{m['config']['vocab_size']:,} ({run.config.get('tokenizer', {}).get('kind', '?')} tokenizer)"],
+        ["batch", f"{train.get('batch_size')} × {train.get('grad_accum')} accumulation × {m['seq_len']} tokens"],
+        ["hardware", f"device {train.get('device')}, precision {train.get('precision')}"],
+        ["steps", f"{last['step']:,} of {train.get('max_steps')}"],
+        ["tokens", f"{last['tokens']:,}"],
+        ["final train loss", _fmt(run.last_value("train_loss"))],
+        ["final val loss", _fmt(run.last_value("val_loss"))],
+        ["wall time", _duration(last["elapsed_s"])],
+        ["mean tokens/s", _fmt(sum(speeds) / len(speeds)) if speeds else "–"],
+        ["config hash", f"{run.config_hash} (sha256 of config.yaml's content)"],
+    ]
+    for key, label in (("mfu", "last MFU"), ("dollars", "dollars spent")):
+        if run.last_value(key) is not None:
+            summary.append([label, _fmt(run.last_value(key))])
+    blocks = [
+        Block("p", f"Run folder `{run.path}`. Every number below comes from its config.yaml, metrics.jsonl, "
+                   "checkpoints and eval files."),
+        Block("table", columns=["", "value"], rows=summary),
+        Block("h2", "Loss and learning rate"),
+        Block("image", "loss_vs_steps", png=plots.loss_plot(run, "step", log_scale)),
+        Block("image", "loss_vs_tokens", png=plots.loss_plot(run, "tokens", log_scale)),
+        Block("image", "learning_rate", png=plots.lr_plot(run)),
+        Block("h2", "Phases"),
+        _phase_table(run),
+        Block("h2", "Checkpoints"),
+        Block("table", columns=["checkpoint", "step", "tokens", "train loss", "val loss", "elapsed"],
+              rows=[[c["name"], c.get("step"), c.get("tokens"), c.get("train_loss"), c.get("val_loss"),
+                     _duration(c["elapsed_s"]) if "elapsed_s" in c else None] for c in run.checkpoints]),
+    ]
+    blocks.append(Block("h2", "Evaluation"))
+    if run.evals:
+        columns, rows = eval_rows(run)
+        blocks.append(Block("table", columns=columns, rows=[[row.get(c) for c in columns] for row in rows]))
+    else:
+        blocks.append(Block("p", f"No evaluation results in `{run.path / 'eval'}`; run `burnout eval {run.path}`."))
+    blocks.append(Block("h2", "Same prompts, different checkpoints"))
+    if run.compare_md:
+        blocks.append(Block("markdown", run.compare_md))
+    else:
+        blocks.append(Block("p", f"No `compare.md` yet; `burnout compare {run.path}` writes one."))
+    samples = [r for r in run.records if r.get("sample")]
+    if samples:
+        blocks.append(Block("h2", "Samples during training"))
+        blocks.append(Block("table", columns=["step", "val loss", "sample"],
+                            rows=[[r["step"], r.get("val_loss"), r["sample"]] for r in samples]))
+    found = anomalies(run)
+    blocks += [Block("h2", "Anomalies"), Block("list", items=found or ["none: no non-finite loss, skipped step "
+                                                                       "or throughput drop in the log"])]
+    return f"Run report: {run.name}", blocks
+
+
+def overlay_blocks(runs: list[RunLog], log_scale: bool) -> tuple[str, list[Block]]:
+    rows = [[r.name, r.model["params_total"], r.last["step"], r.last["tokens"], r.last_value("train_loss"),
+             r.last_value("val_loss"), _duration(r.last["elapsed_s"]), r.config_hash] for r in runs]
+    return "Runs compared: " + ", ".join(r.name for r in runs), [
+        Block("p", "Runs: " + ", ".join(f"`{r.path}`" for r in runs)),
+        Block("image", "overlay_loss_vs_tokens", png=plots.overlay_plot(runs, log_scale)),
+        Block("table", columns=["run", "params", "steps", "tokens", "final train loss", "final val loss",
+                                "wall time", "config hash"], rows=rows),
+    ]
+
+
+def _phase_table(run: RunLog) -> Block:
+    phases = phase_rows(run)
+    columns = ["phase", "steps", "tokens", "train loss", "val loss", "time", "tokens/s"]
+    keys = ["phase", "steps", "tokens", "train_loss", "val_loss", "time_s", "tokens_per_s"]
+    for key, label in (("mfu", "MFU"), ("budget", "budget $"), ("dollars_predicted", "predicted $"),
+                       ("dollars", "actual $")):
+        if any(key in p for p in phases):
+            columns.append(label)
+            keys.append(key)
+    rows = [[_duration(p[k]) if k == "time_s" else p.get(k) for k in keys] for p in phases]
+    return Block("table", columns=columns, rows=rows)
+
+
+def terminal_summary(runs: list[RunLog], written: list[Path]) -> str:
+    lines = []
+    for run in runs:
+        last = run.last
+        lines.append(f"{run.name}: {last['step']:,} steps, {last['tokens']:,} tokens, "
+                     f"train loss {_fmt(run.last_value('train_loss'))}, val loss {_fmt(run.last_value('val_loss'))}, "
+                     f"{_duration(last['elapsed_s'])}, {run.model['params_total']:,} params")
+        steps, _, losses = run.series("train_loss")
+        lines.append(text_curve(steps, losses))
+        lines += [f"  anomaly: {a}" for a in anomalies(run)]
+    lines += [f"wrote {p}" for p in written]
+    return "\n".join(lines)
+
+
+def text_curve(xs: list[int], ys: list[float], width: int = 60, height: int = 10) -> str:
+    """The loss curve drawn with `*` in a character grid, y labelled at top, middle and bottom."""
+    if not ys:
+        return "  (no loss logged)"
+    lo, hi = min(ys), max(ys)
+    span = (hi - lo) or 1.0
+    x0, x1 = xs[0], xs[-1]
+    grid = [[" "] * width for _ in range(height)]
+    for x, y in zip(xs, ys):
+        col = round((x - x0) / ((x1 - x0) or 1) * (width - 1))
+        row = round((hi - y) / span * (height - 1))
+        grid[row][col] = "*"
+    labels = {0: hi, height // 2: hi - span * (height // 2) / (height - 1), height - 1: lo}
+    out = [f"{labels[i]:>8.3f} |{''.join(r)}" if i in labels else f"{'':>8} |{''.join(r)}"
+           for i, r in enumerate(grid)]
+    out.append(f"{'':>8} +{'-' * width}")
+    out.append(f"{'':>9}step {x0}{'':>{max(1, width - 10 - len(str(x0)) - len(str(x1)))}}step {x1}")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Formats
+
+
+def _write_markdown(out: Path, title: str, blocks: list[Block]) -> list[Path]:
+    parts, written = [f"# {title}", ""], []
+    for b in blocks:
+        if b.kind == "image":
+            png = out / f"{b.text}.png"
+            png.write_bytes(b.png)
+            written.append(png)
+            parts.append(f"![{b.text}]({png.name})")
+        elif b.kind == "h2":
+            parts.append(f"## {b.text}")
+        elif b.kind == "table":
+            parts.append(_md_table(b.columns, b.rows))
+        elif b.kind == "list":
+            parts.append("\n".join(f"- {item}" for item in b.items))
+        else:  # "p" and "markdown" are Markdown already
+            parts.append(b.text.strip())
+        parts.append("")
+    path = out / "report.md"
+    path.write_text("\n".join(parts))
+    return [path, *written]
+
+
+def _md_table(columns: list[str], rows: list[list]) -> str:
+    def cell(v) -> str:
+        return _fmt(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
+table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.3rem .6rem;vertical-align:top}
+th{background:#f3f3f3}td{white-space:pre-wrap}img{max-width:100%;display:block;margin:1rem 0}code{background:#f3f3f3}"""
+
+
+def _html(title: str, blocks: list[Block]) -> str:
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    for b in blocks:
+        if b.kind == "image":
+            data = base64.b64encode(b.png).decode()
+            body.append(f'<img alt="{b.text}" src="data:image/png;base64,{data}">')
+        elif b.kind == "h2":
+            body.append(f"<h2>{html.escape(b.text)}</h2>")
+        elif b.kind == "table":
+            body.append(_html_table(b.columns, [[_fmt(v) for v in row] for row in b.rows]))
+        elif b.kind == "list":
+            body.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in b.items) + "</ul>")
+        elif b.kind == "markdown":
+            body.append(_markdown_to_html(b.text))
+        else:
+            body.append(f"<p>{_inline(b.text)}</p>")
+    return (f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _html_table(columns: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    # Cells hold logged text (samples of code, too): escaped, never interpreted.
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _markdown_to_html(text: str) -> str:
+    """The subset `burnout compare` writes: headings, pipe tables and paragraphs."""
+    out, table = [], []
+
+    def flush():
+        if table:
+            cells = [[c.strip().replace("\\|", "|") for c in _split_row(line)] for line in table]
+            rows = [r for r in cells[1:] if not all(set(c) <= set("-: ") for c in r)]
+            out.append(_html_table(cells[0], rows))
+            table.clear()
+
+    for line in text.splitlines():
+        if line.lstrip().startswith("|"):
+            table.append(line.strip())
+            continue
+        flush()
+        if line.startswith("#"):
+            level = min(6, len(line) - len(line.lstrip("#")) + 1)  # nested under the report's own h2
+            out.append(f"<h{level}>{_inline(line.lstrip('#').strip())}</h{level}>")
+        elif line.strip():
+            out.append(f"<p>{_inline(line)}</p>")
+    flush()
+    return "\n".join(out)
+
+
+def _split_row(line: str) -> list[str]:
+    cells, current, escaped = [], "", False
+    for ch in line.strip().strip("|"):
+        if ch == "|" and not escaped:
+            cells.append(current)
+            current = ""
+        else:
+            current += ch
+        escaped = ch == "\\"
+    return [*cells, current]
+
+
+def _inline(text: str) -> str:
+    """Escape, then render `code` spans."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

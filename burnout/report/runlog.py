@@ -1,0 +1,166 @@
+"""Everything a report shows, read from a run folder's own files: nothing is recomputed from weights.
+
+    RUN/config.yaml        the resolved config → model summary, FLOPs/token, config hash
+    RUN/metrics.jsonl      losses, LR, throughput (and `mfu`, `dollars` when the loop logs them)
+    RUN/phases.jsonl       each finished phase's summary: budget, and the next phase's predicted cost
+    RUN/checkpoints/*/info.json   the kept checkpoints
+    RUN/eval/*.json        evaluation results, one file per evaluation
+    RUN/compare.md         the samples-per-checkpoint table from `burnout compare`
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from burnout.config import load_run_config
+from burnout.errors import BurnoutError
+from burnout.models.info import model_info
+from burnout.train.checkpoint import list_checkpoints
+from burnout.train.loop import PHASES_FILE
+from burnout.train.metrics import METRICS_FILE, read_metrics
+
+# A logged tokens/s below this share of the run's median is reported as a throughput drop.
+THROUGHPUT_DROP = 0.5
+
+
+@dataclass
+class RunLog:
+    path: Path
+    name: str
+    config: dict  # config.yaml as written, for display
+    config_hash: str
+    model: dict  # models.info.model_info of the run's model at its training sequence length
+    records: list[dict]
+    checkpoints: list[dict]  # info.json of each kept checkpoint, plus its folder name
+    evals: list[tuple[str, dict]] = field(default_factory=list)  # (file stem, parsed JSON)
+    compare_md: str | None = None
+    phases: list[dict] = field(default_factory=list)  # RUN/phases.jsonl: a summary at each phase's end
+
+    def series(self, key: str) -> tuple[list[int], list[int], list[float]]:
+        """(steps, tokens, values) of the records that logged a finite `key`."""
+        rows = [r for r in self.records if _finite(r.get(key))]
+        return [r["step"] for r in rows], [r["tokens"] for r in rows], [r[key] for r in rows]
+
+    @property
+    def last(self) -> dict:
+        return self.records[-1]
+
+    def last_value(self, key: str) -> float | None:
+        values = self.series(key)[2]
+        return values[-1] if values else None
+
+
+def load_run(path: str | Path) -> RunLog:
+    path = Path(path)
+    config_path = path / "config.yaml"
+    if not config_path.is_file() or not (path / METRICS_FILE).is_file():
+        raise BurnoutError(f"'{path}' is not a run folder (no config.yaml and metrics.jsonl); give the --out of "
+                           "`burnout train` or `burnout quickstart`")
+    records = read_metrics(path)
+    if not records:
+        raise BurnoutError(f"{path / METRICS_FILE} is empty: the run logged no step yet; train longer, then report")
+    raw_config = yaml.safe_load(config_path.read_text())
+    cfg = load_run_config(config_path)
+    model = model_info(cfg.model, batch_size=cfg.train.batch_size, seq_len=cfg.train.seq_len,
+                       precision="fp32" if cfg.train.precision == "fp32" else "bf16")
+    # Hash of the parsed config, so that formatting and key order do not change it.
+    config_hash = hashlib.sha256(json.dumps(raw_config, sort_keys=True).encode()).hexdigest()[:12]
+    checkpoints = [{"name": p.name, **json.loads((p / "info.json").read_text())} for p in list_checkpoints(path)]
+    evals = [(p.stem, json.loads(p.read_text())) for p in sorted((path / "eval").glob("*.json"))]
+    compare = path / "compare.md"
+    phases_file = path / PHASES_FILE
+    phases = [json.loads(line) for line in phases_file.read_text().splitlines() if line.strip()] \
+        if phases_file.is_file() else []
+    return RunLog(path=path, name=path.resolve().name, config=raw_config, config_hash=config_hash, model=model,
+                  records=records, checkpoints=checkpoints, evals=evals,
+                  compare_md=compare.read_text() if compare.is_file() else None, phases=phases)
+
+
+def phase_rows(run: RunLog) -> list[dict]:
+    """One row per finished phase (RUN/phases.jsonl), then one for steps logged after the last of them;
+    a run without phases is one row, "all"."""
+    ends = list({p["phase"]: p for p in run.phases}.values())  # a phase summarised again after a resume: the last
+    rows, prev, forecast = [], {"step": 0, "tokens": 0, "elapsed_s": 0.0}, None
+    if not ends:
+        ends.append({"phase": "all", "step": run.last["step"]})
+    elif ends[-1]["step"] < run.last["step"]:
+        upcoming = (ends[-1].get("next") or {}).get("phase", "next phase")
+        ends.append({"phase": upcoming, "step": run.last["step"], "in_progress": True})
+    for summary in ends:
+        records = [r for r in run.records if prev["step"] < r["step"] <= summary["step"]]
+        if not records:
+            continue
+        last = records[-1]
+        seconds = last["elapsed_s"] - prev["elapsed_s"]
+        tokens = last["tokens"] - prev["tokens"]
+        row = {"phase": summary["phase"] + (" (in progress)" if summary.get("in_progress") else ""), "steps": f"{prev['step']}–{last['step']}", "tokens": tokens,
+               "train_loss": _last_finite(records, "train_loss"), "val_loss": _last_finite(records, "val_loss"),
+               "time_s": seconds, "tokens_per_s": tokens / seconds if seconds > 0 else None}
+        mfu = [r["mfu"] for r in records if _finite(r.get("mfu"))]
+        if mfu:
+            row["mfu"] = statistics.fmean(mfu)
+        if _finite(last.get("dollars")):
+            row["dollars"] = last["dollars"] - (prev.get("dollars") or 0.0)
+        if _finite(summary.get("budget")):
+            row["budget"] = summary["budget"]
+        # The previous phase's end predicted this phase's cost at its pace.
+        if forecast and forecast.get("phase") == summary["phase"] and _finite(forecast.get("dollars_estimate")):
+            row["dollars_predicted"] = forecast["dollars_estimate"]
+        rows.append(row)
+        prev, forecast = last, summary.get("next")
+    return rows
+
+
+def anomalies(run: RunLog) -> list[str]:
+    """Lines for what went wrong during the run, as its log shows it."""
+    found = []
+    for prev, record in zip([None, *run.records], run.records):
+        step = record["step"]
+        if "train_loss" in record and not _finite(record["train_loss"]):
+            found.append(f"step {step}: train loss is not finite")
+        for key, value in record.items():
+            # The loop counts skipped non-finite steps; any positive counter is worth a line.
+            if "nan" in key.lower() and isinstance(value, (int, float)) and value > 0 and not isinstance(value, bool):
+                if prev is None or prev.get(key) != value:
+                    found.append(f"step {step}: {key} = {value}")
+    # The first logged window carries one-time warm-up (allocations, kernel selection): not a drop.
+    steps, _, speeds = (values[1:] for values in run.series("tokens_per_s"))
+    if len(speeds) >= 3:
+        median = statistics.median(speeds)
+        found += [f"step {s}: throughput {v:,.0f} tokens/s, under {THROUGHPUT_DROP:.0%} of the median {median:,.0f}"
+                  for s, v in zip(steps, speeds) if v < THROUGHPUT_DROP * median]
+    return found
+
+
+def eval_rows(run: RunLog) -> tuple[list[str], list[dict]]:
+    """Evaluation files flattened to numeric columns: (columns, rows), one row per file."""
+    rows = [{"file": stem, **_flatten(data)} for stem, data in run.evals]
+    columns = ["file"] + sorted({k for row in rows for k in row if k != "file"})
+    return columns, rows
+
+
+def _flatten(data, prefix: str = "") -> dict:
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        return {prefix.rstrip("."): data}
+    return {}
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _last_finite(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if _finite(r.get(key))]
+    return values[-1] if values else None

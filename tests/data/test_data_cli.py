@@ -1,0 +1,51 @@
+"""The data-stage commands through the real CLI: recipes, inspect, tokenizer train/encode/decode."""
+
+import json
+
+from burnout.cli import main
+from burnout.data.tokenizer import load_tokenizer
+
+SMALL = ["data.max_chars=60000", "tokenizer.vocab_size=300"]
+
+
+def test_tokenizer_train_encode_decode_round_trip(tmp_path, capsys):
+    out = tmp_path / "tok.json"
+    assert main(["tokenizer", "train", "default", "--out", str(out), *SMALL]) == 0
+    assert load_tokenizer(out).get_vocab_size() == 300
+    capsys.readouterr()
+
+    text = "def main():\n    return 'héllo'  # ünïcode\n"
+    assert main(["tokenizer", "encode", str(out), text]) == 0
+    encoded = json.loads(capsys.readouterr().out)
+    assert len(encoded["ids"]) == len(encoded["tokens"]) > 1
+    assert main(["tokenizer", "decode", str(out), " ".join(map(str, encoded["ids"]))]) == 0
+    assert capsys.readouterr().out == text + "\n"
+
+    # Nothing is overwritten without being asked.
+    before = out.read_bytes()
+    assert main(["tokenizer", "train", "default", "--out", str(out), *SMALL]) == 2
+    assert out.read_bytes() == before
+    assert main(["tokenizer", "decode", str(out), "300"]) == 2
+    assert "outside this tokenizer's vocabulary" in capsys.readouterr().err
+
+
+def test_prepare_recipe_with_overrides_then_inspect(tmp_path, capsys):
+    out = tmp_path / "data"
+    assert main(["data", "prepare", "default", "--out", str(out), "--workers", "1", *SMALL,
+                 "data.shard_tokens=5000"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["vocab_size"] == 300
+    assert len(meta["splits"]["train"]["shards"]) > 1
+    capsys.readouterr()
+    assert main(["data", "inspect", str(out), "--verify", "--sample-tokens", "30"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{meta['splits']['train']['tokens']:,}" in printed and "sample of train" in printed
+
+    assert main(["data", "prepare", "default", "--out", str(out), *SMALL]) == 2
+    assert "already holds prepared data" in capsys.readouterr().err
+
+
+def test_unknown_recipe_is_one_line(capsys):
+    assert main(["data", "prepare", "no-such-recipe", "--out", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not found" in err[0]

@@ -1,0 +1,227 @@
+import bz2
+import gzip
+import json
+import os
+
+import numpy as np
+import pytest
+
+from burnout.config import DataConfig, SourceConfig, TokenizerConfig
+from burnout.data.clean import Cleaner, clean_text
+from burnout.data.corpus import iter_documents, iter_source
+from burnout.data.prepare import MANIFEST_FILE, prepare_data, read_meta, read_tokens
+from burnout.errors import BurnoutError
+
+# The hf tests stream local files; without this, datasets first tries the Hub and waits on the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+TOK = TokenizerConfig(kind="bpe", vocab_size=300)
+RECORDS = [{"text": f"record {i} ünïcode", "id": i} for i in range(30)]
+
+
+def _jsonl_bytes(records) -> bytes:
+    return ("\n".join(json.dumps(r) for r in records) + "\n").encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------- sources
+
+
+def test_text_split_modes(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("one\ntwo\n\n\nthree\r\n  \nfour\n", encoding="utf-8")
+    docs = lambda mode: list(iter_documents(SourceConfig(name="t", kind="text", path=str(path), split_by=mode)))
+    assert docs("file") == ["one\ntwo\n\n\nthree\r\n  \nfour\n"]
+    assert docs("paragraph") == ["one\ntwo", "three", "four"]
+    assert docs("line") == ["one", "two", "three", "four"]
+
+
+def test_compressed_files_and_folders(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl.gz").write_bytes(gzip.compress(_jsonl_bytes(RECORDS[:10])))
+    (tmp_path / "d" / "b.jsonl.bz2").write_bytes(bz2.compress(_jsonl_bytes(RECORDS[10:20])))
+    zstandard = pytest.importorskip("zstandard")
+    (tmp_path / "d" / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(_jsonl_bytes(RECORDS[20:])))
+    (tmp_path / "d" / "skip.csv").write_text("not, this", encoding="utf-8")
+    source = SourceConfig(name="j", kind="jsonl", path=str(tmp_path / "d"))
+    assert list(iter_documents(source)) == [r["text"] for r in RECORDS]
+    shuffled = list(iter_source(source, seed=1))
+    assert sorted(shuffled) == sorted(r["text"] for r in RECORDS) and shuffled != [r["text"] for r in RECORDS]
+    assert shuffled == list(iter_source(source, seed=1))
+    (tmp_path / "t.txt.gz").write_bytes(gzip.compress("α\n\nβ".encode()))
+    text = SourceConfig(name="t", kind="text", path=str(tmp_path / "*.txt.gz"), split_by="paragraph")
+    assert list(iter_documents(text)) == ["α", "β"]
+
+
+def test_parquet_source(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"content": [r["text"] for r in RECORDS], "id": list(range(30))})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=7)
+    source = SourceConfig(name="p", kind="parquet", path=str(tmp_path), text_field="content")
+    assert list(iter_documents(source)) == [r["text"] for r in RECORDS]
+    assert sorted(iter_source(source, 3)) == sorted(r["text"] for r in RECORDS)
+    with pytest.raises(BurnoutError, match=r"a\.parquet.*no column 'text'"):
+        list(iter_documents(SourceConfig(name="p", kind="parquet", path=str(tmp_path))))
+    (tmp_path / "bad.parquet").write_text("not parquet", encoding="utf-8")
+    with pytest.raises(BurnoutError, match=r"bad\.parquet.*not a parquet file"):
+        list(iter_documents(SourceConfig(name="p", kind="parquet", path=str(tmp_path / "bad.parquet"))))
+
+
+@pytest.mark.parametrize("builder", ["json", "parquet"])
+def test_hf_source_streams_local_files_through_datasets(tmp_path, builder):
+    pytest.importorskip("datasets")
+    if builder == "json":
+        files = tmp_path / "train.jsonl"
+        files.write_bytes(_jsonl_bytes(RECORDS))
+    else:
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        files = tmp_path / "train.parquet"
+        pq.write_table(pa.table({"text": [r["text"] for r in RECORDS]}), files)
+    source = SourceConfig(name="h", kind="hf", dataset=builder, data_files=str(files))
+    texts = [r["text"] for r in RECORDS]
+    assert list(iter_documents(source)) == texts
+    shuffled = list(iter_source(source, seed=5))
+    assert sorted(shuffled) == sorted(texts) and shuffled == list(iter_source(source, seed=5))
+    meta = prepare_data(DataConfig(sources=[source], max_tokens=300), TOK, tmp_path / "out")
+    assert meta["sources"]["per_source"]["h"]["kind"] == "hf"
+    with pytest.raises(BurnoutError, match="no field 'body'"):
+        list(iter_documents(SourceConfig(name="h", kind="hf", dataset=builder, data_files=str(files), text_field="body")))
+    with pytest.raises(BurnoutError, match="cannot stream dataset 'json'.*missing.jsonl"):
+        list(iter_documents(SourceConfig(name="h", kind="hf", dataset="json", data_files=str(tmp_path / "missing.jsonl"))))
+
+
+@pytest.mark.parametrize("kind,name,content,message", [
+    ("text", "blob.txt.gz", gzip.compress(b"ab\x00\x01cd"), r"blob\.txt\.gz.*binary"),
+    ("jsonl", "latin.jsonl", '{"text": "café"}\n'.encode("latin-1"), r"latin\.jsonl:1.*not UTF-8"),
+    ("text", "broken.txt.gz", b"not gzip at all", r"broken\.txt\.gz.*not valid gz"),
+    ("text", "empty.txt", b"", r"'e'.*empty\.txt.*no text"),
+])
+def test_bad_inputs_are_one_line_errors_naming_the_file(tmp_path, kind, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    cfg = DataConfig(sources=[SourceConfig(name="e", kind=kind, path=str(tmp_path / name))], max_tokens=100)
+    with pytest.raises(BurnoutError, match=message) as info:
+        prepare_data(cfg, TOK, tmp_path / "out")
+    assert "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------- mixing
+
+
+def test_mixing_is_by_tokens_not_characters(tmp_path):
+    # Source "long" has long words (few tokens per char) and "short" has one-letter words (many).
+    (tmp_path / "long.txt").write_text("\n".join("extraordinarily " * 20 for _ in range(2000)), encoding="utf-8")
+    (tmp_path / "short.txt").write_text("\n".join("a b c d e f g h " * 20 for _ in range(2000)), encoding="utf-8")
+    sources = [SourceConfig(name=n, kind="text", path=str(tmp_path / f"{n}.txt"), split_by="line", weight=w)
+               for n, w in (("long", 0.75), ("short", 0.25))]
+    meta = prepare_data(DataConfig(sources=sources, max_tokens=20_000, max_chars=60_000), TOK, tmp_path / "out")
+    per = meta["sources"]["per_source"]
+    assert per["long"]["tokens"] == 15_000 and per["short"]["tokens"] == 5_000
+    assert per["long"]["share"] == 0.75
+    char_share = per["long"]["chars"] / (per["long"]["chars"] + per["short"]["chars"])
+    assert abs(char_share - 0.75) > 0.05  # the character shares differ: the mix is by tokens
+
+
+# ---------------------------------------------------------------------------------------------- cleaning
+
+
+def test_clean_modes():
+    text = "Cafe\u0301 \u201cquoted\u201d\x07 text  \r\n\n\n\nzero\u200bwidth"
+    assert clean_text(text, "none") == text
+    lenient = clean_text(text, "lenient")
+    assert "Café" in lenient and "\x07" not in lenient and "\r" not in lenient and "\u200b" in lenient
+    balanced = clean_text(text, "balanced")
+    assert "\n\n\n" not in balanced and "zerowidth" in balanced and "text\n" in balanced
+    assert clean_text(text, "strict_ascii") == 'Cafe "quoted" text\n\nzerowidth'
+    assert clean_text("#$%^&*()!@#$%^&*" * 10 + "ok", "balanced") is None  # mostly symbols
+
+
+def test_cleaner_filters_report_what_they_removed():
+    cfg = DataConfig(clean="lenient", min_chars=10, dedup=True, junk_patterns=[r"(?i)lorem ipsum"], drop_junk=True)
+    cleaner = Cleaner(cfg)
+    docs = ["short", "a long enough document", "a long enough document", "Lorem ipsum dolor sit amet, junk", "fine text here"]
+    assert [cleaner(d) for d in docs] == [None, "a long enough document", None, None, "fine text here"]
+    report = cleaner.report()
+    assert report["documents_in"] == 5 and report["documents_out"] == 2
+    assert report["min_chars"]["dropped_documents"] == 1 and report["dedup"]["dropped_documents"] == 1
+    assert report["junk"]["dropped_documents"] == 1
+    assert report["junk"]["patterns"]["(?i)lorem ipsum"] == {"documents": 1, "examples": ["Lorem ipsum dolor sit amet, junk"]}
+
+
+def test_cleaning_report_is_in_meta(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for i in range(30):
+        (folder / f"{i}.txt").write_text("duplicate text of some length" if i % 3 == 0 else f"unique document {i} BUY NOW", encoding="utf-8")
+    cfg = DataConfig(sources=[SourceConfig(name="t", kind="text", path=str(folder))], max_tokens=10**5,
+                     dedup=True, junk_patterns=["BUY NOW"])
+    meta = prepare_data(cfg, TOK, tmp_path / "out")
+    cleaning = meta["cleaning"]
+    assert cleaning["dedup"]["dropped_documents"] == 9  # 10 copies, one kept
+    assert cleaning["junk"]["patterns"]["BUY NOW"]["documents"] == 20 and cleaning["junk"]["dropped_documents"] == 0
+    assert meta["sources"]["total"]["documents"] == 21
+    with pytest.raises(BurnoutError, match=r"data.junk_patterns\[0\]"):
+        DataConfig(junk_patterns=["("]).validate()
+
+
+# ---------------------------------------------------------------------------------------------- shards
+
+
+def test_uint32_when_the_vocabulary_is_large(tmp_path, monkeypatch):
+    import burnout.data.prepare as prepare_module
+
+    monkeypatch.setattr(prepare_module, "token_dtype", lambda vocab_size: np.dtype("<u4"))
+    meta = prepare_data(DataConfig(max_chars=20_000, shard_tokens=1_000), TOK, tmp_path)
+    assert meta["dtype"] == "uint32"
+    shard = meta["splits"]["train"]["shards"][0]
+    assert (tmp_path / shard["file"]).stat().st_size == 4 * shard["tokens"] == 4_000
+
+
+def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, monkeypatch):
+    import burnout.data.prepare as prepare_module
+
+    cfg = DataConfig(max_chars=40_000, max_tokens=20_000, shard_tokens=2_000)
+    reference = prepare_data(cfg, TOK, tmp_path / "ref")
+
+    real_close = prepare_module._ShardWriter._close
+    closed = []
+
+    def dying_close(self):
+        real_close(self)
+        closed.append(self.index)
+        if len(closed) == 4:
+            raise KeyboardInterrupt  # killed after the 4th shard was finished
+
+    monkeypatch.setattr(prepare_module._ShardWriter, "_close", dying_close)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data(cfg, TOK, tmp_path / "run")
+    monkeypatch.setattr(prepare_module._ShardWriter, "_close", real_close)
+    manifest = json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())
+    finished = {s["file"]: (tmp_path / "run" / s["file"]).stat().st_mtime_ns for v in manifest["shards"].values() for s in v}
+    assert len(finished) == 4 and not (tmp_path / "run" / "meta.json").exists()
+    with pytest.raises(BurnoutError, match="never finished"):
+        read_meta(tmp_path / "run")
+
+    written = []
+    real_open = prepare_module._ShardWriter._open
+    monkeypatch.setattr(prepare_module._ShardWriter, "_open",
+                        lambda self: (real_open(self), written.append((self.split, self.index, self._skip))))
+    resumed = prepare_data(cfg, TOK, tmp_path / "run")
+    assert resumed == reference
+    assert sum(skip for _, _, skip in written) == 4  # the 4 finished shards were not rewritten
+    for name, mtime in finished.items():
+        assert (tmp_path / "run" / name).stat().st_mtime_ns == mtime
+    for split in ("train", "val"):
+        assert np.array_equal(read_tokens(tmp_path / "run", split), read_tokens(tmp_path / "ref", split))
+
+
+def test_changed_settings_start_over(tmp_path):
+    cfg = DataConfig(max_chars=20_000, max_tokens=20_000, shard_tokens=1_000)
+    prepare_data(cfg, TOK, tmp_path)
+    (tmp_path / "meta.json").unlink()  # as if interrupted
+    other = prepare_data(DataConfig(max_chars=20_000, max_tokens=12_000, shard_tokens=1_000), TOK, tmp_path)
+    assert other["splits"]["train"]["tokens"] + other["splits"]["val"]["tokens"] == 12_000
+    files = sorted(p.name for p in tmp_path.glob("*.bin"))
+    assert files == sorted(s["file"] for v in other["splits"].values() for s in v["shards"])

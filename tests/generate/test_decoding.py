@@ -1,0 +1,138 @@
+"""Top-p, repetition penalty, batched prompts, stop sequences and streaming."""
+
+import pytest
+import torch
+
+from burnout.data.tokenizer import load_tokenizer
+from burnout.errors import BurnoutError
+from burnout.generate.sampling import (
+    generate_batch,
+    generate_text,
+    generate_texts,
+    process_logits,
+    stream_text,
+    stream_tokens,
+)
+
+from .test_sampling import VOCAB, greedy_without_cache, tiny_model
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 1.0])
+@pytest.mark.parametrize("penalty", [1.0, 1.3, 0.7])
+def test_logit_processing_equals_transformers(top_p, penalty):
+    """Same filtered logits as HF's RepetitionPenalty → Temperature → TopK → TopP processors."""
+    from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
+                              TopKLogitsWarper, TopPLogitsWarper)
+
+    g = torch.Generator().manual_seed(int(top_p * 100 + penalty * 10))
+    logits = torch.randn(VOCAB, generator=g) * 3
+    recent = [1, 5, 5, 9, 20, 33]
+    procs = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopKLogitsWarper(20)])
+    if penalty != 1.0:
+        procs.insert(0, RepetitionPenaltyLogitsProcessor(penalty))
+    if top_p < 1.0:
+        procs.append(TopPLogitsWarper(top_p))
+    theirs = procs(torch.tensor([recent]), logits[None].clone())[0]
+    ours = process_logits(logits, recent, 0.7, 20, top_p, penalty)
+    assert torch.equal(torch.isinf(ours), torch.isinf(theirs))
+    kept = ~torch.isinf(ours)
+    torch.testing.assert_close(ours[kept], theirs[kept])
+
+
+def test_top_p_samples_only_from_the_nucleus():
+    model = tiny_model("llama", sharp=False)
+    prompt = [4, 8]
+    tokens = list(stream_tokens(model, prompt, 20, temperature=1.0, top_p=0.3, seed=0))
+    ids = list(prompt)
+    with torch.no_grad():
+        for token in tokens:
+            probs = model(torch.tensor([ids]))[0, -1].softmax(-1)
+            sorted_probs, order = probs.sort(descending=True)
+            nucleus = order[: int((sorted_probs.cumsum(0) < 0.3).sum()) + 1].tolist()
+            assert token in nucleus
+            ids.append(token)
+    assert list(stream_tokens(model, prompt, 20, temperature=1.0, top_p=1e-9, seed=5)) == list(
+        stream_tokens(model, prompt, 20, temperature=0))
+
+
+def test_repetition_penalty_discourages_repeats():
+    model = tiny_model("gpt2")
+    prompt = [3, 14, 15]
+    plain = list(stream_tokens(model, prompt, 25, temperature=0))
+    penalised = list(stream_tokens(model, prompt, 25, temperature=0, repetition_penalty=3.0, repetition_window=25))
+    assert len(set(penalised)) > len(set(plain))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_batched_prompts_equal_one_at_a_time(family):
+    model = tiny_model(family)
+    prompts = [[1, 2, 3], [7, 8, 9], [4, 5], [10, 11, 12, 13, 14], [6, 6]]
+    greedy = generate_batch(model, prompts, 12, temperature=0)
+    assert greedy == [greedy_without_cache(model, p, 12) for p in prompts]
+    sampled = generate_batch(model, prompts, 12, temperature=1.0, top_k=10, seed=3)
+    assert sampled == [list(stream_tokens(model, p, 12, temperature=1.0, top_k=10, seed=3)) for p in prompts]
+
+
+def test_batched_rows_stop_on_their_own():
+    model = tiny_model("llama")
+    prompts = [[1, 2, 3], [7, 8, 9]]
+    full = generate_batch(model, prompts, 15, temperature=0)
+    stop = full[0][4]
+    cut = generate_batch(model, prompts, 15, temperature=0, stop_id=stop)
+    for row, ids in enumerate(full):
+        expected = ids[: ids.index(stop)] if stop in ids else ids
+        assert cut[row] == expected
+
+
+def test_stop_sequences_and_streaming(tiny_bpe_data):
+    tokenizer = load_tokenizer(tiny_bpe_data / "tokenizer.json")
+    model = tiny_model("llama", vocab_size=tokenizer.get_vocab_size())
+    prompt = "def f(x):"
+    full = generate_text(model, tokenizer, prompt, 30, temperature=0)
+    continuation = full[len(prompt):]
+    assert len(continuation) > 6
+    stop = continuation[3:6]
+    first = continuation.find(stop)
+    pieces = list(stream_text(model, tokenizer, prompt, 30, temperature=0, stop=[stop]))
+    assert "".join(pieces) == continuation[:first]
+    assert generate_text(model, tokenizer, prompt, 30, temperature=0, stop=[stop]) == prompt + continuation[:first]
+    # Streaming without a stop sequence gives the whole continuation, in several pieces.
+    pieces = list(stream_text(model, tokenizer, prompt, 30, temperature=0))
+    assert "".join(pieces) == continuation and len(pieces) > 1
+    # Batched text generation applies the same stop.
+    assert generate_texts(model, tokenizer, [prompt, "The "], 30, temperature=0, stop=[stop])[0] == prompt + continuation[:first]
+
+
+def test_bad_sampling_settings_are_burnout_errors():
+    model = tiny_model("llama")
+    with pytest.raises(BurnoutError, match="top-p"):
+        list(stream_tokens(model, [1, 2], 5, top_p=1.5))
+    with pytest.raises(BurnoutError, match="top-k"):
+        list(stream_tokens(model, [1, 2], 5, top_k=0))
+    with pytest.raises(BurnoutError, match="repetition penalty"):
+        list(stream_tokens(model, [1, 2], 5, repetition_penalty=0))
+    with pytest.raises(BurnoutError, match="context"):
+        generate_batch(model, [[1, 2], list(range(40))], 5)
+
+
+def test_chat_streams_continuations_and_changes_settings(tiny_bpe_data):
+    import io
+
+    from burnout.generate.chat import chat
+
+    tokenizer = load_tokenizer(tiny_bpe_data / "tokenizer.json")
+    model = tiny_model("llama", vocab_size=tokenizer.get_vocab_size())
+    lines = iter(["/temp 0", "/len 6", "/topk nope", "def f(x):", "x " * 40, "/quit", "never read"])
+    settings = {"max_new_tokens": 50, "temperature": 0.8, "top_k": 50, "top_p": None, "repetition_penalty": 1.0,
+                "repetition_window": 64, "seed": None}
+    out = io.StringIO()
+    chat(model, tokenizer, settings, read=lambda _: next(lines), out=out)
+    assert settings["temperature"] == 0.0 and settings["max_new_tokens"] == 6 and settings["top_k"] == 50
+    text = out.getvalue()
+    assert "/topk needs a number" in text
+    greedy = generate_text(model, tokenizer, "def f(x):", 6, temperature=0, top_k=50)
+    assert greedy + "\n" in text
+    assert "error: the prompt is" in text  # a too-long line is reported and the loop goes on
+    assert next(lines) == "never read"

@@ -1,0 +1,157 @@
+"""Model cost accounting (burnout/models/info.py): parameter counts, FLOPs per token, and the
+`burnout model info` command. Every model here is built on the meta device, so even llama-3b is free.
+
+Expected numbers are written out from the preset shapes, not copied from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+
+import pytest
+import torch
+
+from burnout.cli import main
+from burnout.config import load_model_preset, model_preset_names
+from burnout.models import info as info_mod
+from burnout.models.info import model_info
+
+# name: (total parameters, vocab, d_model, learned-position rows or 0 for RoPE models)
+PRESETS = {
+    "shakespeare-char": (421_504, 65, 128, 128),
+    "gpt2-124m": (124_439_808, 50257, 768, 1024),
+    "gpt2-134m": (134_601_216, 32000, 768, 512),
+    "llama-1b": (1_038_692_352, 32005, 2048, 0),
+    "llama-2b": (1_921_181_184, 32005, 2304, 0),
+    "llama-3b": (3_122_969_600, 32005, 2560, 0),
+    "llama-tiny": (4_196_608, 4096, 256, 0),
+    "llama-small": (29_368_832, 8192, 512, 0),
+}
+
+
+def test_every_preset_is_covered():
+    assert sorted(PRESETS) == model_preset_names()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_parameter_counts(name):
+    total, vocab, d_model, positions = PRESETS[name]
+    info = model_info(load_model_preset(name))
+    assert info["params_total"] == total
+    # Non-embedding: the token table and (gpt2 only) the learned position table come out.
+    assert info["params_non_embedding"] == total - vocab * d_model - positions * d_model
+
+
+def test_gpt2_124m_by_hand():
+    """GPT-2 small from first principles: 12 blocks of 12·C² + 13·C, final LayerNorm, two tables."""
+    C, L, V, T = 768, 12, 50257, 1024
+    block = 12 * C * C + 13 * C  # qkv + proj + fc + proj weights, their biases, two LayerNorms
+    assert model_info(load_model_preset("gpt2-124m"))["params_total"] == L * block + 2 * C + V * C + T * C
+
+
+def test_untied_head_is_counted_in_non_embedding():
+    tied = model_info(load_model_preset("gpt2-134m", {"tie_embeddings": True}))
+    untied = model_info(load_model_preset("gpt2-134m"))
+    assert untied["params_total"] - tied["params_total"] == 32000 * 768
+    assert untied["params_non_embedding"] - tied["params_non_embedding"] == 32000 * 768
+
+
+def test_flops_per_token_gpt2_124m():
+    C, L, V, T = 768, 12, 50257, 1024
+    matmul = L * (C * 3 * C + C * C + 2 * C * 4 * C) + C * V  # qkv, proj, fc, proj; then the head
+    info = model_info(load_model_preset("gpt2-124m"), seq_len=T)
+    assert info["params_matmul"] == matmul
+    assert info["flops_per_token_dense"] == 6 * matmul
+    assert info["flops_per_token_attention"] == 12 * L * T * C
+    assert info["flops_per_token"] == 6 * matmul + 12 * L * T * C == 854_438_400
+
+
+def test_flops_scale_with_seq_len_only_in_attention():
+    cfg = load_model_preset("gpt2-124m")
+    short, long = model_info(cfg, seq_len=256), model_info(cfg, seq_len=1024)
+    assert short["flops_per_token_dense"] == long["flops_per_token_dense"]
+    assert long["flops_per_token_attention"] == 4 * short["flops_per_token_attention"]
+
+
+def test_llama_gqa_flops_and_kv_cache():
+    """llama-1b: q is 32 heads but k/v only 8, so qkv is C × (32 + 2·8)·64; the KV cache uses 8 heads."""
+    C, L, V, H, K, D, F, T = 2048, 16, 32005, 32, 8, 64, 8192, 2048
+    matmul = L * (C * (H + 2 * K) * D + H * D * C + 3 * C * F) + C * V
+    info = model_info(load_model_preset("llama-1b"), precision="bf16")
+    assert info["params_matmul"] == matmul
+    assert info["flops_per_token"] == 6 * matmul + 12 * L * T * H * D
+    assert info["memory_bytes"]["weights"] == 1_038_692_352 * 2
+    assert info["memory_bytes"]["grads_and_adamw_state"] == 1_038_692_352 * 12
+    assert info["memory_bytes"]["kv_cache_per_sequence"] == 2 * L * K * D * T * 2
+    fp32 = model_info(load_model_preset("llama-1b"), precision="fp32")
+    assert fp32["memory_bytes"]["weights"] == 1_038_692_352 * 4
+
+
+def test_model_info_builds_on_meta(monkeypatch):
+    """The model that info counts is built on the meta device: no parameter storage is allocated."""
+    built = []
+    real = info_mod.Transformer
+
+    def spy(cfg):
+        model = real(cfg)
+        built.append({p.device.type for p in model.parameters()})
+        return model
+
+    monkeypatch.setattr(info_mod, "Transformer", spy)
+    model_info(load_model_preset("llama-3b"))
+    assert built == [{"meta"}]
+
+
+def test_cli_model_info_json_llama_3b(capsys):
+    C, L, V, H, K, D, F, T = 2560, 32, 32005, 40, 10, 64, 10240, 2048
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    assert main(["model", "info", "llama-3b", "--json"]) == 0
+    peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    data = json.loads(capsys.readouterr().out)
+    assert data["params_total"] == 3_122_969_600
+    assert data["params_non_embedding"] == 3_122_969_600 - V * C
+    matmul = L * (C * (H + 2 * K) * D + H * D * C + 3 * C * F) + C * V
+    assert data["flops_per_token"] == 6 * matmul + 12 * L * T * H * D
+    assert data["config"]["n_kv_head"] == K and data["config"]["ffn_hidden"] == F
+    # 3.1B fp32 weights would be 12 GB; building on meta costs next to nothing.
+    assert peak_after - peak_before < 1_000_000
+
+
+def test_cli_model_info_text(capsys):
+    assert main(["model", "info", "llama-tiny"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("llama-tiny (llama)")
+    assert "4,196,608" in out and "3,148,032" in out
+
+
+@pytest.mark.parametrize("override", ["n_layer=2", "model.n_layer=2", "--n_layer=2"])
+def test_cli_model_info_override_halves_blocks(capsys, override):
+    assert main(["model", "info", "llama-tiny", "--json"]) == 0
+    four = json.loads(capsys.readouterr().out)
+    assert main(["model", "info", "llama-tiny", override, "--json"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    final_norm = 256
+    assert two["config"]["n_layer"] == 2
+    assert two["params_non_embedding"] - final_norm == (four["params_non_embedding"] - final_norm) // 2
+    assert four["params_total"] - two["params_total"] == (four["params_non_embedding"] - final_norm) // 2
+    # One llama-tiny block: qkv 256×(8+2·4)·32, proj 256², SwiGLU 3·256·768, two RMSNorms.
+    assert two["params_non_embedding"] == 2 * (256 * 512 + 256 * 256 + 3 * 256 * 768 + 2 * 256) + final_norm
+
+
+def test_cli_model_info_rejects_bad_override(capsys):
+    assert main(["model", "info", "llama-tiny", "n_head=7"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("burnout: error: model.n_head")
+    assert main(["model", "info", "llama-tiny", "n_layrs=2"]) == 2
+    assert "model.n_layrs: unknown key; did you mean 'n_layer'" in capsys.readouterr().err
+
+
+def test_info_matches_a_real_model():
+    """The meta-device count equals the count of a real (tiny) model's parameters."""
+    from burnout.models.transformer import Transformer
+
+    cfg = load_model_preset("llama-tiny", {"tie_embeddings": False})
+    real = Transformer(cfg)
+    assert model_info(cfg)["params_total"] == sum(p.numel() for p in real.parameters()) == 4_196_608 + 4096 * 256
+    assert all(p.device == torch.device("cpu") for p in real.parameters())

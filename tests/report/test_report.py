@@ -1,0 +1,126 @@
+"""`burnout report` on real training runs: the files, the plots and the numbers in the tables."""
+
+import base64
+import io
+import json
+import re
+import shutil
+
+import pytest
+from PIL import Image
+
+from burnout.cli import main
+from burnout.errors import BurnoutError
+from burnout.report.render import text_curve, write_report
+from burnout.train.metrics import read_metrics
+
+
+def assert_png(data: bytes) -> None:
+    image = Image.open(io.BytesIO(data))
+    assert image.format == "PNG"
+    image.load()  # decodes every pixel: a truncated file fails here
+    assert image.size[0] >= 400 and image.size[1] >= 200
+
+
+def fmt(value: float) -> str:
+    return f"{value:.4f}"
+
+
+def test_report_of_one_run_holds_its_logged_numbers(sampled_runs, tmp_path):
+    run = sampled_runs[0]
+    records = read_metrics(run)
+    runs, written = write_report([run], out=tmp_path / "r")
+    names = sorted(p.name for p in written)
+    assert names == ["learning_rate.png", "loss_vs_steps.png", "loss_vs_tokens.png", "report.html", "report.md"]
+    for png in (tmp_path / "r").glob("*.png"):
+        assert_png(png.read_bytes())
+
+    md = (tmp_path / "r" / "report.md").read_text()
+    last = records[-1]
+    assert f"| final train loss | {fmt(last['train_loss'])} |" in md
+    assert f"| final val loss | {fmt(last['val_loss'])} |" in md
+    assert f"| tokens | {last['tokens']:,} |" in md
+    assert f"{runs[0].model['params_total']:,}" in md
+    # One phase (the run logged none) spanning the whole run.
+    assert f"| all | 0–{last['step']} | {last['tokens']:,} | {fmt(last['train_loss'])} | {fmt(last['val_loss'])} |" in md
+    for ckpt in (8, 16, 24):
+        info = json.loads((run / "checkpoints" / f"step_{ckpt:07d}" / "info.json").read_text())
+        assert f"| step_{ckpt:07d} | {ckpt} | {info['tokens']:,} | {fmt(info['train_loss'])} | {fmt(info['val_loss'])} |" in md
+    samples = [r for r in records if r.get("sample")]
+    assert [r["step"] for r in samples] == [8, 16, 24]
+    for r in samples:
+        cell = r["sample"].replace("|", "\\|").replace("\n", " ")
+        assert f"| {r['step']} | {fmt(r['val_loss'])} | {cell} |" in md
+
+    # The HTML page embeds the same PNGs, and loads nothing from elsewhere.
+    page = (tmp_path / "r" / "report.html").read_text()
+    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(embedded) == 3
+    assert base64.b64decode(embedded[0]) == (tmp_path / "r" / "loss_vs_steps.png").read_bytes()
+    assert "http://" not in page and "https://" not in page
+    assert f"<td>final val loss</td><td>{fmt(last['val_loss'])}</td>" in page
+
+
+def test_report_shows_phases_evals_compare_and_anomalies(sampled_runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(sampled_runs[0], run)
+    records = read_metrics(run)
+    # What the training engine logs on longer runs: MFU, dollars, phase summaries, a skipped NaN step.
+    for r in records:
+        r.update(mfu=0.25, dollars=r["step"] * 0.01)
+    (run / "phases.jsonl").write_text(json.dumps(
+        {"phase": "smoke", "step": 12, "budget": 0.5, "next": {"phase": "proof", "dollars_estimate": 0.12}}) + "\n")
+    records[7]["train_loss"] = None
+    records[7]["nan_skipped"] = 1
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "eval").mkdir()
+    (run / "eval" / "step_0000024.json").write_text(json.dumps({"step": 24, "val": {"loss": 5.25, "ppl": 190.6}}))
+    (run / "compare.md").write_text("## Prompt: 'The '\n\n| step | output |\n|---|---|\n| 8 | The a\\|b |\n")
+
+    write_report([run])
+    md = (run / "report" / "report.md").read_text()
+    header = "| phase | steps | tokens | train loss | val loss | time | tokens/s | MFU | budget $ | predicted $ | actual $ |"
+    assert header in md
+    rows = [line for line in md.splitlines() if line.startswith(("| smoke |", "| proof (in progress) |"))]
+    assert rows[0].startswith("| smoke | 0–12 | 1,536 |") and rows[0].endswith("| 0.2500 | 0.5000 | – | 0.1200 |")
+    assert rows[1].startswith("| proof (in progress) | 12–24 | 1,536 |") and rows[1].endswith("| 0.2500 | – | 0.1200 | 0.1200 |")
+    assert "| file | step | val.loss | val.ppl |" in md and "| step_0000024 | 24 | 5.2500 | 190.6000 |" in md
+    assert "| 8 | The a\\|b |" in md
+    assert f"step {records[7]['step']}: train loss is not finite" in md
+    assert f"step {records[7]['step']}: nan_skipped = 1" in md
+    page = (run / "report" / "report.html").read_text()
+    assert "<tr><td>8</td><td>The a|b</td></tr>" in page
+
+
+def test_overlay_and_cli(sampled_runs, tmp_path, capsys):
+    assert main(["report", *map(str, sampled_runs), "--out", str(tmp_path / "both"), "--html"]) == 0
+    out = capsys.readouterr().out
+    assert "fast: 24 steps" in out and "slow: 24 steps" in out
+    assert not (tmp_path / "both" / "report.md").exists()  # --html only
+    page = (tmp_path / "both" / "report.html").read_text()
+    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(embedded) == 1
+    assert_png(base64.b64decode(embedded[0]))
+    for run in sampled_runs:
+        assert f"<td>{run.name}</td>" in page
+        assert f"<td>{fmt(read_metrics(run)[-1]['val_loss'])}</td>" in page
+
+    assert main(["report", *map(str, sampled_runs)]) == 2
+    assert "needs --out" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
+
+
+def test_text_curve_draws_first_and_last_point():
+    lines = text_curve([0, 10, 20], [6.0, 5.0, 4.0], width=21, height=5).splitlines()
+    assert lines[0] == "   6.000 |*" + " " * 20
+    assert lines[4] == "   4.000 |" + " " * 20 + "*"
+    assert lines[2][10 + 10] == "*"
+
+
+def test_empty_metrics_is_a_clear_error(sampled_runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(sampled_runs[0], run)
+    (run / "metrics.jsonl").write_text("")
+    with pytest.raises(BurnoutError, match="logged no step yet"):
+        write_report([run])

@@ -1,0 +1,181 @@
+"""The `burnout` command line (burnout/cli.py): help for every command, overrides in every position,
+and bad input answered with exit code 2 and exactly one `burnout: error:` line — no traceback.
+
+The failing commands run as real subprocesses (`python -m burnout ...`), all started at once so the
+suite pays for one interpreter start-up rather than one per case.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from burnout.cli import main
+
+SUBCOMMANDS = {
+    ("quickstart",): "usage: burnout quickstart",
+    ("model", "info"): "usage: burnout model info",
+    ("model", "list"): "usage: burnout model list",
+    ("data", "prepare"): "usage: burnout data prepare",
+    ("train",): "usage: burnout train",
+    ("generate",): "usage: burnout generate",
+    ("export",): "usage: burnout export",
+    ("model",): "usage: burnout model",
+    ("data",): "usage: burnout data",
+}
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "burnout", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("args", [("--help",), ("train", "--help"), ("model", "info", "--help")],
+                         ids=["top", "train", "model-info"])
+def test_help_subprocess(args):
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: burnout{' ' + ' '.join(args[:-1]) if len(args) > 1 else ''}")
+    assert result.stderr == ""
+    if args == ("--help",):
+        for command in ("quickstart", "model", "data", "train", "generate", "export"):
+            assert command in result.stdout
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS), ids=[" ".join(c) for c in SUBCOMMANDS])
+def test_help_in_process(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(SUBCOMMANDS[command])
+    assert "-h, --help" in out
+
+
+def test_no_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+    assert "usage: burnout" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input through the real CLI
+
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory):
+    """Start every failing command at once; return {case: (CompletedProcess-like, paths)}."""
+    root = tmp_path_factory.mktemp("cli")
+    existing = root / "existing-run"
+    existing.mkdir()
+    (existing / "metrics.jsonl").write_text('{"step": 10, "loss": 3.5}\n')
+    cases = {
+        "unknown-preset": ["model", "info", "nope"],
+        "typo-key": ["train", "quickstart", "--out", str(root / "typo"), "train.lrr=1"],
+        "typo-key-flag": ["train", "quickstart", "--out", str(root / "typo2"), "--train.lrr", "1"],
+        "wrong-type": ["train", "quickstart", "--out", str(root / "type"), "train.batch_size=abc"],
+        "bad-shape": ["train", "quickstart", "--out", str(root / "shape"), "model.n_head=7"],
+        "missing-config": ["train", str(root / "missing.yaml"), "--out", str(root / "missing")],
+        "missing-config-prepare": ["data", "prepare", str(root / "missing.yaml"), "--out", str(root / "d")],
+        "missing-checkpoint": ["generate", str(root / "no-such-run"), "--prompt", "hello"],
+        "existing-run": ["train", "quickstart", "--out", str(existing)],
+        "generate-unknown-option": ["generate", str(root / "no-such-run"), "--prompt", "x", "--tempreature", "1"],
+        "info-bad-override": ["model", "info", "llama-tiny", "--json", "n_head=7"],
+    }
+    procs = {
+        name: subprocess.Popen([sys.executable, "-m", "burnout", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=root)
+        for name, args in cases.items()
+    }
+    results = {}
+    for name, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        results[name] = (proc.returncode, out, err)
+    return root, results
+
+
+@pytest.mark.parametrize("case,fragments", [
+    ("unknown-preset", ["unknown preset 'nope'", "llama-tiny"]),
+    ("typo-key", ["config.train.lrr: unknown key", "did you mean 'lr'?"]),
+    ("typo-key-flag", ["config.train.lrr: unknown key", "did you mean 'lr'?"]),
+    ("wrong-type", ["config.train.batch_size", "expected int, got 'abc'"]),
+    ("bad-shape", ["model.n_head", "7 heads do not divide d_model=256"]),
+    ("missing-config", ["missing.yaml' not found"]),
+    ("missing-config-prepare", ["missing.yaml' not found"]),
+    ("missing-checkpoint", ["no-such-run' does not exist"]),
+    ("existing-run", ["existing-run already holds a run", "--resume"]),
+    ("generate-unknown-option", ["unexpected argument '--tempreature'"]),
+    ("info-bad-override", ["model.n_head"]),
+])
+def test_bad_input_is_one_line_exit_2(failures, case, fragments):
+    root, results = failures
+    code, out, err = results[case]
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.splitlines()
+    assert len(lines) == 1 and err.endswith("\n"), err
+    assert lines[0].startswith("burnout: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert out == ""
+
+
+def test_failed_train_creates_no_run_folder(failures):
+    root, _ = failures
+    for name in ("typo", "typo2", "type", "shape", "missing"):
+        assert not (root / name).exists(), name
+    assert not (root / "d").exists()
+
+
+def test_existing_run_is_left_untouched(failures):
+    root, _ = failures
+    existing = root / "existing-run"
+    assert (existing / "metrics.jsonl").read_text() == '{"step": 10, "loss": 3.5}\n'
+    # Refused before anything was written: no data was prepared into it, no checkpoint folder made.
+    assert sorted(p.name for p in existing.iterdir()) == ["metrics.jsonl"]
+
+
+# ------------------------------------------------------------------------------------------------
+# In-process: argument handling
+
+
+def test_override_after_options_is_applied(capsys):
+    """`key=value` after an option still counts as an override (argparse leaves it among the unknowns)."""
+    assert main(["model", "info", "llama-tiny", "--json", "model.n_layer=2"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["n_layer"] == 2
+    assert main(["model", "info", "llama-tiny", "--n_layer", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["n_layer"] == 3
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["model", "info", "llama-tiny", "stray"], "override 'stray' is not of the form"),
+    (["model", "info", "llama-tiny", "--json", "stray"], "unexpected argument 'stray'"),
+    (["model", "info", "llama-tiny", "--n_layer"], "option '--n_layer' needs a value"),
+    (["model", "list", "--verbose"], "unexpected argument '--verbose'"),
+    (["train", "quickstart"], "train needs a CONFIG and --out RUN_DIR"),
+    (["train", "quickstart", "--resume", "somewhere"], "--resume RUN takes no CONFIG"),
+    (["model", "info", "llama-tiny", "n_layer"], "override 'n_layer' is not of the form"),
+])
+def test_argument_errors(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("burnout: error: ") and message in err and err.count("\n") == 1
+
+
+def test_model_list(capsys):
+    assert main(["model", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == sorted(line.split()[0] for line in lines)
+    rows = {line.split()[0]: line.split()[1:] for line in lines}
+    assert rows["llama-3b"] == ["llama", "3,122,969,600", "params"]
+    assert rows["gpt2-124m"] == ["gpt2", "124,439,808", "params"]
+    assert rows["shakespeare-char"] == ["gpt2", "421,504", "params"]

@@ -1,0 +1,79 @@
+"""End to end through the command line: quickstart (twice), generate, export, and load in transformers."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from burnout.train.checkpoint import list_checkpoints, load_checkpoint
+
+# The quickstart's own data and training recipe, shrunk so that the whole file runs in well under a minute.
+SMALL = ["data.max_chars=150000", "tokenizer.vocab_size=512", "model.n_layer=2", "model.d_model=64",
+         "model.n_head=4", "model.n_kv_head=2", "model.context_length=64", "train.seq_len=64"]
+
+
+def burnout(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "burnout", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, f"burnout {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_quickstart_generate_export(tmp_path):
+    out = tmp_path / "qs"
+    first = burnout("quickstart", "--out", str(out), "--minutes", "0.15", *SMALL)
+    run = out / "run"
+    assert f"run folder:   {run}" in first.stdout
+    assert "[4/4] done" in first.stdout
+    # It ends with the report and the command that opens the playground.
+    assert f"report:       {run / 'report' / 'report.html'}" in first.stdout
+    assert (run / "report" / "report.md").is_file() and (run / "report" / "loss_vs_tokens.png").is_file()
+    assert f"playground:   burnout playground {run}" in first.stdout
+
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) >= 2
+    # The step count follows a measured step time, so it can be as low as the floor of 20 on a busy
+    # machine; even then the loss has clearly left ln(512) = 6.24, a uniform guess.
+    assert int(first.stdout.split(" steps to fit")[0].split()[-1]) >= 20
+    assert records[-1]["train_loss"] < records[0]["train_loss"] - 0.2
+    assert records[-1]["val_loss"] < math.log(512) - 0.3
+    checkpoints = list_checkpoints(run)
+    assert checkpoints and int(checkpoints[-1].name.removeprefix("step_")) == records[-1]["step"]
+
+    data_before, run_before = snapshot(out / "data"), snapshot(run)
+    # The second run only has to show where it goes: the smallest budget (20 steps) will do.
+    second = burnout("quickstart", "--out", str(out), "--minutes", "0.01", *SMALL)
+    assert f"reusing {out / 'data'}" in second.stdout
+    assert f"run folder:   {out / 'run-2'}" in second.stdout
+    assert list_checkpoints(out / "run-2") and (out / "run-2" / "metrics.jsonl").is_file()
+    assert snapshot(out / "data") == data_before
+    assert snapshot(run) == run_before
+
+    generated = burnout("generate", str(run), "--prompt", "The ", "--max-new-tokens", "20", "--seed", "1")
+    assert generated.stdout.startswith("The ")
+    assert len(generated.stdout.strip()) > len("The")
+    again = burnout("generate", str(run), "--prompt", "The ", "--max-new-tokens", "20", "--seed", "1")
+    assert again.stdout == generated.stdout
+
+    hf_dir = out / "hf"
+    burnout("export", str(run), "--to", str(hf_dir))
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert (hf_dir / name).is_file(), name
+
+    from transformers import AutoModelForCausalLM
+
+    ours = load_checkpoint(run).model.eval()
+    theirs = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    ids = torch.randint(0, ours.cfg.vocab_size, (2, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(ids).logits, ours(ids), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,171 @@
+"""Checkpoints: a faithful round trip, safe loading, pruning, crash leftovers and corrupt files."""
+
+import json
+import random
+
+import pytest
+import safetensors.torch
+import torch
+import yaml
+
+from burnout.errors import BurnoutError
+from burnout.models import Transformer
+from burnout.train.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
+from burnout.train.loop import make_optimizer
+
+CPU = torch.device("cpu")
+
+
+def _trained_state(cfg, seed=0):
+    """A model after one optimizer step and the state dict the loop would checkpoint with it."""
+    torch.manual_seed(seed)
+    model = Transformer(cfg.model)
+    optimizer = make_optimizer(model, cfg.train, CPU)
+    x = torch.randint(0, cfg.model.vocab_size, (2, 16))
+    model(x, x).backward()
+    optimizer.step()
+    state = {"optimizer": optimizer.state_dict(), "step": 7, "tokens": 7 * 128, "elapsed_s": 1.5,
+             "python_rng": random.getstate(), "torch_rng": torch.get_rng_state()}
+    return model, state
+
+
+def _save(run_dir, cfg, model, state, step, tokenizer_path, keep_last=10):
+    info = {"step": step, "tokens": step * 128, "train_loss": 5.0, "val_loss": 5.5, "elapsed_s": 1.5}
+    return save_checkpoint(run_dir, cfg, model, state, info, tokenizer_path, keep_last)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_round_trip_keeps_weights_config_info_and_state(tiny_run_config, tiny_bpe_data, tmp_path, tie):
+    cfg = tiny_run_config([f"model.tie_embeddings={str(tie).lower()}"])
+    model, state = _trained_state(cfg)
+    path = _save(tmp_path, cfg, model, state, 7, tiny_bpe_data / "tokenizer.json")
+    assert path == tmp_path / "checkpoints" / "step_0000007"
+    assert sorted(p.name for p in path.iterdir()) == [
+        "config.yaml", "info.json", "model.safetensors", "state.pt", "tokenizer.json"]
+    assert (path / "tokenizer.json").read_bytes() == (tiny_bpe_data / "tokenizer.json").read_bytes()
+
+    ckpt = load_checkpoint(path)
+    assert ckpt.path == path and ckpt.config == cfg
+    assert ckpt.info == {"step": 7, "tokens": 7 * 128, "train_loss": 5.0, "val_loss": 5.5, "elapsed_s": 1.5}
+    ours, theirs = model.state_dict(), ckpt.model.state_dict()
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key
+    loaded = ckpt.model
+    assert (loaded.lm_head.weight is loaded.tok_emb.weight) == tie
+    if tie:  # the matrix is stored once
+        assert len(safetensors.torch.load_file(path / "model.safetensors")) == len(ours) - 1
+    else:
+        assert not torch.equal(loaded.lm_head.weight, loaded.tok_emb.weight)
+    x = torch.randint(0, cfg.model.vocab_size, (1, 20))
+    model.eval()
+    assert torch.equal(model(x), loaded.eval()(x))
+
+    # state.pt holds only plain data: it loads with weights_only=True, optimizer moments included.
+    raw = torch.load(path / "state.pt", weights_only=True)
+    assert ckpt.state.keys() == raw.keys() == state.keys()
+    assert raw["step"] == 7 and raw["python_rng"] == state["python_rng"]
+    assert torch.equal(raw["torch_rng"], state["torch_rng"])
+    fresh = make_optimizer(Transformer(cfg.model), cfg.train, CPU)
+    fresh.load_state_dict(raw["optimizer"])
+    for key, value in state["optimizer"]["state"].items():
+        assert torch.equal(raw["optimizer"]["state"][key]["exp_avg"], value["exp_avg"])
+
+
+def test_keep_last_prunes_the_oldest(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config()
+    model, state = _trained_state(cfg)
+    for step in (10, 20, 30, 40, 50):
+        _save(tmp_path, cfg, model, state, step, tiny_bpe_data / "tokenizer.json", keep_last=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_0000040", "step_0000050"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_0000040", "step_0000050"]
+    # Ordered by step number, not by name length or creation order.
+    _save(tmp_path, cfg, model, state, 9, tiny_bpe_data / "tokenizer.json", keep_last=5)
+    _save(tmp_path, cfg, model, state, 100, tiny_bpe_data / "tokenizer.json", keep_last=5)
+    assert [p.name for p in list_checkpoints(tmp_path)] == [
+        "step_0000009", "step_0000040", "step_0000050", "step_0000100"]
+
+
+def test_a_crash_leftover_is_never_listed_and_is_cleaned_by_the_next_save(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config()
+    model, state = _trained_state(cfg)
+    first = _save(tmp_path, cfg, model, state, 10, tiny_bpe_data / "tokenizer.json")
+    # A save of step 20 that died half way: a temp folder with a partial weights file.
+    leftover = tmp_path / "checkpoints" / ".tmp-step_0000020"
+    leftover.mkdir()
+    (leftover / "model.safetensors").write_bytes(b"\x00" * 10)
+    (tmp_path / "checkpoints" / "notes.txt").write_text("not a checkpoint")
+    assert list_checkpoints(tmp_path) == [first]
+    assert resolve_checkpoint(tmp_path) == first
+    assert load_checkpoint(tmp_path).path == first
+
+    second = _save(tmp_path, cfg, model, state, 30, tiny_bpe_data / "tokenizer.json")
+    assert not leftover.exists()
+    assert list_checkpoints(tmp_path) == [first, second]
+
+
+def test_resolve_checkpoint(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config()
+    model, state = _trained_state(cfg)
+    older = _save(tmp_path, cfg, model, state, 5, tiny_bpe_data / "tokenizer.json")
+    latest = _save(tmp_path, cfg, model, state, 12, tiny_bpe_data / "tokenizer.json")
+    assert resolve_checkpoint(tmp_path) == latest
+    assert resolve_checkpoint(str(older)) == older
+    assert list_checkpoints(tmp_path / "nowhere") == []
+    with pytest.raises(BurnoutError, match="does not exist"):
+        resolve_checkpoint(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BurnoutError, match="holds no checkpoint"):
+        resolve_checkpoint(tmp_path / "empty")
+
+
+def test_the_loops_checkpoints_load_safely(tiny_run):
+    """The state the training loop writes (RNG tuples, optimizer) loads with weights_only=True."""
+    for path in list_checkpoints(tiny_run.run_dir):
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+        info = json.loads((path / "info.json").read_text())
+        step = int(path.name.removeprefix("step_"))
+        assert state["step"] == info["step"] == step
+        assert state["tokens"] == info["tokens"] == step * 4 * 2 * 32
+        assert {"optimizer", "python_rng", "torch_rng", "elapsed_s"} <= state.keys()
+    ckpt = load_checkpoint(tiny_run.run_dir)
+    assert ckpt.info["step"] == 24 and ckpt.config.model == tiny_run.cfg.model
+
+
+@pytest.fixture
+def saved(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config()
+    model, state = _trained_state(cfg)
+    return _save(tmp_path, cfg, model, state, 3, tiny_bpe_data / "tokenizer.json")
+
+
+@pytest.mark.parametrize("keep", [0, 7, 1000])
+def test_truncated_weights_are_a_burnout_error(saved, keep):
+    weights = saved / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:keep])
+    with pytest.raises(BurnoutError, match="unreadable"):
+        load_checkpoint(saved)
+
+
+def test_truncated_state_is_a_burnout_error(saved):
+    state = saved / "state.pt"
+    state.write_bytes(state.read_bytes()[:100])
+    with pytest.raises(BurnoutError, match="unreadable"):
+        load_checkpoint(saved)
+
+
+def test_missing_weights_file_is_a_burnout_error(saved):
+    (saved / "model.safetensors").unlink()
+    with pytest.raises(BurnoutError):
+        load_checkpoint(saved)  # now neither a checkpoint nor a run folder
+    with pytest.raises(BurnoutError):
+        load_checkpoint(saved.parent.parent)
+
+
+@pytest.mark.parametrize("change", [{"n_layer": 3}, {"d_model": 128, "n_head": 4}, {"vocab_size": 600}])
+def test_weights_that_do_not_fit_the_config_are_a_burnout_error(saved, change):
+    raw = yaml.safe_load((saved / "config.yaml").read_text())
+    raw["model"].update(change)
+    (saved / "config.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(BurnoutError):
+        load_checkpoint(saved)

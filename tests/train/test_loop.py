@@ -1,0 +1,230 @@
+"""The training loop: loss goes down, metrics.jsonl and config.yaml are right, resume is exact, bad
+requests are refused, and the optimizer/schedule pieces do what they claim."""
+
+import copy
+import dataclasses
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+
+from burnout.config import TrainConfig, load_run_config
+from burnout.data.loader import TokenLoader
+from burnout.errors import BurnoutError
+from burnout.models import Transformer
+from burnout.train.checkpoint import list_checkpoints
+from burnout.train.loop import accumulate_gradients, make_optimizer
+from burnout.train.metrics import TIMING_KEYS, read_metrics
+from burnout.train.run import resume_training, start_training
+from burnout.train.schedule import lr_at
+
+CPU = torch.device("cpu")
+
+
+def _quiet(line):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------
+# A whole run
+
+
+def test_loss_falls_and_beats_a_uniform_guess(tiny_run):
+    records = read_metrics(tiny_run.run_dir)
+    first, last = records[0]["train_loss"], records[-1]["train_loss"]
+    vocab = tiny_run.cfg.model.vocab_size
+    # An untrained model scores about ln(vocab) = 6.24; 24 steps at lr 3e-3 get well below that.
+    assert first > math.log(vocab) - 0.5
+    assert last < first - 0.5, (first, last)
+    assert tiny_run.result.val_loss < math.log(vocab) - 0.5
+    assert tiny_run.result.step == tiny_run.cfg.train.max_steps
+    assert tiny_run.result.train_loss == records[-1]["train_loss"]
+    assert tiny_run.result.val_loss == records[-1]["val_loss"]
+
+
+def test_metrics_has_one_record_per_logged_step(tiny_run):
+    tc = tiny_run.cfg.train
+    records = read_metrics(tiny_run.run_dir)
+    assert [r["step"] for r in records] == list(range(tc.log_interval, tc.max_steps + 1, tc.log_interval))
+    tokens_per_step = tc.batch_size * tc.grad_accum * tc.seq_len
+    assert tokens_per_step == 4 * 2 * 32
+    for r in records:
+        assert {"step", "tokens", "train_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"} <= r.keys()
+        assert r["tokens"] == r["step"] * tokens_per_step
+        # The lr logged at step s is the one its update used: lr_at(s - 1).
+        assert r["lr"] == pytest.approx(lr_at(r["step"] - 1, tc))
+        assert math.isfinite(r["train_loss"]) and r["grad_norm"] > 0 and r["tokens_per_s"] > 0
+        is_eval = r["step"] % tc.eval_interval == 0 or r["step"] == tc.max_steps
+        assert ("val_loss" in r) == is_eval, r
+        if is_eval:
+            assert 0 < r["val_loss"] < 7
+    elapsed = [r["elapsed_s"] for r in records]
+    assert elapsed == sorted(elapsed)
+
+
+def test_config_yaml_is_the_resolved_config_with_the_data_folder(tiny_run):
+    saved = load_run_config(tiny_run.run_dir / "config.yaml")
+    assert saved.data.prepared_dir == str(tiny_run.data_dir.resolve())
+    expected = dataclasses.replace(
+        tiny_run.cfg, data=dataclasses.replace(tiny_run.cfg.data, prepared_dir=str(tiny_run.data_dir.resolve()))
+    )
+    assert saved == expected
+    # Every family-dependent default is explicit in the file.
+    assert saved.model.n_kv_head == 2 and saved.model.bias is False and saved.model.ffn_hidden is not None
+
+
+def test_checkpoints_at_every_interval_and_the_end(tiny_run):
+    steps = [int(p.name.removeprefix("step_")) for p in list_checkpoints(tiny_run.run_dir)]
+    assert steps == [6, 12, 18, 24]
+    assert tiny_run.result.checkpoint == list_checkpoints(tiny_run.run_dir)[-1]
+    info = json.loads((tiny_run.result.checkpoint / "info.json").read_text())
+    assert info["step"] == 24 and info["tokens"] == 24 * 4 * 2 * 32
+    assert any("saved" in line for line in tiny_run.events)
+
+
+# ----------------------------------------------------------------------------------------------
+# Resume
+
+
+def _metrics_without_timing(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS} for line in lines]
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_resume_reproduces_the_uninterrupted_run_bitwise(tiny_run, tmp_path):
+    run_b = _copy_run(tiny_run.run_dir, tmp_path / "b")
+    # A crash after step 12: the later checkpoints never happened, but metrics.jsonl kept its lines.
+    for step in (18, 24):
+        shutil.rmtree(run_b / "checkpoints" / f"step_{step:07d}")
+    events: list[str] = []
+    result = resume_training(run_b, [], on_event=events.append, progress=False)
+    assert any("resumed" in line and "step 12" in line for line in events)
+    assert result.step == 24
+
+    for step in (18, 24):
+        name = f"checkpoints/step_{step:07d}/model.safetensors"
+        a = safetensors.torch.load_file(tiny_run.run_dir / name)
+        b = safetensors.torch.load_file(run_b / name)
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+    assert _metrics_without_timing(run_b) == _metrics_without_timing(tiny_run.run_dir)
+
+
+def test_resume_of_a_finished_run_does_nothing(tiny_run, tmp_path):
+    run_b = _copy_run(tiny_run.run_dir, tmp_path / "b")
+    before = (run_b / "metrics.jsonl").read_bytes()
+    result = resume_training(run_b, [], on_event=_quiet, progress=False)
+    assert result.step == 24 and result.checkpoint == run_b / "checkpoints" / "step_0000024"
+    assert (run_b / "metrics.jsonl").read_bytes() == before
+
+
+def test_refuses_to_train_into_a_folder_that_holds_a_run(tiny_run):
+    before = (tiny_run.run_dir / "metrics.jsonl").read_bytes()
+    with pytest.raises(BurnoutError, match="already holds a run"):
+        start_training(tiny_run.cfg, tiny_run.run_dir, data_dir=tiny_run.data_dir, on_event=_quiet, progress=False)
+    assert (tiny_run.run_dir / "metrics.jsonl").read_bytes() == before
+
+
+def test_refuses_to_resume_without_a_checkpoint(tiny_run, tmp_path):
+    with pytest.raises(BurnoutError, match="config.yaml"):
+        resume_training(tmp_path, [], on_event=_quiet, progress=False)
+    (tmp_path / "config.yaml").write_bytes((tiny_run.run_dir / "config.yaml").read_bytes())
+    with pytest.raises(BurnoutError, match="no checkpoint"):
+        resume_training(tmp_path, [], on_event=_quiet, progress=False)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("model.n_layer=3", "model"),
+    ("train.batch_size=8", "train.batch_size"),
+    ("train.grad_accum=1", "train.grad_accum"),
+    ("train.seed=1", "train.seed"),
+    ("train.seq_len=16", "train.seq_len"),
+    ("data.max_chars=1000", "data"),
+    # The override syntax accepts leading dashes and whole sections; the check must see through both.
+    ("--train.batch_size=8", "train.batch_size"),
+    ("train={batch_size: 8, max_steps: 30}", "train.batch_size"),
+    ("model={preset: llama-tiny}", "model"),
+])
+def test_resume_refuses_overrides_that_change_model_or_batches(tiny_run, tmp_path, override, key):
+    run_b = _copy_run(tiny_run.run_dir, tmp_path / "b")
+    shutil.rmtree(run_b / "checkpoints" / "step_0000024")
+    before = {name: (run_b / name).read_bytes() for name in ("metrics.jsonl", "config.yaml")}
+    with pytest.raises(BurnoutError, match=f"'{key}' cannot change"):
+        resume_training(run_b, [override], on_event=_quiet, progress=False)
+    assert {name: (run_b / name).read_bytes() for name in before} == before
+    assert not (run_b / "checkpoints" / "step_0000024").exists()
+
+
+def test_resume_accepts_a_longer_run(tiny_run, tmp_path):
+    run_b = _copy_run(tiny_run.run_dir, tmp_path / "b")
+    result = resume_training(run_b, ["train.max_steps=26"], on_event=_quiet, progress=False)
+    assert result.step == 26
+    steps = [r["step"] for r in read_metrics(run_b)]
+    assert steps == list(range(2, 27, 2))
+    assert load_run_config(run_b / "config.yaml").train.max_steps == 26
+
+
+# ----------------------------------------------------------------------------------------------
+# Pieces
+
+
+def test_lr_schedule_warmup_then_cosine_to_min_lr():
+    tc = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=100)
+    for step in range(10):
+        assert lr_at(step, tc) == pytest.approx(1e-3 * (step + 1) / 10)
+    assert lr_at(9, tc) == pytest.approx(1e-3)
+    assert lr_at(10, tc) == pytest.approx(1e-3)
+    assert lr_at(55, tc) == pytest.approx((1e-3 + 1e-4) / 2)  # half way through the decay
+    assert lr_at(100, tc) == pytest.approx(1e-4)
+    assert lr_at(150, tc) == pytest.approx(1e-4)  # flat past max_steps
+    after = [lr_at(s, tc) for s in range(10, 101)]
+    assert all(a > b for a, b in zip(after, after[1:]))
+    no_warmup = TrainConfig(lr=1e-3, min_lr=0.0, warmup_steps=0, max_steps=10)
+    assert lr_at(0, no_warmup) == pytest.approx(1e-3)
+    assert lr_at(10, no_warmup) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_weight_decay_on_matrices_only(tiny_run_config, family):
+    over = ["model.family=gpt2", "model.n_kv_head=null"] if family == "gpt2" else []
+    cfg = tiny_run_config(over, weight_decay=0.1)
+    model = Transformer(cfg.model)
+    decayed, plain = make_optimizer(model, cfg.train, CPU).param_groups
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    ids = {name: id(p) for name, p in model.named_parameters()}  # tied weights listed once
+    decayed_ids = {id(p) for p in decayed["params"]}
+    plain_ids = {id(p) for p in plain["params"]}
+    assert len(decayed["params"]) + len(plain["params"]) == len(ids) == len(decayed_ids | plain_ids)
+    for name, pid in ids.items():
+        is_norm_or_bias = name.endswith("bias") or "norm" in name
+        assert (pid in plain_ids) == is_norm_or_bias, name
+    assert id(model.tok_emb.weight) in decayed_ids
+    assert any(name.endswith("bias") for name in ids) == (family == "gpt2")
+
+
+def test_gradient_accumulation_equals_one_big_batch(tiny_run_config, tiny_bpe_data):
+    cfg = tiny_run_config()
+    loader = TokenLoader(tiny_bpe_data, "train", batch_size=4, seq_len=32, seed=0)
+    torch.manual_seed(0)
+    model = Transformer(cfg.model)
+    twin = copy.deepcopy(model)
+
+    loss = accumulate_gradients(model, loader, step=3, grad_accum=2, device=CPU, precision="fp32")
+    # Step 3 with accumulation 2 is micro-batches 6 and 7.
+    (x0, y0), (x1, y1) = loader.get_batch(6), loader.get_batch(7)
+    big_loss = twin(torch.cat([x0, x1]), torch.cat([y0, y1]))
+    big_loss.backward()
+
+    assert loss.item() == pytest.approx(big_loss.item(), rel=1e-5)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
