@@ -1,70 +1,75 @@
-"""Training throughput on this machine: tokens/s and MFU of a small preset at fp32 and bf16 autocast.
+"""Training throughput of nanoGPT's 10.7M Shakespeare model (configs/shakespeare-10m.yaml) against nanoGPT.
 
-    .venv/bin/python benchmarks/bench_train.py [--preset llama-tiny] [--batch-size 8] [--seq-len 256] [--steps 10]
+    .venv/bin/python -m benchmarks.bench_train [--config shakespeare-10m] [--steps 5] [--variants fp32 bf16 ...]
 
-MFU = tokens/s × training FLOPs per token (burnout.models.info) / peak FLOP/s. On a CPU the peak is
-measured (best 1024³ matmul in the same precision, burnout.train.hardware), so the two MFUs have
-different denominators; on a GPU it is the configs/hardware.yaml figure. Data are random token ids:
-this measures the model step (forward, backward, AdamW), not the loader.
+Each variant is one `burnout bench CONFIG --json` in a fresh process, run back to back (so peak RSS is
+that variant's own), and printed with tokens/s, the step split, MFU against the matmul peak measured in
+that process, peak RSS, and the ratio to nanoGPT's figures on this machine type (torch 2.13 CPU, fp32,
+no compile: 2.15 s/iteration = 1.9K tokens/s, 2.4 GB peak RSS). Variants are `burnout bench` overrides:
+
+    fp32      train.precision=fp32 (the default on this CPU)
+    bf16      train.precision=bf16 (autocast)
+    compile   train.compile=true
+    math      model.attention=math (explicit attention instead of SDPA)
+    nodrop    model.dropout=0 (nanoGPT's run uses dropout 0.2, as the preset does)
+
+The machine's load (uptime) is printed with each figure: timings on a shared machine are noisy.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import json
+import os
+import subprocess
+import sys
 
-import torch
+NANOGPT_TOKENS_PER_S = 16 * 256 / 2.15  # 1,905
+NANOGPT_RSS_MB = 2.4 * 1024
+TARGET_RATIO = 2.5
 
-from burnout.config import TrainConfig, load_model_preset
-from burnout.models import Transformer
-from burnout.models.info import flops_per_token, matmul_parameters
-from burnout.train.device import autocast, configure_backends, resolve_device
-from burnout.train.hardware import get_hardware
-from burnout.train.loop import make_optimizer
+VARIANTS = {
+    "fp32": ["train.precision=fp32"],
+    "bf16": ["train.precision=bf16"],
+    "compile": ["train.compile=true"],
+    "math": ["model.attention=math"],
+    "nodrop": ["model.dropout=0"],
+}
 
 
-def bench(preset: str, precision: str, batch_size: int, seq_len: int, steps: int, device: torch.device) -> dict:
-    torch.manual_seed(0)
-    cfg = load_model_preset(preset)
-    model = Transformer(cfg).to(device)
-    optimizer = make_optimizer(model, TrainConfig(), device)
-    x = torch.randint(0, cfg.vocab_size, (batch_size, seq_len + 1), device=device)
-    times = []
-    for _ in range(steps + 2):  # two warm-up steps
-        t0 = time.perf_counter()
-        with autocast(device, precision):
-            loss = model(x[:, :-1], x[:, 1:])
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss.item()
-        times.append(time.perf_counter() - t0)
-    step_s = sorted(times[2:])[len(times[2:]) // 2]
-    tokens_per_s = batch_size * seq_len / step_s
-    fpt = flops_per_token(cfg, seq_len, matmul_parameters(model))["flops_per_token"]
-    hw = get_hardware("auto", precision, device=device)
-    return {"precision": precision, "step_s": step_s, "tokens_per_s": tokens_per_s,
-            "achieved_gflops": tokens_per_s * fpt / 1e9, "peak_gflops": hw.peak_flops / 1e9,
-            "mfu": tokens_per_s * fpt / hw.peak_flops, "hardware": hw.name}
+def load() -> str:
+    return os.getloadavg().__repr__() if hasattr(os, "getloadavg") else "?"
+
+
+def run_variant(config: str, overrides: list[str], steps: int, warmup: int, data: str | None) -> dict:
+    cmd = [sys.executable, "-m", "burnout", "bench", config, "--json", "--steps", str(steps), "--warmup", str(warmup),
+           *(["--data", data] if data else []), *overrides]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out[out.index("{"):])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="llama-tiny")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--config", default="shakespeare-10m")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--data", help="prepared data folder (default: prepared once into runs/bench-data/)")
+    parser.add_argument("--variants", nargs="+", default=["fp32", "bf16"], choices=sorted(VARIANTS))
     args = parser.parse_args()
-    device = resolve_device(args.device)
-    configure_backends(device)
-    print(f"{args.preset}, batch {args.batch_size} × {args.seq_len} tokens, median of {args.steps} steps, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    for precision in ("fp32", "bf16"):
-        r = bench(args.preset, precision, args.batch_size, args.seq_len, args.steps, device)
-        print(f"{precision}: {r['tokens_per_s']:>9,.0f} tokens/s  {r['step_s'] * 1000:>7.1f} ms/step  "
-              f"{r['achieved_gflops']:>7.1f} GFLOP/s of a {r['peak_gflops']:.1f} peak → MFU {r['mfu']:.1%}"
-              f"  ({r['hardware']})")
+    print(f"{args.config}: median of {args.steps} steps after {args.warmup} warm-up, each variant in a fresh process")
+    results = {}
+    for name in args.variants:
+        before = load()
+        r = run_variant(args.config, VARIANTS[name], args.steps, args.warmup, args.data)
+        results[name] = r
+        split = "  ".join(f"{p} {v:.1%}" for p, v in r["split_fraction"].items())
+        print(f"{name:<8} {r['tokens_per_s']:>8,.0f} tokens/s  {r['step_s']:.2f} s/step  "
+              f"{r['tokens_per_s'] / NANOGPT_TOKENS_PER_S:.2f}x nanoGPT (target {TARGET_RATIO}x)  "
+              f"MFU {r['mfu_measured']:.1%} of {r['peak_flops_measured'] / 1e9:.0f} GFLOP/s {r['setup']['precision']}  "
+              f"peak RSS {r['peak_rss_mb']:,.0f} MB ({r['peak_rss_mb'] / NANOGPT_RSS_MB:.0%} of nanoGPT's)")
+        print(f"         split: {split}   load before {before}, after {load()}")
+    if "fp32" in results and "bf16" in results:
+        print(f"bf16 / fp32 tokens/s: {results['bf16']['tokens_per_s'] / results['fp32']['tokens_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

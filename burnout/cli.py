@@ -115,7 +115,10 @@ def cmd_tokenizer_decode(args, overrides):
     from burnout.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(args.tokenizer)
-    ids = [int(i) for i in args.ids.replace(",", " ").split()]
+    try:
+        ids = [int(i) for i in args.ids.replace(",", " ").split()]
+    except ValueError as exc:
+        raise BurnoutError(f"token ids must be whole numbers separated by spaces or commas ({exc})") from None
     vocab = tok.get_vocab_size()
     bad = [i for i in ids if not 0 <= i < vocab]
     if bad:
@@ -127,6 +130,9 @@ def cmd_train(args, overrides):
     from burnout.config import load_run_config
 
     if args.resume:
+        if args.config and "=" in args.config and not Path(args.config).exists():
+            # `train --resume RUN train.max_steps=800`: argparse hands the first override to CONFIG.
+            overrides, args.config = [args.config, *overrides], None
         if args.config or args.out or args.data:
             raise BurnoutError("--resume RUN takes no CONFIG, --out or --data: the run folder holds them")
         if args.auto_batch:
@@ -152,6 +158,24 @@ def cmd_train(args, overrides):
     return 130 if result.stop_reason == "signal" else 0
 
 
+def cmd_bench(args, overrides):
+    from burnout.config import load_run_config
+
+    cfg = load_run_config(args.config, overrides)
+    from burnout.bench import ablate, bench, bench_data_dir, format_ablation, format_bench
+
+    data_dir = bench_data_dir(cfg, args.data, on_event=(lambda line: None) if args.json else print)
+    if args.ablate:
+        result = ablate(cfg, data_dir, steps=args.steps, warmup=args.warmup, skip=tuple(args.skip),
+                        on_rung=None if args.json else (lambda r: print(
+                            f"  {r['rung']:<10} {r['tokens_per_s']:>10,.0f} tokens/s ({r['speedup_prev']:.2f}x)",
+                            flush=True)))
+        print(json.dumps(result, indent=2) if args.json else format_ablation(result))
+    else:
+        result = bench(cfg, data_dir, steps=args.steps, warmup=args.warmup)
+        print(json.dumps(result, indent=2) if args.json else format_bench(result))
+
+
 def cmd_plan(args, overrides):
     from burnout.config import load_run_config
 
@@ -165,6 +189,8 @@ def cmd_plan(args, overrides):
 
 def _sampling(args) -> dict:
     """Sampling flags shared by generate, chat and compare; 0 turns top-k off and 1 turns top-p off."""
+    if args.max_new_tokens < 1:
+        raise BurnoutError(f"--max-new-tokens: {args.max_new_tokens} must be at least 1")
     return {"temperature": args.temperature, "top_k": args.top_k or None,
             "top_p": args.top_p if args.top_p < 1 else None, "repetition_penalty": args.repetition_penalty,
             "repetition_window": args.repetition_window, "seed": args.seed}
@@ -305,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("recipe", help="recipe name or YAML path (or a run config)")
     q.add_argument("--out", required=True)
     q.add_argument("--overwrite", action="store_true", help="replace a finished data folder at --out")
-    q.add_argument("--workers", type=int, default=None, help="encoding processes (default: one per core)")
+    q.add_argument("--workers", type=int, default=None, help="encoding threads (default: one per core; 1: one thread)")
     q.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. data.max_tokens=1000000")
     q.set_defaults(func=cmd_data_prepare)
     q = data_sub.add_parser("inspect", help="stats of a prepared folder and a decoded sample",
@@ -349,6 +375,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use the largest micro-batch that fits in memory, keeping tokens per step via grad_accum")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("bench", help="training speed of a config: tokens/s, step split, MFU, memory; --ablate",
+                       description="Time training steps of a run config as `burnout train` runs them: tokens/s, "
+                                   "the step split into data / forward / backward / optimizer, MFU against a "
+                                   "matmul peak measured now on this device, and peak memory. --ablate runs "
+                                   "the optimization ladder (mmap + Python batching, fp32, eager, explicit "
+                                   "attention → preload → vectorized batching → compile → bf16 → SDPA).")
+    p.add_argument("config", help="run config YAML or a built-in name (e.g. shakespeare-fast)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (median reported; default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.add_argument("--ablate", action="store_true", help="run the optimization ladder, one rung per change")
+    p.add_argument("--skip", action="append", default=[], metavar="RUNG",
+                   help="with --ablate: leave a rung out (preload, vectorize, compile, bf16, sdpa); repeatable")
+    p.add_argument("--data", help="prepared data folder (default: data.prepared_dir, else prepared into "
+                                  "runs/bench-data/ once)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("plan", help="predicted hours and dollars per phase on a given GPU",
                        description="Predict time and cost per phase from FLOPs per token, tokens per phase, the "
@@ -468,4 +512,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("burnout: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a folder that cannot be written, a full disk: the environment, not a bug
+        where = f" '{exc.filename}'" if exc.filename else ""
+        print(f"burnout: error: cannot read or write{where}: {exc.strerror or exc}; check that the path exists, "
+              "is writable and that its disk has free space", file=sys.stderr)
+        from burnout.errors import StorageError
+
+        return StorageError.exit_code
     return code or 0

@@ -142,6 +142,10 @@ class DataConfig:
     # Token budget of the prepared data (train + val); each source gives weight/sum(weights) of it.
     max_tokens: int | None = None
     val_fraction: float = 0.05
+    # documents: each whole document goes to train or val (token shares kept near val_fraction).
+    # contiguous: every document is cut in two, its first 1 - val_fraction of tokens to train and the
+    # rest to val (nanoGPT's split of one file: with a char tokenizer, a 90/10 split by characters).
+    split: Literal["documents", "contiguous"] = "documents"
     seed: int = 1337
     # Tokens per shard file; the last shard of a split holds the remainder.
     shard_tokens: int = 100_000_000

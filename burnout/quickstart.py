@@ -58,7 +58,7 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     # machine gets slower once training is under way (other work on a laptop, thermal throttling).
     cfg.train = dataclasses.replace(cfg.train, max_steps=steps, ckpt_interval=-(-steps // 3),
                                     eval_interval=max(cfg.train.log_interval, steps // 6),
-                                    max_minutes=budget_s / 60)
+                                    max_minutes=minutes)
     say(f"[2/4] model: {cfg.model.family} {cfg.model.n_layer} layers × {cfg.model.d_model} wide, "
         f"{info['params_total']:,} parameters")
     say(f"      measured {step_s:.3f} s/step for {tokens_per_step:,} tokens/step → {steps} steps "

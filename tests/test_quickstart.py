@@ -31,7 +31,7 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
 
 def test_quickstart_generate_export(tmp_path):
     out = tmp_path / "qs"
-    first = burnout("quickstart", "--out", str(out), "--minutes", "0.15", *SMALL)
+    first = burnout("quickstart", "--out", str(out), "--minutes", "0.3", *SMALL)
     run = out / "run"
     assert f"run folder:   {run}" in first.stdout
     assert "[4/4] done" in first.stdout

@@ -20,7 +20,7 @@ when that keeps val's part of the tokens the source has given closest to val_fra
 that crosses a source's budget is cut (and still ends with <|endoftext|>).
 
 Preparation streams: memory holds one encode chunk per source and one document per split, not the
-corpus. Encoding runs in `workers` processes, each with its own copy of the tokenizer. An interrupted
+corpus. Encoding runs on the tokenizer's Rust thread pool (`workers` > 1) or one thread. An interrupted
 run resumes: the stream is replayed deterministically, and shards already renamed into place and
 listed in the manifest (same settings, same size) are not written or hashed again.
 """
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 from collections import deque
 from dataclasses import asdict
@@ -54,7 +53,7 @@ SPLITS = ("train", "val")
 # Documents (or characters) read from one source before they are encoded together.
 ENCODE_CHUNK_DOCS = 1024
 ENCODE_CHUNK_CHARS = 4_000_000
-# A chunk smaller than this is encoded in the main process: the round trip to workers costs more.
+# A chunk smaller than this is encoded on one thread: starting the thread pool costs more.
 MIN_PARALLEL_DOCS = 64
 
 
@@ -78,7 +77,7 @@ def prepare_data(
     """Mix, clean, tokenize and write a sharded data directory; returns its meta (also meta.json).
 
     An unfinished directory (manifest but no meta) prepared with the same settings is resumed.
-    `workers`: encoding processes (None: one per CPU core, at most 8).
+    `workers`: 1 encodes on one thread; more use the tokenizer's thread pool (None: one per CPU core).
     """
     data_cfg.validate()
     tok_cfg.validate()
@@ -95,6 +94,8 @@ def prepare_data(
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob(".*.tmp-*"):
         stale.unlink(missing_ok=True)
+    if workers is not None and workers < 1:
+        raise BurnoutError(f"--workers: {workers} must be at least 1 (1 encodes on one thread, more in parallel)")
     workers = workers or min(os.cpu_count() or 1, 8)
 
     given = load_tokenizer(tokenizer_path) if tokenizer_path is not None else None
@@ -129,7 +130,9 @@ def prepare_data(
                 if sample is None:
                     sample = tokenizer_sample(data_cfg)
                 docs = sample.train_docs + sample.val_docs
-                manifest["total_tokens"] = sum(len(ids) + 1 for ids in encoder.encode(docs))
+                # A contiguous split cuts each document in two, each part ending with <|endoftext|>.
+                per_doc = 2 if data_cfg.split == "contiguous" else 1
+                manifest["total_tokens"] = sum(len(ids) + per_doc for ids in encoder.encode(docs))
         _save_manifest(out_dir, manifest)
         meta = _write_splits(data_cfg, manifest, out_dir, encoder, eot, dtype, progress)
 
@@ -235,6 +238,11 @@ def _write_splits(
                 remaining[i] = 0
                 continue
             ids, chars = item
+            if cfg.split == "contiguous":
+                _add_contiguous(ids, chars, cfg.val_fraction, int(remaining[i]), eot, dtype, writers,
+                                stats, names[i], bar)
+                remaining[i] -= min(len(ids) + 2, int(remaining[i]))
+                continue
             doc = np.empty(min(len(ids) + 1, int(remaining[i])), dtype=dtype)
             doc[:-1] = ids[: len(doc) - 1]
             doc[-1] = eot
@@ -299,6 +307,24 @@ def _write_splits(
         },
     }
     return {"splits": splits, "sources": sources, "cleaning": cleaner.report()}
+
+
+def _add_contiguous(ids: np.ndarray, chars: int, val_fraction: float, budget: int, eot: int, dtype: np.dtype,
+                    writers: dict, stats: dict, name: str, bar) -> None:
+    """data.split=contiguous: the document's first 1 - val_fraction of tokens (+ <|endoftext|>) to train,
+    the rest (+ <|endoftext|>) to val, as nanoGPT splits data[:int(n * 0.9)] / data[int(n * 0.9):]."""
+    ids = ids[: max(budget - 2, 0)]
+    cut = int(len(ids) * (1 - val_fraction))
+    for split, part in (("train", ids[:cut]), ("val", ids[cut:])):
+        doc = np.empty(len(part) + 1, dtype=dtype)
+        doc[:-1] = part
+        doc[-1] = eot
+        writers[split].add(doc)
+        entry = stats[split][name]
+        entry["tokens"] += len(doc)
+        entry["documents"] += 1
+        entry["chars"] += round(chars * len(part) / max(len(ids), 1))
+        bar.update(len(doc))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -420,19 +446,6 @@ def _remove_outputs(out_dir: Path) -> None:
 # Encoding
 
 
-_WORKER_TOKENIZER: Tokenizer | None = None
-
-
-def _init_worker(tokenizer_json: str) -> None:
-    global _WORKER_TOKENIZER
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker process
-    _WORKER_TOKENIZER = Tokenizer.from_str(tokenizer_json)
-
-
-def _encode_in_worker(docs: list[str]) -> list[np.ndarray]:
-    return encode_documents(_WORKER_TOKENIZER, docs)
-
-
 def encode_documents(tok: Tokenizer, docs: list[str], split: str = "data") -> list[np.ndarray]:
     """Token ids (uint32 arrays, no special tokens added) of each document."""
     try:
@@ -451,39 +464,35 @@ def encode_documents(tok: Tokenizer, docs: list[str], split: str = "data") -> li
 
 
 class _Encoder:
-    """encode(docs) in the main process (workers=1) or split across worker processes."""
+    """encode(docs) in this process. Hugging Face tokenizers' encode_batch runs on its own Rust thread
+    pool, without the GIL, when workers > 1 (one thread per core), and on one thread when workers == 1.
+
+    A process pool was measured slower than one worker here: every document was pickled to a worker
+    and its ids pickled back, while the main process read and cleaned the next documents on its own.
+    """
 
     def __init__(self, tok: Tokenizer, workers: int) -> None:
         self.tok = tok
         self.workers = workers
-        self.pool = None
 
     def __enter__(self) -> _Encoder:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
-            self.pool = None
+        pass
 
     def encode(self, docs: list[str]) -> list[np.ndarray]:
-        if self.workers <= 1 or len(docs) < MIN_PARALLEL_DOCS:
+        parallel = self.workers > 1 and len(docs) >= MIN_PARALLEL_DOCS
+        # Read by the Rust side on every call: it switches the thread pool on or off for this batch.
+        previous = os.environ.get("TOKENIZERS_PARALLELISM")
+        os.environ["TOKENIZERS_PARALLELISM"] = "true" if parallel else "false"
+        try:
             return encode_documents(self.tok, docs)
-        if self.pool is None:
-            self.pool = self._start_pool()
-        # Contiguous parts of similar character counts keep the workers equally busy.
-        bounds = np.searchsorted(np.cumsum([len(d) for d in docs]), np.linspace(0, sum(map(len, docs)), self.workers + 1)[1:-1])
-        parts = [p for p in np.split(np.arange(len(docs)), bounds) if len(p)]
-        results = self.pool.map(_encode_in_worker, [[docs[i] for i in part] for part in parts])
-        return [ids for part in results for ids in part]
-
-    def _start_pool(self):
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        # Set explicitly, tokenizers does not print its fork warning; workers turn parallelism off.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-        context = multiprocessing.get_context(method)
-        return context.Pool(self.workers, initializer=_init_worker, initargs=(self.tok.to_str(),))
+        finally:
+            if previous is None:
+                del os.environ["TOKENIZERS_PARALLELISM"]
+            else:
+                os.environ["TOKENIZERS_PARALLELISM"] = previous
 
 
 # ----------------------------------------------------------------------------------------------
@@ -536,6 +545,9 @@ def read_meta(data_dir: str | Path) -> dict:
 
 def _check_token_files(data_dir: Path, meta: dict) -> None:
     itemsize = np.dtype(meta["dtype"]).itemsize
+    if meta["vocab_size"] > 2 ** (8 * itemsize):
+        raise BurnoutError(f"'{data_dir / META_FILE}': a vocabulary of {meta['vocab_size']} tokens does not fit "
+                           f"{meta['dtype']} token ids; the folder is damaged or mixed up, prepare the data again")
     for split, info in meta["splits"].items():
         if sum(s["tokens"] for s in info["shards"]) != info["tokens"]:
             raise BurnoutError(f"'{data_dir / META_FILE}': the {split} shards do not add up to {info['tokens']} tokens; prepare the data again")

@@ -73,7 +73,7 @@ def sample_next(logits: torch.Tensor, temperature: float, generator: torch.Gener
     return int(torch.multinomial(logits.softmax(dim=-1), 1, generator=generator))
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def stream_batch(
     model: Transformer,
     prompts: Sequence[Sequence[int]],
@@ -116,17 +116,28 @@ def stream_batch(
     done = [False] * len(prompts)
     cache = model.new_cache(len(prompts), length + steps)
     step_input = torch.tensor(history, dtype=torch.long, device=device)
+    # Greedy without a penalty needs no per-row processing: one argmax for the whole batch, and its
+    # result is the next step's input as it is (no Python list turned back into a tensor).
+    plain_greedy = temperature == 0 and repetition_penalty == 1.0
     try:
         for _ in range(steps):
-            logits = model(step_input, cache=cache)[:, -1].float()  # (B, V)
+            logits = model(step_input, cache=cache)[:, -1]  # (B, V)
+            if plain_greedy:
+                next_ids = logits.argmax(dim=-1)
+                tokens = next_ids.tolist()
+            else:
+                logits = logits.float()
             out: list[int | None] = []
             for row in range(len(prompts)):
                 if done[row]:
                     out.append(None)
                     continue
-                recent = history[row][-repetition_window:] if repetition_window > 0 else history[row]
-                processed = process_logits(logits[row], recent, temperature, top_k, top_p, repetition_penalty)
-                token = sample_next(processed, temperature, generators[row])
+                if plain_greedy:
+                    token = tokens[row]
+                else:
+                    recent = history[row][-repetition_window:] if repetition_window > 0 else history[row]
+                    processed = process_logits(logits[row], recent, temperature, top_k, top_p, repetition_penalty)
+                    token = sample_next(processed, temperature, generators[row])
                 history[row].append(token)
                 if token == stop_id:
                     done[row] = True
@@ -142,7 +153,10 @@ def stream_batch(
             if all(done):
                 return
             # Finished rows keep being fed their last token: the batch stays rectangular, their output is ignored.
-            step_input = torch.tensor([[h[-1]] for h in history], dtype=torch.long, device=device)
+            if plain_greedy and not any(done):
+                step_input = next_ids.view(-1, 1)
+            else:
+                step_input = torch.tensor([[h[-1]] for h in history], dtype=torch.long, device=device)
     finally:
         model.train(was_training)
 

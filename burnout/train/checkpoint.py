@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import queue
 import re
 import shutil
 import threading
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ import torch
 import yaml
 
 from burnout.config import RunConfig, load_run_config
-from burnout.errors import BurnoutError
+from burnout.errors import BurnoutError, StorageError
 from burnout.models import Transformer
 
 CHECKPOINT_DIR = "checkpoints"
@@ -57,26 +59,44 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     final = ckpt_root / f"step_{info['step']:07d}"
     tmp = ckpt_root / f".tmp-{final.name}"
-    tmp.mkdir()
     # Unwrap torch.compile so names carry no `_orig_mod.` prefix.
     model = getattr(model, "_orig_mod", model)
-    safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
-    torch.save(state, tmp / "state.pt")
-    (tmp / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    (tmp / "info.json").write_text(json.dumps(info, indent=2))
-    shutil.copyfile(tokenizer_path, tmp / "tokenizer.json")
-    for f in tmp.iterdir():
-        _fsync(f)
-    _fsync(tmp)
+    try:
+        tmp.mkdir()
+        safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
+        torch.save(state, tmp / "state.pt")
+        (tmp / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        (tmp / "info.json").write_text(json.dumps(info, indent=2))
+        shutil.copyfile(tokenizer_path, tmp / "tokenizer.json")
+        for f in tmp.iterdir():
+            _fsync(f)
+        _fsync(tmp)
+    except (OSError, RuntimeError, safetensors.SafetensorError) as exc:  # a full disk, a quota, a lost mount
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = list_checkpoints(run_dir)
+        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0])[:200]
+        raise StorageError(
+            f"could not write checkpoint {final.name} into {ckpt_root} ({reason}); free disk space, then continue "
+            f"with `burnout train --resume {run_dir}` from the previous checkpoint "
+            f"{previous[-1].name + ', which is intact' if previous else '(none yet)'}") from None
     if final.exists():  # the same step saved again after a resume
-        shutil.rmtree(final)
+        _remove(final)
     os.replace(tmp, final)
     _fsync(ckpt_root)
     keep_steps = set(keep_steps)
     for old in list_checkpoints(run_dir)[:-keep_last]:
         if _step_of(old) not in keep_steps:
-            shutil.rmtree(old)
+            _remove(old)
     return final
+
+
+def _remove(checkpoint: Path) -> None:
+    """Rename a checkpoint out of the step_* names, then delete it: a crash mid-delete leaves a `.tmp-*`
+    folder (removed by the next save), never a half-deleted step_* folder that looks complete."""
+    doomed = checkpoint.with_name(f".tmp-delete-{checkpoint.name}")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.replace(checkpoint, doomed)
+    shutil.rmtree(doomed)
 
 
 def _step_of(path: Path) -> int:
@@ -146,12 +166,23 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Che
     path = resolve_checkpoint(path)
     cfg = load_run_config(path / "config.yaml")
     model = Transformer(cfg.model)
+    name = "model.safetensors"
     try:
-        missing, unexpected = safetensors.torch.load_model(model, str(path / "model.safetensors"), strict=False)
-        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
-        info = json.loads((path / "info.json").read_text())
-    except (OSError, RuntimeError, ValueError, json.JSONDecodeError, safetensors.SafetensorError) as exc:
-        raise BurnoutError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+        missing, unexpected = safetensors.torch.load_model(model, str(path / name), strict=False)
+        name = "state.pt"
+        # Tensors and plain containers only: a pickle that would build any other object is refused, unrun.
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(path / name, map_location="cpu", weights_only=True)
+        name = "info.json"
+        info = json.loads((path / name).read_text())
+    except (OSError, RuntimeError, ValueError, json.JSONDecodeError, safetensors.SafetensorError,
+            pickle.UnpicklingError) as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else ""
+        if isinstance(exc, pickle.UnpicklingError):
+            reason = "it holds objects other than tensors, which are never unpickled"
+        raise BurnoutError(f"checkpoint {path} is unreadable: {name} ({type(exc).__name__}: {reason}); "
+                           "use another checkpoint of the run or train again") from None
     if missing or unexpected:
         raise BurnoutError(
             f"checkpoint {path} does not match its config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import random
 import signal
 import sys
@@ -39,7 +40,7 @@ from burnout.train.distributed import (DistContext, any_rank, barrier, full_stat
                                        load_optimizer_state, mean_across_ranks, shutdown, wrap_model)
 from burnout.train.forecast import forecast_loss
 from burnout.train.hardware import get_hardware
-from burnout.train.metrics import METRICS_FILE, ExternalLoggers, MetricsLog, read_metrics
+from burnout.train.metrics import METRICS_FILE, ExternalLoggers, MetricsLog, read_metrics, write_atomic
 from burnout.train.schedule import lr_at, total_steps
 
 PHASES_FILE = "phases.jsonl"
@@ -70,6 +71,22 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
+
+
+# Token files up to this size (and a quarter of the RAM) are read into memory once; larger ones are
+# memory-mapped. Both give identical batches; preload saves the page-cache walk on every batch.
+PRELOAD_MAX_BYTES = 4 * 2**30
+
+
+def loader_mode(data_dir: Path) -> str:
+    """'preload' when the train and val token files fit comfortably in RAM, else 'mmap'."""
+    meta = read_meta(data_dir)
+    size = sum(s["tokens"] for info in meta["splits"].values() for s in info["shards"]) * np.dtype(meta["dtype"]).itemsize
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 0
+    return "preload" if size <= min(PRELOAD_MAX_BYTES, ram // 4) else "mmap"
 
 
 def refuse_existing_run(run_dir: Path) -> None:
@@ -236,9 +253,11 @@ def _train(cfg: RunConfig, run_dir: Path, data_dir: Path, resume: bool, progress
     tc = cfg.train
     if not resume:
         refuse_existing_run(run_dir)
-    if resume and not list_checkpoints(run_dir):
-        raise BurnoutError(f"nothing to resume in {run_dir}: it holds no checkpoint")
+    # A run killed before its first checkpoint has nothing to load: resuming it starts it again from step 0.
+    from_scratch = resume and not list_checkpoints(run_dir)
     emit = (on_event or (lambda line: None)) if ctx.is_main else (lambda line: None)
+    if from_scratch:
+        emit(f"{run_dir} holds no checkpoint yet: starting it again from step 0")
     precision = resolve_precision(tc.precision, device)
     configure_backends(device)
     seq_len = tc.seq_len or cfg.model.context_length
@@ -254,7 +273,8 @@ def _train(cfg: RunConfig, run_dir: Path, data_dir: Path, resume: bool, progress
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(tc, batch_size=b, grad_accum=seqs // b))
         tc = cfg.train
     # Rank 0's stream, indexed per rank by accumulate_gradients; validation is rank 0's alone.
-    loaders = {split: TokenLoader(data_dir, split, tc.batch_size, seq_len, tc.seed) for split in ("train", "val")}
+    mode = loader_mode(data_dir)
+    loaders = {split: TokenLoader(data_dir, split, tc.batch_size, seq_len, tc.seed, mode=mode) for split in ("train", "val")}
     tokens_per_step = tc.batch_size * tc.grad_accum * seq_len * ctx.world_size
     end_of_run = total_steps(tc, tokens_per_step, meta["splits"]["train"]["tokens"])
 
@@ -266,7 +286,7 @@ def _train(cfg: RunConfig, run_dir: Path, data_dir: Path, resume: bool, progress
     if tc.activation_checkpointing:
         apply_activation_checkpointing(model)
     step, elapsed_before, skipped, ckpt = 0, 0.0, 0, None
-    if resume:
+    if resume and not from_scratch:
         ckpt = load_checkpoint(list_checkpoints(run_dir)[-1], "cpu")
         if ckpt.config.model != cfg.model:
             raise BurnoutError(f"--resume: the model in {ckpt.path} differs from this config's model section")
@@ -307,7 +327,7 @@ def _train(cfg: RunConfig, run_dir: Path, data_dir: Path, resume: bool, progress
         metrics = MetricsLog(run_dir)
         if resume:
             metrics.truncate_after(step)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_atomic(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         external = ExternalLoggers(run_dir, tc.tensorboard, tc.wandb, cfg.to_dict())
         if tc.mirror_dir:
             mirror = CheckpointMirror(Path(tc.mirror_dir), emit)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
@@ -20,12 +21,23 @@ class MetricsLog:
         if not self.path.exists():
             return
         kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        write_atomic(self.path, "".join(line + "\n" for line in kept))  # a kill here must not lose the log
 
     def write(self, record: dict) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
         with self.path.open("a") as f:
             f.write(json.dumps(clean) + "\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to a temporary name and rename it over `path`: a reader (or a crash) sees all or nothing."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

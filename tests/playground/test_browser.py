@@ -4,11 +4,6 @@ Chromium through Playwright. The screenshot is kept in test-artifacts/ for a per
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -30,35 +25,11 @@ def require_chromium():
         pytest.skip(message)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def playground(sampled_runs):
+def playground(sampled_runs, start_playground):
     require_chromium()
-    port = free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "burnout", "playground", *map(str, sampled_runs),
-                             "--port", str(port), "--concurrency", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 90
-    try:
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the playground did not start:\n{proc.communicate(timeout=10)[0]}")
-                time.sleep(0.5)
+    with start_playground(sampled_runs, "--concurrency", "2") as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_playground_in_chromium(playground):

@@ -135,12 +135,17 @@ def test_refuses_to_train_into_a_folder_that_holds_a_run(tiny_run):
     assert (tiny_run.run_dir / "metrics.jsonl").read_bytes() == before
 
 
-def test_refuses_to_resume_without_a_checkpoint(tiny_run, tmp_path):
+def test_refuses_to_resume_without_a_config_and_restarts_without_a_checkpoint(tiny_run, tmp_path):
     with pytest.raises(BurnoutError, match="config.yaml"):
         resume_training(tmp_path, [], on_event=_quiet, progress=False)
+    # A run killed before its first checkpoint: --resume starts it again from step 0.
     (tmp_path / "config.yaml").write_bytes((tiny_run.run_dir / "config.yaml").read_bytes())
-    with pytest.raises(BurnoutError, match="no checkpoint"):
-        resume_training(tmp_path, [], on_event=_quiet, progress=False)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 2, "train_loss": 9.0}\n')
+    events = []
+    result = resume_training(tmp_path, ["train.max_steps=2"], on_event=events.append, progress=False)
+    assert any("no checkpoint yet: starting it again from step 0" in line for line in events)
+    assert result.step == 2 and [r["step"] for r in read_metrics(tmp_path)] == [2]
+    assert read_metrics(tmp_path)[0]["train_loss"] != 9.0
 
 
 @pytest.mark.parametrize("override, key", [

@@ -1,0 +1,308 @@
+"""The bad-input catalogue: every stage of the CLI fed something wrong, through the real `burnout` command.
+
+Each case must give exactly one `burnout: error:` line on stderr that says what is wrong, where, and
+how to fix it; exit with code 2 (BurnoutError: a user error) or 74 (the OS refused a path: StorageError
+or any OSError); print no traceback; and leave every
+file that existed before untouched (checked by content and modification time over the whole tree).
+A case creates nothing unless it is marked as allowed to (a data folder it leaves unfinished).
+
+tests/test_cli.py holds the first eleven (unknown preset, typo'd key, wrong type, heads that do not
+divide d_model, missing config or checkpoint, an existing run as --out, unknown options); the cases
+here are the rest of the issue's list. All commands start at once, so the suite pays for a few
+interpreter start-ups' worth of time rather than one per case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass
+class Case:
+    name: str
+    argv: list[str]  # "{dir}" is the case's own folder, "{data}" a prepared data folder, "{run}" a trained run
+    fragments: list[str]  # each must appear in the one error line
+    setup: object = None  # setup(case_dir, data, run) -> None: builds the bad input inside case_dir
+    creates: bool = False  # may leave new files behind (an unfinished data folder, say)
+    code: int = 2  # 2: BurnoutError, a user error; 74: the disk or the OS refused (StorageError, any OSError)
+
+
+def _recipe(d: Path, sources: list[dict], **data) -> None:
+    (d / "recipe.yaml").write_text(json.dumps({"data": {"sources": sources, **data},
+                                               "tokenizer": {"kind": "bpe", "vocab_size": 300}}))
+
+
+def _copy_data(d: Path, data: Path, run: Path) -> None:
+    shutil.copytree(data, d / "data")
+
+
+def _copy_run(d: Path, data: Path, run: Path) -> None:
+    shutil.copytree(run, d / "run")
+
+
+def _ckpt(d: Path) -> Path:
+    return sorted((d / "run" / "checkpoints").iterdir())[-1]
+
+
+def _edit_json(path: Path, edit) -> None:
+    value = json.loads(path.read_text())
+    edit(value)
+    path.write_text(json.dumps(value))
+
+
+def _config(d: Path, text: str) -> None:
+    (d / "run.yaml").write_text(text)
+
+
+TINY = ("model: {family: llama, vocab_size: 512, n_layer: 2, d_model: 64, n_head: 4, n_kv_head: 2, "
+        "context_length: 64, ffn_multiple_of: 32}\n"
+        "train: {device: cpu, precision: fp32, batch_size: 2, seq_len: 32, max_steps: 2}\n")
+
+
+CASES = [
+    # -- corpus and data preparation
+    Case("missing-corpus", ["data", "prepare", "{dir}/recipe.yaml", "--out", "{dir}/out"], ["no-such-corpus"],
+         setup=lambda d, *_: _recipe(d, [{"name": "t", "kind": "text", "path": str(d / "no-such-corpus")}])),
+    Case("empty-corpus", ["data", "prepare", "{dir}/recipe.yaml", "--out", "{dir}/out"], ["empty"],
+         setup=lambda d, *_: ((d / "empty.txt").write_text(""),
+                              _recipe(d, [{"name": "t", "kind": "text", "path": str(d / "empty.txt")}])),
+         creates=True),
+    Case("binary-corpus", ["data", "prepare", "{dir}/recipe.yaml", "--out", "{dir}/out"], ["blob.txt"],
+         setup=lambda d, *_: ((d / "blob.txt").write_bytes(bytes(range(256)) * 64),
+                              _recipe(d, [{"name": "t", "kind": "text", "path": str(d / "blob.txt")}])),
+         creates=True),
+    Case("non-utf8-corpus", ["data", "prepare", "{dir}/recipe.yaml", "--out", "{dir}/out"], ["latin1.txt"],
+         setup=lambda d, *_: ((d / "latin1.txt").write_bytes("café crème brûlée, à la française. ".encode("latin-1") * 200),
+                              _recipe(d, [{"name": "t", "kind": "text", "path": str(d / "latin1.txt")}])),
+         creates=True),
+    Case("jsonl-without-text-field", ["data", "prepare", "{dir}/recipe.yaml", "--out", "{dir}/out"], ["content"],
+         setup=lambda d, *_: ((d / "docs.jsonl").write_text('{"body": "hello"}\n' * 50),
+                              _recipe(d, [{"name": "j", "kind": "jsonl", "path": str(d / "docs.jsonl"),
+                                           "text_field": "content"}])),
+         creates=True),
+    Case("val-fraction-out-of-range", ["data", "prepare", "default", "--out", "{dir}/out", "data.val_fraction=0.7"],
+         ["data.val_fraction", "0.7"]),
+    Case("prepare-into-prepared-folder", ["data", "prepare", "default", "--out", "{dir}/data"],
+         ["already holds prepared data", "overwrite"], setup=_copy_data),
+    Case("prepare-zero-workers", ["data", "prepare", "default", "--out", "{dir}/out", "--workers", "-1"],
+         ["--workers"]),
+    # -- token shards and manifests
+    Case("truncated-shard", ["data", "inspect", "{dir}/data"], ["train_000000.bin", "truncated"],
+         setup=lambda d, data, run: (_copy_data(d, data, run),
+                                     os.truncate(d / "data" / "train_000000.bin", 1000))),
+    Case("foreign-shard", ["data", "inspect", "{dir}/data", "--verify"], ["train_000000.bin", "sha256"],
+         setup=lambda d, data, run: (_copy_data(d, data, run),
+                                     (d / "data" / "train_000000.bin").write_bytes(
+                                         bytes(reversed((d / "data" / "train_000000.bin").read_bytes()))))),
+    Case("manifest-sha256-mismatch", ["data", "inspect", "{dir}/data", "--verify"], ["val_000000.bin", "sha256"],
+         setup=lambda d, data, run: (_copy_data(d, data, run), _edit_json(
+             d / "data" / "meta.json", lambda m: m["splits"]["val"]["shards"][0].update(sha256="0" * 64)))),
+    Case("unfinished-data-folder", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{dir}/data"],
+         ["no meta.json", "prepare the data again"],
+         setup=lambda d, data, run: (_copy_data(d, data, run), (d / "data" / "meta.json").unlink(), _config(d, TINY))),
+    Case("vocab-larger-than-dtype", ["data", "inspect", "{dir}/data"], ["70000", "uint16"],
+         setup=lambda d, data, run: (_copy_data(d, data, run), _edit_json(
+             d / "data" / "meta.json", lambda m: m.update(vocab_size=70000)))),
+    Case("model-vocab-smaller-than-data", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{data}",
+                                           "model.vocab_size=256"], ["model.vocab_size", "512"],
+         setup=lambda d, *_: _config(d, TINY)),
+    # -- run configs
+    Case("typo-section-in-yaml", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run"], ["trian", "train"],
+         setup=lambda d, *_: _config(d, TINY.replace("train:", "trian:"))),
+    Case("wrong-type-in-yaml", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run"],
+         ["train.batch_size", "expected int"], setup=lambda d, *_: _config(d, TINY.replace("batch_size: 2", "batch_size: big"))),
+    Case("config-not-yaml", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run"], ["run.yaml"],
+         setup=lambda d, *_: (d / "run.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00{[: :]")),
+    Case("config-is-a-list", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run"], ["run.yaml"],
+         setup=lambda d, *_: _config(d, "- model\n- train\n")),
+    Case("negative-batch", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.batch_size=-4"],
+         ["train.batch_size", "-4"], setup=lambda d, *_: _config(d, TINY)),
+    Case("zero-layers", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "model.n_layer=0"],
+         ["model.n_layer", "0"], setup=lambda d, *_: _config(d, TINY)),
+    Case("kv-heads-do-not-divide", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "model.n_kv_head=3"],
+         ["model.n_kv_head", "3"], setup=lambda d, *_: _config(d, TINY)),
+    Case("seq-len-beyond-context", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.seq_len=128"],
+         ["train.seq_len", "128", "64"], setup=lambda d, *_: _config(d, TINY)),
+    Case("batch-larger-than-data", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{dir}/data"],
+         ["batch larger than the data", "val", "train.seq_len"],
+         setup=lambda d, data, run: (_copy_data(d, data, run), _shrink_val(d / "data"), _config(d, TINY))),
+    # -- checkpoints
+    Case("checkpoint-of-another-model", ["generate", "{dir}/run", "--prompt", "The "], ["does not match its config"],
+         setup=lambda d, data, run: (_copy_run(d, data, run), _retouch_yaml(_ckpt(d) / "config.yaml", "n_layer: 2", "n_layer: 3"))),
+    Case("checkpoint-of-another-tokenizer", ["generate", "{dir}/run", "--prompt", "The "],
+         ["tokenizer has", "not the one the model was trained with"],
+         setup=lambda d, data, run: (_copy_run(d, data, run), _bigger_tokenizer(_ckpt(d) / "tokenizer.json"))),
+    Case("resume-with-another-tokenizer", ["train", "--resume", "{dir}/run", "train.max_steps=30"],
+         ["is not the tokenizer", "data.prepared_dir"],
+         setup=lambda d, data, run: (_copy_run(d, data, run), _copy_data(d, data, run),
+                                     _bigger_tokenizer(d / "data" / "tokenizer.json"),
+                                     _retouch_yaml(d / "run" / "config.yaml", str(data.resolve()), str(d / "data"))),
+         creates=True),  # resumes.jsonl records the attempted overrides before the run is checked
+    Case("corrupted-checkpoint", ["generate", "{dir}/run", "--prompt", "The "], ["unreadable", "model.safetensors"],
+         setup=lambda d, data, run: (_copy_run(d, data, run), os.truncate(_ckpt(d) / "model.safetensors", 100))),
+    Case("corrupted-state", ["export", "{dir}/run", "--to", "{dir}/hf"], ["unreadable", "state.pt"],
+         setup=lambda d, data, run: (_copy_run(d, data, run), (_ckpt(d) / "state.pt").write_bytes(b"not a zip"))),
+    Case("resume-a-folder-that-is-no-run", ["train", "--resume", "{dir}"], ["no config.yaml"]),
+    # -- evaluation and generation
+    Case("unknown-task", ["eval", "{run}", "--tasks", "val,hellaswagg"], ["hellaswagg"]),
+    Case("prompt-longer-than-context", ["generate", "{run}", "--prompt", "word " * 200, "--max-new-tokens", "5"],
+         ["context"]),
+    Case("negative-max-new-tokens", ["generate", "{run}", "--prompt", "The ", "--max-new-tokens", "-3"],
+         ["--max-new-tokens", "-3"]),
+    Case("token-ids-not-numbers", ["tokenizer", "decode", "{data}", "12 twelve"], ["twelve"]),
+    # -- output folders
+    Case("output-is-a-file", ["data", "prepare", "default", "--out", "{dir}/file.txt/out"], ["file.txt", "writable"],
+         setup=lambda d, *_: (d / "file.txt").write_text("keep me\n"), code=74),
+    Case("unwritable-output", ["export", "{run}", "--to", "/proc/burnout-export"], ["/proc/burnout-export", "writable"],
+         code=74),
+    Case("import-into-another-run", ["import", "{dir}/hf", "--to", "{dir}/run"], ["already holds checkpoints"],
+         setup=lambda d, data, run: (_copy_run(d, data, run), (d / "hf").mkdir(),
+                                     shutil.copy(data / "tokenizer.json", d / "hf" / "tokenizer.json"))),
+]
+
+
+def _shrink_val(data: Path) -> None:
+    """A data folder whose val split is 20 tokens: too short for one 32-token window."""
+    meta = json.loads((data / "meta.json").read_text())
+    shard = meta["splits"]["val"]["shards"][0]
+    blob = (data / shard["file"]).read_bytes()[:40]
+    (data / shard["file"]).write_bytes(blob)
+    shard.update(tokens=20, sha256=hashlib.sha256(blob).hexdigest())
+    meta["splits"]["val"].update(tokens=20, shards=[shard])
+    for extra in meta["splits"]["val"]["shards"][1:]:
+        (data / extra["file"]).unlink()
+    (data / "meta.json").write_text(json.dumps(meta))
+
+
+def _retouch_yaml(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new))
+
+
+def _bigger_tokenizer(path: Path) -> None:
+    """Another tokenizer: the same one with 600 more tokens than the model has embeddings for."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    tok.add_tokens([f"<extra_{i}>" for i in range(600)])
+    tok.save(str(path))
+
+
+# `python -m burnout ARGS` for many cases at a fraction of the cost: one interpreter imports torch and
+# the CLI once, then forks a child per case that runs burnout/__main__.py exactly as `-m` would (an
+# escaping exception prints its traceback and exits 1, as the interpreter does), with its own argv,
+# working folder, stdout and stderr. Two children run at a time.
+_RUNNER = r"""
+import json, os, runpy, sys, traceback
+import torch, burnout.cli, burnout.train.run, burnout.eval.evaluate, burnout.data.prepare  # imported once
+jobs, logs = json.loads(sys.argv[1]), sys.argv[2]
+running, codes = {}, {}
+
+def start(job):
+    pid = os.fork()
+    if pid:
+        running[pid] = job["name"]
+        return
+    try:
+        os.chdir(job["cwd"])
+        for fd, kind in ((1, "out"), (2, "err")):
+            f = os.open(os.path.join(logs, job["name"] + "." + kind), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(f, fd)
+        sys.argv = ["burnout", *job["argv"]]
+        code = 0
+        try:
+            runpy.run_module("burnout", run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(locals().get("code", 1))
+
+queue = list(jobs)
+while queue or running:
+    while queue and len(running) < 2:
+        start(queue.pop(0))
+    pid, status = os.wait()
+    codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
+print(json.dumps(codes))
+"""
+
+
+def run_cli_cases(jobs: list[dict], logs: Path) -> dict[str, tuple[int, str, str]]:
+    logs.mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(jobs), str(logs)], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads(proc.stdout.splitlines()[-1])
+    return {name: (code, (logs / f"{name}.out").read_text(), (logs / f"{name}.err").read_text())
+            for name, code in codes.items()}
+
+
+def _snapshot(root: Path) -> dict[str, tuple[str, int]]:
+    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory, tiny_bpe_data, sampled_runs):
+    root = tmp_path_factory.mktemp("bad_inputs")
+    run = sampled_runs[0]
+    for case in CASES:
+        d = root / case.name
+        d.mkdir()
+        if case.setup is not None:
+            case.setup(d, tiny_bpe_data, run)
+    before = _snapshot(root)
+    shared_before = {p: _snapshot(p) for p in (tiny_bpe_data, run)}
+    subs = {"{data}": str(tiny_bpe_data), "{run}": str(run)}
+    jobs = []
+    for case in CASES:
+        argv = [a.replace("{dir}", str(root / case.name)) for a in case.argv]
+        jobs.append({"name": case.name, "argv": [subs.get(a, a) for a in argv], "cwd": str(root / case.name)})
+    results = run_cli_cases(jobs, root / ".logs")
+    return root, before, _snapshot(root), shared_before, results
+
+
+def test_catalogue_has_at_least_25_cases():
+    assert len(CASES) >= 25 and len({c.name for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_gives_one_clear_line(catalogue, case):
+    root, before, after, _, results = catalogue
+    code, out, err = results[case.name]
+    assert "Traceback" not in err and "Traceback" not in out, err[-3000:]
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("burnout: error: "), err[-3000:]
+    for fragment in case.fragments:
+        assert fragment in lines[0], lines[0]
+    assert code == case.code, (code, lines[0])
+    # Nothing that existed was changed; nothing new appeared unless the case may leave an unfinished folder.
+    prefix = case.name + os.sep
+    for path, stamp in before.items():
+        if path.startswith(prefix):
+            assert after.get(path) == stamp, f"{path} was changed or removed"
+    if not case.creates:
+        new = [p for p in after if p.startswith(prefix) and p not in before]
+        assert not new, f"created {new}"
+
+
+def test_shared_inputs_untouched(catalogue, tiny_bpe_data, sampled_runs):
+    *_, shared_before, _ = catalogue
+    for path, snap in shared_before.items():
+        assert _snapshot(path) == snap, path
