@@ -430,7 +430,7 @@ def _train(cfg: RunConfig, run_dir: Path, data_dir: Path, resume: bool, progress
                 if final:
                     stop_reason = ("signal" if interrupted else "time" if time_up
                                    else "phase" if step < end_of_run else "done")
-                if step % tc.log_interval == 0 or final:
+                if step % tc.log_interval == 0 or step % tc.eval_interval == 0 or final:
                     rate = train_tokens / train_time
                     record = {"step": step, "tokens": step * tokens_per_step, "train_loss": loss_value, "lr": lr,
                               "grad_norm": norm_value, "tokens_per_s": rate, "elapsed_s": round(elapsed, 3),

@@ -233,3 +233,11 @@ def test_gradient_accumulation_equals_one_big_batch(tiny_run_config, tiny_bpe_da
     assert loss.item() == pytest.approx(big_loss.item(), rel=1e-5)
     for (name, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_evaluations_happen_at_their_interval_even_between_log_lines(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config(max_steps=9, log_interval=4, eval_interval=3, ckpt_interval=9)
+    start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=lambda line: None, progress=False)
+    records = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == [3, 4, 6, 8, 9]
+    assert [r["step"] for r in records if "val_loss" in r] == [3, 6, 9]
