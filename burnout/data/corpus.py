@@ -86,14 +86,6 @@ def interleave_rng(seed: int, split: str) -> np.random.Generator:
     return np.random.default_rng([seed, _INTERLEAVE_STREAM, zlib.crc32(split.encode())])
 
 
-def document_readers(source: SourceConfig) -> list[DocumentReader]:
-    """One reader per document of a random-access source (not parquet or hf)."""
-    index = open_source(source)
-    if not isinstance(index, _ReaderIndex):
-        raise BurnoutError(f"data source '{source.name}': kind {source.kind} has no per-document readers")
-    return index.readers
-
-
 def open_source(source: SourceConfig) -> _SourceIndex:
     if source.kind == "stdlib_docs":
         return _ReaderIndex(_stdlib_docs_readers())

@@ -70,11 +70,6 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Da
     return data, tok
 
 
-def recipe_description(name_or_path: str | Path) -> str:
-    path = Path(name_or_path) if Path(name_or_path).is_file() else RECIPE_DIR / f"{name_or_path}.yaml"
-    return str(read_yaml(path).get("description", ""))
-
-
 def load_data_sections(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[DataConfig, TokenizerConfig]:
     """The data and tokenizer sections of a recipe, or of a run config (which also has them)."""
     if is_recipe(name_or_path):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from burnout.errors import BurnoutError
 
 
 @dataclass
@@ -120,8 +119,3 @@ def load_optimizer_state(model, optimizer, state: dict, strategy: str, ctx: Dist
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
     else:
         optimizer.load_state_dict(state)
-
-
-def require_divisible(what: str, total: int, ctx: DistContext) -> None:
-    if total % ctx.world_size:
-        raise BurnoutError(f"{what}: {total} is not divisible by the {ctx.world_size} torchrun processes")

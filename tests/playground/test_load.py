@@ -14,7 +14,7 @@ def test_hundred_requests_from_twenty_clients(sampled_runs, start_playground):
     # A queue smaller than the number of clients, so that some requests must be refused.
     with start_playground(sampled_runs, "--concurrency", "2", "--queue-size", "8") as (url, proc):
         checkpoint = "fast · step 24"
-        outcomes, errors = [], []
+        outcomes = []
         lock = threading.Lock()
 
         def client_session(i: int) -> None:
