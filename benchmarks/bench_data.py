@@ -2,18 +2,20 @@
 
     python -m benchmarks.bench_data [--mb 8] [--workers 1 2] [--batches 200]
 
-1. Tokenization MB/s of prepare_data (clean none, GPT-2-sized BPE trained here) at each --workers.
+1. Tokenization MB/s of prepare_data (clean none, an 8,192-token BPE trained here) at each --workers.
 2. Peak RSS of prepare_data on a corpus of --mb MB and on one 10x larger (each in a fresh process):
    streaming preparation should need about the same memory for both.
 3. TokenLoader.get_batch batches/s, mmap vs preload, on the larger prepared directory.
 
-The corpus is the embedded stdlib text repeated into jsonl files under a temp folder.
+The corpus is the embedded stdlib text (code and docs), sampled into a jsonl file under a temp folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import random
 import resource
 import subprocess
 import sys
@@ -24,23 +26,28 @@ from pathlib import Path
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
 from burnout.data.corpus import iter_documents
 
+DOC_CHARS = 100_000
+
 
 def make_corpus(folder: Path, megabytes: float) -> Path:
-    """jsonl files of stdlib documents (each copy tagged so dedup would keep it) totalling `megabytes`."""
+    """jsonl files totalling `megabytes` of stdlib documents drawn at random (seeded, with replacement).
+
+    Every corpus draws from the same pool, so a small and a large corpus hold documents of the same
+    sizes (each cut to DOC_CHARS, about the largest web document a real mix holds): what differs is
+    only how many there are. Each copy is tagged so dedup would keep it."""
     folder.mkdir(parents=True, exist_ok=True)
-    base = list(iter_documents(SourceConfig(name="code", kind="stdlib_code")))
+    pool = [doc[:DOC_CHARS] for kind in ("stdlib_code", "stdlib_docs")
+            for doc in iter_documents(SourceConfig(name=kind, kind=kind))]
+    rng = random.Random(0)
     target = int(megabytes * 1e6)
-    written, copy, part = 0, 0, 0
-    while written < target:
-        with open(folder / f"part{part:03d}.jsonl", "w", encoding="utf-8") as f:
-            for doc in base:
-                line = json.dumps({"text": f"# copy {copy}\n{doc}"}) + "\n"
-                f.write(line)
-                written += len(line)
-                if written >= target:
-                    break
-        copy += 1
-        part += 1
+    written = 0
+    with open(folder / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for copy in itertools.count():
+            line = json.dumps({"text": f"# copy {copy}\n{rng.choice(pool)}"}) + "\n"
+            f.write(line)
+            written += len(line)
+            if written >= target:
+                break
     return folder
 
 
@@ -58,9 +65,7 @@ def run_prepare(corpus: str, out: str, workers: int, tokenizer: str | None) -> d
     meta = prepare_data(_cfg(Path(corpus), 10_000_000), tok_cfg, out, tokenizer_path=tokenizer, workers=workers)
     seconds = time.perf_counter() - start
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    tokens = meta["sources"]["total"]["tokens"]
-    return {"seconds": seconds, "tokens": tokens, "peak_rss_mb": rss_mb, "worker_peak_rss_mb": children_mb}
+    return {"seconds": seconds, "tokens": meta["sources"]["total"]["tokens"], "peak_rss_mb": rss_mb}
 
 
 def in_subprocess(corpus: Path, out: Path, workers: int, tokenizer: Path | None) -> dict:
@@ -87,16 +92,21 @@ def main() -> None:
         # Train the tokenizer once, so the timings below are of encoding + writing only.
         first = in_subprocess(small, tmp / "tok", 1, None)
         tokenizer = tmp / "tok" / "tokenizer.json"
-        print(f"corpus: small {args.mb:g} MB, large {10 * args.mb:g} MB (jsonl, stdlib source copies)")
+        print(f"corpus: small {args.mb:g} MB, large {10 * args.mb:g} MB (jsonl of stdlib documents drawn at random)")
         print(f"(tokenizer training + first prepare: {first['seconds']:.1f}s)")
+        rates = {}
         for workers in args.workers:
             r = in_subprocess(small, tmp / f"w{workers}", workers, tokenizer)
-            print(f"prepare small, workers={workers}: {r['seconds']:.2f}s, {args.mb / r['seconds']:.2f} MB/s, "
-                  f"{r['tokens'] / r['seconds'] / 1e6:.2f} Mtok/s")
+            rates[workers] = args.mb / r["seconds"]
+            print(f"prepare small, workers={workers}: {r['seconds']:.2f}s, {rates[workers]:.2f} MB/s, "
+                  f"{r['tokens'] / r['seconds'] / 1e6:.2f} Mtok/s ({rates[workers] / rates[args.workers[0]]:.2f}x "
+                  f"workers={args.workers[0]})")
+        peaks = {}
         for name, corpus in (("small", small), ("large", large)):
             r = in_subprocess(corpus, tmp / f"rss_{name}", max(args.workers), tokenizer)
-            print(f"prepare {name}: {r['tokens']:,} tokens in {r['seconds']:.1f}s, peak RSS main {r['peak_rss_mb']:.0f} MB, "
-                  f"largest worker {r['worker_peak_rss_mb']:.0f} MB")
+            peaks[name] = r["peak_rss_mb"]
+            print(f"prepare {name}: {r['tokens']:,} tokens in {r['seconds']:.1f}s, peak RSS {r['peak_rss_mb']:.0f} MB")
+        print(f"peak RSS, 10x the corpus: {peaks['large'] / peaks['small']:.2f}x")
 
         from burnout.data.loader import TokenLoader
 

@@ -6,7 +6,7 @@ the command's start to its exit, against nanoGPT's CPU recipe (100 s to val 1.88
 
 The data (nanoGPT's split: first 90% of the characters train, last 10% val) are prepared first, timed on
 their own, unless --data names a prepared folder; --include-prepare instead lets the train command
-prepare them inside the timed run. The final val loss is the config's: over every whole 128-token window
+prepare them inside the timed run. The final val loss is the config's: over every whole 64-token window
 of the val split (111,488 of its 111,541 tokens). Prints wall seconds, val loss, tokens/s, the CPU
 seconds the command used and the machine's load around it (timings on a shared machine are noisy).
 """

@@ -243,6 +243,12 @@ class TrainConfig:
     max_minutes: float | None = None
     # Named legs of the run, cumulative step targets; training stops at each one's end.
     phases: list[PhaseConfig] = field(default_factory=list)
+    # adamw: AdamW for every weight. muon: Muon (momentum, then each update orthogonalized) for the
+    # blocks' attention and MLP matrices, with AdamW at lr for embeddings, head, norms and biases
+    # (modded-nanogpt's split); the schedule scales muon_lr as it scales lr, weight_decay applies to both.
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
     lr: float = 1e-3
     min_lr: float = 1e-4
     warmup_steps: int = 100
@@ -282,6 +288,14 @@ class TrainConfig:
             _require_positive("train.seq_len", self.seq_len)
         if self.lr <= 0:
             raise BurnoutError(f"train.lr: {self.lr} must be positive")
+        if self.muon_lr <= 0:
+            raise BurnoutError(f"train.muon_lr: {self.muon_lr} must be positive")
+        if not 0 <= self.muon_momentum < 1:
+            raise BurnoutError(f"train.muon_momentum: {self.muon_momentum} is outside [0, 1)")
+        if self.optimizer == "muon" and self.distributed == "fsdp":
+            # torch.optim.Muon on FSDP's shards orthogonalizes each shard, not the matrix: wrong updates.
+            raise BurnoutError("train.optimizer: muon orthogonalizes whole matrices, which FSDP shards; "
+                               "use train.distributed=ddp or train.optimizer=adamw")
         if not 0 <= self.min_lr <= self.lr:
             raise BurnoutError(f"train.min_lr: {self.min_lr} must lie in [0, train.lr={self.lr}]")
         if self.warmup_steps < 0:

@@ -163,9 +163,19 @@ def test_odd_head_dim_rejected_for_llama_only():
     ("model.dropout=1.0", "model.dropout"),
     ("data.val_fraction=0", "data.val_fraction"),
     ("train.min_lr=1.0", "train.min_lr"),
+    ("train.muon_lr=0", "train.muon_lr"),
+    ("train.muon_momentum=1.0", "train.muon_momentum"),
 ])
 def test_non_positive_sizes(override, key):
     rejects([override], key)
+
+
+def test_optimizer_choice():
+    assert load_run_config("quickstart").train.optimizer == "adamw"
+    muon = load_run_config("quickstart", ["train.optimizer=muon", "train.muon_lr=0.05"]).train
+    assert (muon.optimizer, muon.muon_lr, muon.muon_momentum) == ("muon", 0.05, 0.95)
+    rejects(["train.optimizer=sgd"], "config.train.optimizer", "'sgd' is not one of 'adamw', 'muon'")
+    rejects(["train.optimizer=muon", "train.distributed=fsdp"], "train.optimizer", "FSDP")
 
 
 def test_seq_len_beyond_context():

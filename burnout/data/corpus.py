@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import sysconfig
 import urllib.request
 import zlib
@@ -75,6 +76,16 @@ def iter_source(source: SourceConfig, seed: int) -> Iterator[str]:
             f"data source '{source.name}' ({_describe_location(source)}) contains no text; "
             "point it at non-empty files or remove it from data.sources"
         )
+
+
+def source_signature(source: SourceConfig) -> list:
+    """What tells the current contents of a source apart without reading it: (path, bytes, mtime) of each
+    file, the Python version for the stdlib; nothing beyond its config for a Hugging Face dataset."""
+    if source.kind in ("stdlib_docs", "stdlib_code"):
+        return [sys.version]
+    if source.kind == "hf":
+        return []
+    return [[str(path), path.stat().st_size, path.stat().st_mtime_ns] for path in _resolve_files(source)]
 
 
 def source_rng(source: SourceConfig, seed: int) -> np.random.Generator:

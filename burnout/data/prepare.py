@@ -19,18 +19,27 @@ draws each source in proportion to the budget it still has left; each source sen
 when that keeps val's part of the tokens the source has given closest to val_fraction. The document
 that crosses a source's budget is cut (and still ends with <|endoftext|>).
 
-Preparation streams: memory holds one encode chunk per source and one document per split, not the
-corpus. Encoding runs on the tokenizer's Rust thread pool (`workers` > 1) or one thread. An interrupted
-run resumes: the stream is replayed deterministically, and shards already renamed into place and
-listed in the manifest (same settings, same size) are not written or hashed again.
+Preparation streams: memory holds up to three encode chunks per source and one document per split, not the
+corpus. Encoding runs on the tokenizer's Rust thread pool (`workers` > 1, on background threads, so
+reading and writing overlap it) or on one thread.
+
+An interrupted run resumes. Each time a shard is finished the manifest also records a resume point
+(at the next document boundary): the mixer's random state and counters, each source's position, the
+log of chunks read so far and how far each split's partial shard (`.NAME.partial`) is filled. A
+resume reads and cleans the logged chunks again (rebuilding dedup exactly) but encodes only documents
+not yet written, cuts the partial shards back to the recorded length and goes on. Without a usable
+point (killed before the first shard, or a partial shard lost) the stream is replayed from the start;
+either way shards already listed in the manifest (same settings, same size) are not written again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,7 +49,7 @@ from tqdm import tqdm
 
 from burnout.config import DataConfig, TokenizerConfig
 from burnout.data.clean import Cleaner
-from burnout.data.corpus import MixedCorpus, interleave_rng, iter_source, mix_corpus
+from burnout.data.corpus import MixedCorpus, interleave_rng, iter_source, mix_corpus, source_signature
 from burnout.data.tokenizer import build_tokenizer, eot_id, load_tokenizer, tokenizer_kind, tokenizer_sha256
 from burnout.errors import BurnoutError
 
@@ -50,11 +59,14 @@ META_FILE = "meta.json"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
 SPLITS = ("train", "val")
-# Documents (or characters) read from one source before they are encoded together.
+# Documents (or characters) read from one source before they are encoded together. Encoding a chunk
+# briefly holds Hugging Face Encoding objects of ~80 bytes per token, which sets prepare's peak memory:
+# 1M characters keep it near 140 MB whatever the corpus size (4M measured 200+ MB), at the same speed.
 ENCODE_CHUNK_DOCS = 1024
-ENCODE_CHUNK_CHARS = 4_000_000
-# A chunk smaller than this is encoded on one thread: starting the thread pool costs more.
-MIN_PARALLEL_DOCS = 64
+ENCODE_CHUNK_CHARS = 1_000_000
+# Chunks read and submitted for encoding before they are needed. With two encodings in flight the
+# thread pool always has work: one chunk's last, longest documents no longer leave a core idle.
+CHUNKS_AHEAD = 2
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -174,40 +186,84 @@ def train_recipe_tokenizer(data_cfg: DataConfig, tok_cfg: TokenizerConfig, sampl
 
 
 class _SourceStream:
-    """The encoded documents of one source in its seeded order, read and encoded a chunk at a time."""
+    """The cleaned, encoded documents of one source in its seeded order.
 
-    def __init__(self, source, seed: int, cleaner: Cleaner, encoder: _Encoder) -> None:
+    Documents are read and cleaned a chunk at a time, on the calling thread and in the order the mix
+    asks for them, so that dedup across sources sees documents in one deterministic order (the same
+    for any number of workers). Chunks are read CHUNKS_AHEAD ahead of use and encoded in the
+    background when workers > 1, so reading, cleaning and writing overlap encoding. Every chunk read is appended to `fill_log` as [source, texts read,
+    source exhausted]: replaying the log rebuilds the cleaner's state without encoding (see resume).
+    """
+
+    def __init__(self, index: int, source, seed: int, cleaner: Cleaner, encoder: _Encoder, fill_log: list) -> None:
+        self.index, self.name = index, source.name
         self.texts = iter_source(source, seed)
         self.cleaner = cleaner
         self.encoder = encoder
-        self.queue: deque[tuple[np.ndarray, int]] = deque()
+        self.fill_log = fill_log
+        self.ready: deque[tuple[np.ndarray, int]] = deque()
+        self.chunks: deque[Future] = deque()  # read and cleaned, encoded or being encoded
         self.exhausted = False
+        self.taken = 0  # documents handed out by next()
         # Chunks start small and double: a source that needs few documents reads few past its budget.
         self.chunk_docs = 8
 
     def next(self) -> tuple[np.ndarray, int] | None:
         """(token ids, characters) of the next document, or None when the source has run out."""
-        while not self.queue and not self.exhausted:
-            self._fill()
-        return self.queue.popleft() if self.queue else None
+        while not self.ready:
+            if not self.chunks:
+                if self.exhausted:
+                    return None
+                self.chunks.append(self.encoder.submit(self._read_chunk()))
+            self.ready.extend(self.chunks.popleft().result())
+            while len(self.chunks) < CHUNKS_AHEAD and not self.exhausted:
+                self.chunks.append(self.encoder.submit(self._read_chunk()))
+        self.taken += 1
+        return self.ready.popleft()
 
-    def _fill(self) -> None:
+    def _read_chunk(self, count: int | None = None, exhausted: bool = False) -> list[str]:
+        """The cleaned documents of the next chunk; `count` replays a logged chunk of that many texts."""
         docs: list[str] = []
-        chars = 0
-        for text in self.texts:
+        chars = read = 0
+        for text in self.texts if count is None else itertools.islice(self.texts, count):
+            read += 1
             if self.cleaner.active:
                 text = self.cleaner(text)
                 if not text:
                     continue
             docs.append(text)
             chars += len(text)
-            if len(docs) >= self.chunk_docs or chars >= ENCODE_CHUNK_CHARS:
+            if count is None and (len(docs) >= self.chunk_docs or chars >= ENCODE_CHUNK_CHARS):
                 break
         else:
-            self.exhausted = True
+            if count is not None and read < count:
+                raise BurnoutError(
+                    f"data source '{self.name}' holds fewer documents than when this interrupted prepare "
+                    "started; its files changed, so prepare again with --overwrite"
+                )
+            self.exhausted = count is None or exhausted
         self.chunk_docs = min(2 * self.chunk_docs, ENCODE_CHUNK_DOCS)
-        if docs:
-            self.queue.extend(zip(self.encoder.encode(docs), map(len, docs)))
+        self.fill_log.append([self.index, read, self.exhausted])
+        return docs
+
+
+def _restore_streams(streams: list[_SourceStream | None], fill_log: list, taken: list[int]) -> None:
+    """Bring each stream to where it stood when a resume point was saved, encoding only documents not
+    yet handed out: the logged chunks are read and cleaned again in their original order (rebuilding
+    dedup and the cleaning report exactly), the handed-out documents are dropped unencoded."""
+    pending: list[list[list[str]]] = [[] for _ in streams]
+    for index, count, exhausted in list(fill_log):
+        pending[index].append(streams[index]._read_chunk(count, exhausted))
+    for stream, chunks, skip in zip(streams, pending, taken):
+        if stream is None:
+            continue
+        stream.taken = skip
+        for docs in chunks:
+            if skip >= len(docs):
+                skip -= len(docs)
+                continue
+            stream.chunks.append(stream.encoder.submit(docs[skip:]))
+            skip = 0
 
 
 def _budgets(cfg: DataConfig, total_tokens: int) -> dict[str, int]:
@@ -220,16 +276,44 @@ def _write_splits(
 ) -> dict:
     budgets = _budgets(cfg, manifest["total_tokens"])
     cleaner = Cleaner(cfg)
-    streams = [_SourceStream(s, cfg.seed, cleaner, encoder) if s.weight > 0 else None for s in cfg.sources]
+    fill_log: list = []
+    streams = [_SourceStream(i, s, cfg.seed, cleaner, encoder, fill_log) if s.weight > 0 else None
+               for i, s in enumerate(cfg.sources)]
     names = [s.name for s in cfg.sources]
-    stats = {split: {name: {"tokens": 0, "documents": 0, "chars": 0} for name in names} for split in SPLITS}
-    writers = {split: _ShardWriter(out_dir, split, cfg.shard_tokens, dtype, manifest) for split in SPLITS}
-    remaining = np.array([budgets[n] if streams[i] else 0 for i, n in enumerate(names)], dtype=np.int64)
-    taken = np.zeros(len(names), dtype=np.int64)
-    taken_val = np.zeros(len(names), dtype=np.int64)
     rng = interleave_rng(cfg.seed, "mix")
+    point = _usable_resume_point(manifest, out_dir, dtype)
+    if point is None:
+        for stale in out_dir.glob(".*.partial"):
+            stale.unlink()
+        stats = {split: {name: {"tokens": 0, "documents": 0, "chars": 0} for name in names} for split in SPLITS}
+        remaining = np.array([budgets[n] if streams[i] else 0 for i, n in enumerate(names)], dtype=np.int64)
+        taken = np.zeros(len(names), dtype=np.int64)
+        taken_val = np.zeros(len(names), dtype=np.int64)
+        positions = {split: (0, 0) for split in SPLITS}
+    else:  # continue from the last resume point instead of replaying (and encoding) from the start
+        _restore_streams(streams, point["fills"], point["taken_docs"])
+        stats, positions = point["stats"], point["writers"]
+        remaining, taken, taken_val = (np.array(point[key], dtype=np.int64) for key in ("remaining", "taken", "taken_val"))
+        rng.bit_generator.state = point["rng"]
+    writers = {split: _ShardWriter(out_dir, split, cfg.shard_tokens, dtype, manifest, *positions[split]) for split in SPLITS}
+
+    def save_resume_point() -> None:
+        # NOTE: taken at a document boundary (never mid-document), after the partial shards are flushed.
+        for writer in writers.values():
+            writer.flush()
+            writer.finished_any = False
+        manifest["resume"] = {
+            "fills": fill_log, "taken_docs": [stream.taken if stream else 0 for stream in streams],
+            "rng": rng.bit_generator.state, "remaining": remaining.tolist(), "taken": taken.tolist(),
+            "taken_val": taken_val.tolist(), "stats": stats,
+            "writers": {split: [writer.index, writer.filled] for split, writer in writers.items()},
+        }
+        _save_manifest(out_dir, manifest)
+
     with tqdm(total=int(remaining.sum()), desc="tokenizing", unit="tok", unit_scale=True, disable=not progress) as bar:
         while remaining.sum() > 0:
+            if any(writer.finished_any for writer in writers.values()):
+                save_resume_point()
             active = np.flatnonzero(remaining > 0)
             cumulative = np.cumsum(remaining[active])
             i = int(active[np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")])
@@ -270,6 +354,8 @@ def _write_splits(
             )
         documents = sum(e["documents"] for e in stats[split].values())
         splits[split] = {"tokens": tokens, "documents": documents, "shards": shards}
+    manifest.pop("resume", None)  # every shard is listed: nothing is left to resume
+    _save_manifest(out_dir, manifest)
 
     total = sum(splits[s]["tokens"] for s in SPLITS)
     total_weight = sum(s.weight for s in cfg.sources)
@@ -334,23 +420,27 @@ def _add_contiguous(ids: np.ndarray, chars: int, val_fraction: float, budget: in
 class _ShardWriter:
     """Writes a split's token stream into fixed-size shards, one document at a time.
 
-    A shard is finished when its file is renamed into place and listed in the manifest (which is saved
-    right away). Shards the manifest already lists, with a file of the right size, are skipped.
+    The shard being filled is the hidden file `.NAME.partial`; it is finished when renamed to NAME and
+    listed in the manifest (which is saved right away). A writer starts at shard `index` holding
+    `filled` tokens (a resume point); shards the manifest already lists, with a file of the right size,
+    are not written again.
     """
 
-    def __init__(self, out_dir: Path, split: str, shard_tokens: int, dtype: np.dtype, manifest: dict) -> None:
+    def __init__(self, out_dir: Path, split: str, shard_tokens: int, dtype: np.dtype, manifest: dict,
+                 index: int = 0, filled: int = 0) -> None:
         self.out_dir, self.split, self.shard_tokens, self.dtype = out_dir, split, shard_tokens, dtype
         self.manifest = manifest
         self.done = manifest["shards"].setdefault(split, [])
-        self.index = 0
+        self.index = index
         self.filled = 0
+        self.finished_any = False  # a shard was finished since the caller last cleared this
         self._file = None
         self._digest = None
         self._skip = False
-        self._open()
+        self._open(filled)
 
-    def _open(self) -> None:
-        self.filled = 0
+    def _open(self, filled: int = 0) -> None:
+        self.filled = filled
         name = shard_name(self.split, self.index)
         if self.index < len(self.done):
             entry = self.done[self.index]
@@ -360,9 +450,12 @@ class _ShardWriter:
                 return
             del self.done[self.index :]  # a listed shard is damaged: it and everything after are redone
         self._skip = False
-        self._tmp = _tmp_name(self.out_dir / name)
-        self._file = open(self._tmp, "wb")
+        self._file = open(partial_path(self.out_dir, name), "r+b" if filled else "wb")
         self._digest = hashlib.sha256()
+        if filled:  # resume: keep the first `filled` tokens, drop anything written after the resume point
+            self._file.truncate(filled * self.dtype.itemsize)
+            while chunk := self._file.read(1 << 24):
+                self._digest.update(chunk)
 
     def add(self, tokens: np.ndarray) -> None:
         while len(tokens):
@@ -375,8 +468,14 @@ class _ShardWriter:
             self.filled += len(head)
             if self.filled == self.shard_tokens:
                 self._close()
+                self.finished_any = True
                 self.index += 1
                 self._open()
+
+    def flush(self) -> None:
+        """Push written tokens to the file, so a resume point saved now finds them there."""
+        if self._file is not None:
+            self._file.flush()
 
     def _close(self) -> None:
         if self._skip:
@@ -385,9 +484,9 @@ class _ShardWriter:
         self._file = None
         name = shard_name(self.split, self.index)
         if self.filled == 0:
-            self._tmp.unlink(missing_ok=True)
+            partial_path(self.out_dir, name).unlink(missing_ok=True)
             return
-        os.replace(self._tmp, self.out_dir / name)
+        os.replace(partial_path(self.out_dir, name), self.out_dir / name)
         self.done.append({"file": name, "tokens": self.filled, "sha256": self._digest.hexdigest()})
         _save_manifest(self.out_dir, self.manifest)
 
@@ -404,10 +503,33 @@ class _ShardWriter:
         return list(self.done)
 
 
+def partial_path(out_dir: Path, name: str) -> Path:
+    return out_dir / f".{name}.partial"
+
+
+def _usable_resume_point(manifest: dict, out_dir: Path, dtype: np.dtype) -> dict | None:
+    """The manifest's resume point when the files it counts on are there, else None (replay from the start)."""
+    point = manifest.get("resume")
+    if not point:
+        return None
+    for split, (index, filled) in point["writers"].items():
+        name = shard_name(split, index)
+        listed = manifest["shards"].get(split, [])
+        if index < len(listed) and (out_dir / name).is_file():
+            continue  # finished after the point was saved: the writer skips it
+        partial = partial_path(out_dir, name)
+        if filled and (not partial.is_file() or partial.stat().st_size < filled * dtype.itemsize):
+            return None
+    return point
+
+
 def _fingerprint(data_cfg: DataConfig, tok_cfg: TokenizerConfig, given: Tokenizer | None) -> str:
+    """Identifies the settings and source files an unfinished directory was prepared from: a resume
+    continues only with the same fingerprint (sources edited in between mean starting over)."""
     settings = {
         "format": FORMAT,
         "data": asdict(data_cfg),
+        "sources": [source_signature(source) for source in data_cfg.sources if source.weight > 0],
         "tokenizer": asdict(tok_cfg),
         "given_tokenizer": tokenizer_sha256(given) if given is not None else None,
     }
@@ -439,6 +561,8 @@ def _remove_outputs(out_dir: Path) -> None:
         for path in out_dir.glob(f"{split}_{'[0-9]' * 6}.bin"):
             path.unlink()
         (out_dir / f"{split}.bin").unlink(missing_ok=True)
+    for path in out_dir.glob(".*.partial"):
+        path.unlink()
     (out_dir / MANIFEST_FILE).unlink(missing_ok=True)
 
 
@@ -464,35 +588,52 @@ def encode_documents(tok: Tokenizer, docs: list[str], split: str = "data") -> li
 
 
 class _Encoder:
-    """encode(docs) in this process. Hugging Face tokenizers' encode_batch runs on its own Rust thread
-    pool, without the GIL, when workers > 1 (one thread per core), and on one thread when workers == 1.
+    """Encodes chunks of documents in this process with Hugging Face tokenizers' encode_batch, which
+    runs on its own Rust thread pool, without the GIL, when workers > 1 (one thread per core) and on
+    one thread when workers == 1.
 
-    A process pool was measured slower than one worker here: every document was pickled to a worker
-    and its ids pickled back, while the main process read and cleaned the next documents on its own.
+    With workers > 1, submitted chunks are encoded on background threads (CHUNKS_AHEAD at a time) while
+    the caller reads, cleans and writes; with workers == 1 everything runs in turn on the calling
+    thread. Either way the ids are the same. A process pool was measured slower than one worker here:
+    every document was pickled to a worker and its ids pickled back.
     """
 
     def __init__(self, tok: Tokenizer, workers: int) -> None:
         self.tok = tok
         self.workers = workers
+        self._background = ThreadPoolExecutor(CHUNKS_AHEAD, thread_name_prefix="encode") if workers > 1 else None
+        self._previous_parallelism = None
 
     def __enter__(self) -> _Encoder:
+        # Read by the Rust side on every call: it switches the thread pool on or off.
+        self._previous_parallelism = os.environ.get("TOKENIZERS_PARALLELISM")
+        os.environ["TOKENIZERS_PARALLELISM"] = "true" if self.workers > 1 else "false"
         return self
 
     def __exit__(self, *exc) -> None:
-        pass
+        if self._background is not None:
+            self._background.shutdown(wait=True, cancel_futures=True)
+        if self._previous_parallelism is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = self._previous_parallelism
+
+    def submit(self, docs: list[str]) -> Future:
+        """A future of [(ids, characters)] for `docs`."""
+        if self._background is not None:
+            return self._background.submit(self._encode_with_lengths, docs)
+        future: Future = Future()
+        try:
+            future.set_result(self._encode_with_lengths(docs))
+        except Exception as exc:  # raised where the result is used, as the background thread's would be
+            future.set_exception(exc)
+        return future
 
     def encode(self, docs: list[str]) -> list[np.ndarray]:
-        parallel = self.workers > 1 and len(docs) >= MIN_PARALLEL_DOCS
-        # Read by the Rust side on every call: it switches the thread pool on or off for this batch.
-        previous = os.environ.get("TOKENIZERS_PARALLELISM")
-        os.environ["TOKENIZERS_PARALLELISM"] = "true" if parallel else "false"
-        try:
-            return encode_documents(self.tok, docs)
-        finally:
-            if previous is None:
-                del os.environ["TOKENIZERS_PARALLELISM"]
-            else:
-                os.environ["TOKENIZERS_PARALLELISM"] = previous
+        return [ids for ids, _ in self.submit(docs).result()]
+
+    def _encode_with_lengths(self, docs: list[str]) -> list[tuple[np.ndarray, int]]:
+        return list(zip(encode_documents(self.tok, docs), map(len, docs)))
 
 
 # ----------------------------------------------------------------------------------------------

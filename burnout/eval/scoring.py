@@ -14,6 +14,9 @@ lm_eval/models/huggingface.py `_loglikelihood_tokens`:
 Then, per task (lm_eval/api/task.py `process_results`): acc = [argmax loglik == gold],
 acc_norm = [argmax loglik / len(choice in characters) == gold]; LAMBADA: acc = greedy match,
 perplexity = exp(-mean loglik) over examples.
+
+The numbers are lm-eval's; the work is less (see `loglikelihoods`): a multiple-choice item's context is
+computed once for all its choices, and the LM head runs only where a continuation token is predicted.
 """
 
 from __future__ import annotations
@@ -63,6 +66,23 @@ def encode_requests(
     return out
 
 
+def shared_prefix_groups(encoded: list[tuple[list[int], list[int]]], window: int) -> list[tuple[list[int], list[int]]]:
+    """(prefix, indices of the requests that share it), in order of first appearance.
+
+    A request's model input is (context + continuation)[-(window + 1):][:-1]; its prefix is that input
+    without the continuation's tokens past the first, so the prefix's last position predicts the
+    continuation's first token and the rest come after it. Requests with equal prefixes (a multiple-choice
+    item's choices) then need the prefix computed once. Grouping by the truncated input itself, not by
+    the context, keeps left truncation exact: a request whose context lost tokens on the left only shares
+    with requests that lost the very same ones.
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (ctx_ids, cont_ids) in enumerate(encoded):
+        inp = (ctx_ids + cont_ids)[-(window + 1) :][:-1]
+        groups.setdefault(tuple(inp[: len(inp) - len(cont_ids) + 1]), []).append(i)
+    return [(list(prefix), members) for prefix, members in groups.items()]
+
+
 @torch.no_grad()
 def loglikelihoods(
     model: Transformer,
@@ -71,47 +91,104 @@ def loglikelihoods(
     batch_size: int = 16,
     progress: Callable[[int], None] | None = None,
 ) -> list[tuple[float, bool]]:
-    """(log P(continuation | context), continuation is the greedy output) for each request."""
+    """(log P(continuation | context), continuation is the greedy output) for each request.
+
+    Each group of requests that share a prefix (see `shared_prefix_groups`) is one row of the batch:
+    the prefix, then every request's continuation (without its last token) as a branch at the positions
+    that follow the prefix. The attention mask lets a branch see the prefix and itself, never another
+    branch, so each request is computed exactly as if alone. Only positions that predict continuation
+    tokens go through the LM head: with a 50K vocabulary the head costs more than the layers of a
+    small model.
+    """
+    if batch_size < 1:
+        raise BurnoutError(f"the batch size must be at least 1, not {batch_size}")
     prefix_id = tokenizer.token_to_id("<|endoftext|>")
     encoded = encode_requests(tokenizer, requests, prefix_id)
     window = model.cfg.context_length
-    device = model.tok_emb.weight.device
+    for i, (_, cont_ids) in enumerate(encoded):
+        if not cont_ids:
+            raise BurnoutError(f"request {i}: the continuation encodes to no tokens; it must be non-empty")
+        if len(cont_ids) > window:
+            raise BurnoutError(
+                f"request {i}: the continuation is {len(cont_ids)} tokens, more than the model's "
+                f"context of {window}; it cannot be scored"
+            )
+    groups = shared_prefix_groups(encoded, window)
+    # Longest rows first, as lm-eval orders its requests: neighbours have similar lengths, so little padding.
+    groups.sort(key=lambda g: -(len(g[0]) + sum(len(encoded[i][1]) - 1 for i in g[1])))
     was_training = model.training
     model.eval()
-    # Longest first, as lm-eval orders them: each batch is padded to its first row's length.
-    order = sorted(range(len(encoded)), key=lambda i: -(len(encoded[i][0]) + len(encoded[i][1])))
     results: list[tuple[float, bool] | None] = [None] * len(encoded)
     try:
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            inputs, conts = [], []
-            for i in rows:
-                ctx_ids, cont_ids = encoded[i]
-                if not cont_ids:
-                    raise BurnoutError(f"request {i}: the continuation encodes to no tokens; it must be non-empty")
-                if len(cont_ids) > window:
-                    raise BurnoutError(
-                        f"request {i}: the continuation is {len(cont_ids)} tokens, more than the model's "
-                        f"context of {window}; it cannot be scored"
-                    )
-                inputs.append((ctx_ids + cont_ids)[-(window + 1) :][:-1])
-                conts.append(cont_ids)
-            width = max(len(x) for x in inputs)
-            # Right padding: a causal model's outputs at real positions never see the pad tokens after them.
-            batch = torch.zeros(len(rows), width, dtype=torch.long)
-            for r, x in enumerate(inputs):
-                batch[r, : len(x)] = torch.tensor(x)
-            logprobs = F.log_softmax(model(batch.to(device)).float(), dim=-1)
-            for r, i in enumerate(rows):
-                n, cont = len(inputs[r]), torch.tensor(conts[r], device=device)
-                lp = logprobs[r, n - len(cont) : n]  # (len(cont), V)
-                greedy = bool((lp.argmax(dim=-1) == cont).all())
-                results[i] = (float(lp.gather(1, cont[:, None]).sum()), greedy)
+        for batch in _batches(groups, batch_size):
+            lls, greedy = _score_batch(model, [(prefix, [encoded[i][1] for i in group]) for prefix, group in batch])
+            members = [i for _, group in batch for i in group]
+            for i, ll, g in zip(members, lls, greedy):
+                results[i] = (ll, g)
             if progress is not None:
-                progress(len(rows))
+                progress(len(members))
     finally:
         model.train(was_training)
     return results  # type: ignore[return-value]
+
+
+def _batches(groups: list, batch_size: int):
+    """Consecutive groups, up to `batch_size` requests a batch (a larger group is a batch of its own)."""
+    batch, n = [], 0
+    for group in groups:
+        if batch and n + len(group[1]) > batch_size:
+            yield batch
+            batch, n = [], 0
+        batch.append(group)
+        n += len(group[1])
+    if batch:
+        yield batch
+
+
+def _score_batch(model: Transformer, rows: list[tuple[list[int], list[list[int]]]]) -> tuple[list, list]:
+    """Summed log-probs and greedy flags of each row's continuations, rows being (prefix, continuations)."""
+    device = model.tok_emb.weight.device
+    tokens, positions, branches = [], [], []
+    head_at, target_row, targets, lengths = [], [], [], []  # flat positions the head reads; per target token
+    width = max(len(prefix) + sum(len(c) - 1 for c in conts) for prefix, conts in rows)
+    for r, (prefix, conts) in enumerate(rows):
+        n, base = len(prefix), r * width
+        row_tok, row_pos, row_branch = list(prefix), list(range(n)), [0] * n
+        # The prefix's last position predicts every continuation's first token: one head row for all.
+        first = len(head_at)
+        head_at.append(base + n - 1)
+        for b, cont in enumerate(conts, start=1):
+            at, k = base + len(row_tok), len(head_at)
+            row_tok += cont[:-1]
+            row_pos += range(n, n + len(cont) - 1)
+            row_branch += [b] * (len(cont) - 1)
+            head_at += range(at, at + len(cont) - 1)
+            target_row += [first, *range(k, k + len(cont) - 1)]
+            targets += cont
+            lengths.append(len(cont))
+        pad = width - len(row_tok)
+        tokens.append(row_tok + [0] * pad)
+        positions.append(row_pos + [0] * pad)
+        # Padding is its own branch (-1): real tokens never see it, and each pad token sees itself, so no
+        # softmax row is empty (an empty one is NaN, and NaN times a zero attention weight spreads).
+        branches.append(row_branch + [-1] * pad)
+    branch = torch.tensor(branches, device=device)
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+    mask = causal & ((branch[:, None, :] == 0) | (branch[:, None, :] == branch[:, :, None]))  # (B, query, key)
+    hidden = model.hidden_states(torch.tensor(tokens, device=device), positions=torch.tensor(positions, device=device),
+                                 mask=mask)
+    logprobs = F.log_softmax(model.lm_head(hidden.flatten(0, 1)[torch.tensor(head_at, device=device)]).float(), -1)
+    rows_t, target = torch.tensor(target_row, device=device), torch.tensor(targets, device=device)
+    token_lp = logprobs[rows_t, target]
+    # Greedy means the target is the argmax, the first of equal maxima. A full argmax over the vocabulary
+    # is slow on CPU; amax is not, and only targets that reach the max need the tie check.
+    greedy = token_lp == logprobs.amax(-1)[rows_t]
+    hit = greedy.nonzero().squeeze(1)
+    greedy[hit] = logprobs[rows_t[hit]].argmax(-1) == target[hit]
+    owner = torch.repeat_interleave(torch.tensor(lengths, device=device))  # the request of each target token
+    lls = torch.zeros(len(lengths), dtype=torch.float64, device=device).index_add_(0, owner, token_lp.double())
+    misses = torch.zeros(len(lengths), dtype=torch.long, device=device).index_add_(0, owner, (~greedy).long())
+    return lls.tolist(), (misses == 0).tolist()
 
 
 def score_examples(

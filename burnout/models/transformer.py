@@ -33,10 +33,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        T = x.size(-2)
-        cos = self.cos[start : start + T].to(x.dtype)
-        sin = self.sin[start : start + T].to(x.dtype)
+    def forward(self, x: torch.Tensor, start: int, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, heads, T, D) at positions start.. start+T-1, or at `positions` (B, T) when given."""
+        if positions is None:
+            T = x.size(-2)
+            cos, sin = self.cos[start : start + T], self.sin[start : start + T]
+        else:
+            cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # (B, 1, T, D)
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
         return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
@@ -66,7 +70,8 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         self.use_sdpa = cfg.attention == "sdpa"
 
-    def forward(self, x, rope: RotaryEmbedding | None, cache: KVCache | None, layer: int) -> torch.Tensor:
+    def forward(self, x, rope: RotaryEmbedding | None, cache: KVCache | None, layer: int,
+                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, _ = x.shape
         H, K, D = self.n_head, self.n_kv_head, self.head_dim
         q, k, v = self.qkv(x).split([H * D, K * D, K * D], dim=-1)
@@ -75,19 +80,24 @@ class Attention(nn.Module):
         v = v.view(B, T, K, D).transpose(1, 2)  # (B, K, T, D)
         start = cache.length if cache is not None else 0
         if rope is not None:
-            q, k = rope(q, start), rope(k, start)
+            q, k = rope(q, start, positions), rope(k, start, positions)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, K, start + T, D)
         dropout = self.dropout if self.training else 0.0
+        if mask is not None:
+            mask = mask.unsqueeze(1)  # (B, 1, T, T): the same for every head
         if self.use_sdpa:
-            # Without cached tokens the kernel's own causal mask applies. Past them, a lone new token
-            # sees every key (no mask), and a chunk of new tokens needs the mask shifted by `start`.
-            mask = causal_mask(T, k.size(2), x.device) if start > 0 and T > 1 else None
+            # A given mask replaces the causal one. Without cached tokens the kernel's own causal mask
+            # applies. Past them, a lone new token sees every key (no mask), and a chunk of new tokens
+            # needs the mask shifted by `start`.
+            if mask is None and start > 0 and T > 1:
+                mask = causal_mask(T, k.size(2), x.device)
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=start == 0 and T > 1, dropout_p=dropout, enable_gqa=K != H
+                q, k, v, attn_mask=mask, is_causal=mask is None and start == 0 and T > 1, dropout_p=dropout,
+                enable_gqa=K != H,
             )
         else:
-            y = explicit_attention(q, k, v, dropout)
+            y = explicit_attention(q, k, v, dropout, mask)
         y = y.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
         return self.proj(y)
 
@@ -98,13 +108,16 @@ def causal_mask(n_query: int, n_key: int, device) -> torch.Tensor:
     return torch.ones(n_query, n_key, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
-def explicit_attention(q, k, v, dropout: float = 0.0) -> torch.Tensor:
-    """Attention written out in full: the reference that the fused SDPA kernels are checked against."""
+def explicit_attention(q, k, v, dropout: float = 0.0, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention written out in full: the reference that the fused SDPA kernels are checked against.
+    `mask` (True = may attend) replaces the causal mask when given."""
     H, K = q.size(1), k.size(1)
     k = k.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
     v = v.repeat_interleave(H // K, dim=1)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
-    scores = scores.masked_fill(~causal_mask(q.size(2), k.size(2), q.device), float("-inf"))
+    if mask is None:
+        mask = causal_mask(q.size(2), k.size(2), q.device)
+    scores = scores.masked_fill(~mask, float("-inf"))
     weights = F.dropout(scores.float().softmax(dim=-1).to(q.dtype), p=dropout)
     return weights @ v  # (B, H, T, D)
 
@@ -151,8 +164,8 @@ class Block(nn.Module):
         self.mlp = MLP(cfg) if cfg.family == "gpt2" else SwiGLU(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, rope, cache, layer):
-        x = x + self.dropout(self.attn(self.norm_attn(x), rope, cache, layer))
+    def forward(self, x, rope, cache, layer, positions=None, mask=None):
+        x = x + self.dropout(self.attn(self.norm_attn(x), rope, cache, layer, positions, mask))
         return x + self.dropout(self.mlp(self.norm_mlp(x)))
 
 
@@ -192,23 +205,41 @@ class Transformer(nn.Module):
 
         Targets equal to -1 are ignored. With a cache, idx continues the cached tokens.
         """
-        B, T = idx.shape
-        start = cache.length if cache is not None else 0
-        if start + T > self.cfg.context_length:
-            raise ValueError(f"sequence of {start + T} tokens exceeds the context length {self.cfg.context_length}")
-        x = self.tok_emb(idx)  # (B, T, C)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))
-        x = self.dropout(x)
-        for layer, block in enumerate(self.blocks):
-            x = block(x, self.rope, cache, layer)
-        if cache is not None:
-            # NOTE: advance only after every layer has written its keys and values at `start`.
-            cache.length += T
-        logits = self.lm_head(self.norm(x))  # (B, T, V)
+        logits = self.lm_head(self.hidden_states(idx, cache))  # (B, T, V)
         if targets is None:
             return logits
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+
+    def hidden_states(
+        self,
+        idx: torch.Tensor,
+        cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """idx (B, T) → the final norm's output (B, T, C), which lm_head maps to logits.
+
+        Callers that need logits at a few positions apply lm_head to those rows only. `positions` (B, T)
+        and `mask` (B, T, T), True where query t may attend to key s, replace the default 0..T-1 and
+        causal mask (no cache): several sequences can then share one row, e.g. continuations that each
+        see a common prefix but not each other.
+        """
+        B, T = idx.shape
+        start = cache.length if cache is not None else 0
+        if positions is None and start + T > self.cfg.context_length:
+            raise ValueError(f"sequence of {start + T} tokens exceeds the context length {self.cfg.context_length}")
+        if positions is not None and int(positions.max()) >= self.cfg.context_length:
+            raise ValueError(f"position {int(positions.max())} is past the context length {self.cfg.context_length}")
+        x = self.tok_emb(idx)  # (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device) if positions is None else positions)
+        x = self.dropout(x)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, self.rope, cache, layer, positions, mask)
+        if cache is not None:
+            # NOTE: advance only after every layer has written its keys and values at `start`.
+            cache.length += T
+        return self.norm(x)
 
     def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
         param = self.tok_emb.weight

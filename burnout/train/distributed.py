@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from burnout.train.optim import Optimizers
 
 
 @dataclass
@@ -101,21 +102,24 @@ def barrier(ctx: DistContext) -> None:
         dist.barrier()
 
 
-def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, strategy: str, ctx: DistContext):
-    """(model state dict, optimizer state dict) as plain CPU tensors, gathered from shards under FSDP."""
+def full_state(model: torch.nn.Module, optimizer: Optimizers, strategy: str, ctx: DistContext):
+    """(model state dict, optimizer state) as plain CPU tensors, gathered from shards under FSDP (there
+    one dict for all the optimizers, keyed by parameter name; else one state dict per optimizer)."""
     if ctx.enabled and strategy == "fsdp":
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                              get_optimizer_state_dict)
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)
+        return (get_model_state_dict(model, options=options),
+                get_optimizer_state_dict(model, optimizer.optimizers, options=options))
     return None, optimizer.state_dict()
 
 
-def load_optimizer_state(model, optimizer, state: dict, strategy: str, ctx: DistContext) -> None:
+def load_optimizer_state(model, optimizer: Optimizers, state: dict | list[dict], strategy: str,
+                         ctx: DistContext) -> None:
     if ctx.enabled and strategy == "fsdp":
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+        set_optimizer_state_dict(model, optimizer.optimizers, state, options=StateDictOptions(full_state_dict=True))
     else:
         optimizer.load_state_dict(state)

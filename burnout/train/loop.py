@@ -1,7 +1,8 @@
-"""The training loop: AdamW, a warmup + decay schedule, gradient accumulation and clipping, mixed
-precision, periodic validation and samples, atomic checkpoints, phases with budgets, stop conditions
-(steps, tokens, epochs, wall clock, SIGTERM/SIGINT), skipped non-finite steps, and torchrun (DDP or
-FSDP2). Every logged step is appended to metrics.jsonl with throughput, MFU, ETA and dollars.
+"""The training loop: AdamW (or Muon for the blocks' matrices beside it, burnout/train/optim.py), a
+warmup + decay schedule, gradient accumulation and clipping, mixed precision, periodic validation and
+samples, atomic checkpoints, phases with budgets, stop conditions (steps, tokens, epochs, wall clock,
+SIGTERM/SIGINT), skipped non-finite steps, and torchrun (DDP or FSDP2). Every logged step is appended
+to metrics.jsonl with throughput, MFU, ETA and dollars.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from burnout.train.distributed import (DistContext, any_rank, barrier, full_stat
 from burnout.train.forecast import forecast_loss
 from burnout.train.hardware import get_hardware
 from burnout.train.metrics import METRICS_FILE, ExternalLoggers, MetricsLog, read_metrics, write_atomic
+from burnout.train.optim import make_optimizer
 from burnout.train.schedule import lr_at, total_steps
 
 PHASES_FILE = "phases.jsonl"
@@ -61,16 +63,6 @@ class TrainResult:
     stop_reason: str = "done"
     phase: str | None = None
     skipped_steps: int = 0
-
-
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not on norms' gains or biases)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
 
 
 # Token files up to this size (and a quarter of the RAM) are read into memory once; larger ones are
@@ -165,7 +157,7 @@ def largest_micro_batch(seqs_per_step: int, fits: Callable[[int], bool]) -> int:
 
 
 def memory_probe(cfg: RunConfig, device: torch.device, precision: str, seq_len: int) -> Callable[[int], bool]:
-    """fits(b): whether a full training step (forward, backward, AdamW) at micro-batch b fits on `device`."""
+    """fits(b): whether a full training step (forward, backward, optimizer) at micro-batch b fits on `device`."""
     model = Transformer(cfg.model).to(device)
     if cfg.train.activation_checkpointing:
         apply_activation_checkpointing(model)
@@ -382,9 +374,8 @@ def _train(cfg: RunConfig, run_dir: Path, data_dir: Path, resume: bool, progress
         with _StopSignals() as signals:
             while step < stop_at:
                 t0 = time.perf_counter()
-                lr = lr_at(step, tc, end_of_run)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+                lr = lr_at(step, tc, end_of_run)  # train.lr's schedule; Muon's LR follows it in proportion
+                optimizer.scale_lr(lr / tc.lr)
                 try:
                     loss_sum = accumulate_gradients(step_model, loaders["train"], step, tc.grad_accum, device,
                                                     precision, ctx.rank, ctx.world_size, scaler)
@@ -392,17 +383,14 @@ def _train(cfg: RunConfig, run_dir: Path, data_dir: Path, resume: bool, progress
                     raise BurnoutError(oom_message(tc, seq_len)) from None
                 loss_sum = mean_across_ranks(loss_sum, ctx)
                 if scaler is not None:
-                    scaler.unscale_(optimizer)
+                    optimizer.unscale(scaler)
                 grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), tc.grad_clip or float("inf"))
                 grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
                 # One host sync per step: whether to apply the update depends on it.
                 loss_value, norm_value = loss_sum.item(), grad_norm.item()
                 # Under fp16 an infinite gradient is the scaler's business (it skips and lowers the scale).
                 if math.isfinite(loss_value) and (scaler is not None or math.isfinite(norm_value)):
-                    if scaler is not None:
-                        scaler.step(optimizer)
-                    else:
-                        optimizer.step()
+                    optimizer.step(scaler)
                     bad_in_row = 0
                 else:
                     bad_in_row += 1

@@ -16,8 +16,10 @@ from burnout.train.loop import TrainResult, refuse_existing_run, train
 
 # One line per resume that changed the config: when, the overrides, and the values they changed.
 RESUMES_FILE = "resumes.jsonl"
-# Changing these mid-run would change which tokens the resumed run sees.
-_RESUME_FIXED = ("model", "data", "tokenizer", "train.seed", "train.batch_size", "train.grad_accum", "train.seq_len")
+# Changing these mid-run would change which tokens the resumed run sees (or, for the optimizer, which
+# state the checkpoint must hold).
+_RESUME_FIXED = ("model", "data", "tokenizer", "train.seed", "train.batch_size", "train.grad_accum", "train.seq_len",
+                 "train.optimizer")
 
 
 def start_training(cfg: RunConfig, run_dir: Path, data_dir: Path | None = None,

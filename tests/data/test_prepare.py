@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
-import burnout.data.prepare as prepare_module
 from burnout.data.prepare import prepare_data, read_meta, read_tokens, verify_checksums
 from burnout.data.tokenizer import load_tokenizer, tokenizer_sha256, train_tokenizer
 from burnout.errors import BurnoutError
@@ -82,9 +81,8 @@ def test_split_decodes_to_the_source_documents(tmp_path):
     assert meta["sources"]["per_source"]["t"]["shortfall_tokens"] > 0  # the folder ran out before 10**6
 
 
-def test_prepare_is_deterministic_and_worker_count_does_not_matter(tmp_path, monkeypatch):
-    monkeypatch.setattr(prepare_module, "MIN_PARALLEL_DOCS", 1)  # every chunk goes through the workers
-    cfg = DataConfig(max_chars=60_000, max_tokens=12_000, shard_tokens=1_000)
+def test_prepare_is_deterministic_and_worker_count_does_not_matter(tmp_path):
+    cfg = DataConfig(max_chars=60_000, max_tokens=12_000, shard_tokens=1_000, clean="balanced", dedup=True)
     one = prepare_data(cfg, TOK_CFG, tmp_path / "one", workers=1)
     two = prepare_data(cfg, TOK_CFG, tmp_path / "two", workers=2)
     assert one == two

@@ -179,11 +179,27 @@ def test_uint32_when_the_vocabulary_is_large(tmp_path, monkeypatch):
     assert (tmp_path / shard["file"]).stat().st_size == 4 * shard["tokens"] == 4_000
 
 
-def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, monkeypatch):
+def _count_encoded(monkeypatch, prepare_module) -> list[int]:
+    """Patch the encoder to count the documents it encodes; returns the running count (one item)."""
+    count = [0]
+    real_encode = prepare_module.encode_documents
+
+    def counting(tok, docs, *args):
+        count[0] += len(docs)
+        return real_encode(tok, docs, *args)
+
+    monkeypatch.setattr(prepare_module, "encode_documents", counting)
+    return count
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, monkeypatch, workers):
     import burnout.data.prepare as prepare_module
 
-    cfg = DataConfig(max_chars=40_000, max_tokens=20_000, shard_tokens=2_000)
-    reference = prepare_data(cfg, TOK, tmp_path / "ref")
+    cfg = DataConfig(max_chars=40_000, max_tokens=20_000, shard_tokens=2_000, clean="balanced", dedup=True)
+    encoded = _count_encoded(monkeypatch, prepare_module)
+    reference = prepare_data(cfg, TOK, tmp_path / "ref", workers=workers)
+    encoded_uninterrupted, encoded[0] = encoded[0], 0
 
     real_close = prepare_module._ShardWriter._close
     closed = []
@@ -192,27 +208,71 @@ def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, m
         real_close(self)
         closed.append(self.index)
         if len(closed) == 4:
-            raise KeyboardInterrupt  # killed after the 4th shard was finished
+            raise KeyboardInterrupt  # killed mid-document, right after the 4th shard was finished
 
     monkeypatch.setattr(prepare_module._ShardWriter, "_close", dying_close)
     with pytest.raises(KeyboardInterrupt):
-        prepare_data(cfg, TOK, tmp_path / "run")
+        prepare_data(cfg, TOK, tmp_path / "run", workers=workers)
     monkeypatch.setattr(prepare_module._ShardWriter, "_close", real_close)
     manifest = json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())
     finished = {s["file"]: (tmp_path / "run" / s["file"]).stat().st_mtime_ns for v in manifest["shards"].values() for s in v}
     assert len(finished) == 4 and not (tmp_path / "run" / "meta.json").exists()
     with pytest.raises(BurnoutError, match="never finished"):
         read_meta(tmp_path / "run")
+    # The resume point is the last document boundary after the 3rd shard: the 4th is listed past it.
+    handed_out = sum(manifest["resume"]["taken_docs"])
+    assert handed_out > 0
 
-    written = []
-    real_open = prepare_module._ShardWriter._open
-    monkeypatch.setattr(prepare_module._ShardWriter, "_open",
-                        lambda self: (real_open(self), written.append((self.split, self.index, self._skip))))
-    resumed = prepare_data(cfg, TOK, tmp_path / "run")
+    encoded[0] = 0
+    resumed = prepare_data(cfg, TOK, tmp_path / "run", workers=workers)
     assert resumed == reference
-    assert sum(skip for _, _, skip in written) == 4  # the 4 finished shards were not rewritten
+    # Only documents not handed out before the resume point were encoded again.
+    assert encoded[0] == encoded_uninterrupted - handed_out
     for name, mtime in finished.items():
         assert (tmp_path / "run" / name).stat().st_mtime_ns == mtime
+    for split in ("train", "val"):
+        assert np.array_equal(read_tokens(tmp_path / "run", split), read_tokens(tmp_path / "ref", split))
+    assert "resume" not in json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())
+    assert not list((tmp_path / "run").glob(".*"))  # no partial shard or temporary file left
+
+
+@pytest.mark.parametrize("lose_partial", [False, True])
+def test_resume_mid_shard_continues_the_partial_shard(tmp_path, monkeypatch, lose_partial):
+    import burnout.data.prepare as prepare_module
+
+    paragraphs = tmp_path / "paragraphs.txt"  # many short documents, so shards end between documents
+    paragraphs.write_text("\n\n".join(iter_documents(SourceConfig(name="docs", kind="stdlib_docs"))), encoding="utf-8")
+    sources = [SourceConfig(name="prose", kind="text", path=str(paragraphs), split_by="paragraph", weight=0.7),
+               SourceConfig(name="code", kind="stdlib_code", weight=0.3)]
+    cfg = DataConfig(sources=sources, max_chars=40_000, max_tokens=20_000, shard_tokens=2_000, dedup=True)
+    encoded = _count_encoded(monkeypatch, prepare_module)
+    reference = prepare_data(cfg, TOK, tmp_path / "ref")
+    encoded_uninterrupted = encoded[0]
+    real_add = prepare_module._ShardWriter.add
+
+    def dying_add(self, tokens):
+        real_add(self, tokens)
+        if "resume" in self.manifest and self.split == "train" and not self.finished_any:
+            raise KeyboardInterrupt  # after tokens were added past the last resume point, in the same shard
+
+    monkeypatch.setattr(prepare_module._ShardWriter, "add", dying_add)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data(cfg, TOK, tmp_path / "run")
+    monkeypatch.setattr(prepare_module._ShardWriter, "add", real_add)
+    point = json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())["resume"]
+    index, filled = point["writers"]["train"]
+    partial = tmp_path / "run" / f".train_{index:06d}.bin.partial"
+    # Tokens were written past the resume point: the resume cuts them off and writes them again.
+    assert filled > 0 and partial.stat().st_size > 2 * filled
+    if lose_partial:
+        partial.write_bytes(b"")  # the resume point cannot be used; the listed shards still can
+
+    encoded[0] = 0
+    assert prepare_data(cfg, TOK, tmp_path / "run") == reference
+    if lose_partial:
+        assert encoded[0] == encoded_uninterrupted  # replayed from the first document
+    else:
+        assert encoded[0] == encoded_uninterrupted - sum(point["taken_docs"])
     for split in ("train", "val"):
         assert np.array_equal(read_tokens(tmp_path / "run", split), read_tokens(tmp_path / "ref", split))
 
@@ -225,3 +285,46 @@ def test_changed_settings_start_over(tmp_path):
     assert other["splits"]["train"]["tokens"] + other["splits"]["val"]["tokens"] == 12_000
     files = sorted(p.name for p in tmp_path.glob("*.bin"))
     assert files == sorted(s["file"] for v in other["splits"].values() for s in v["shards"])
+
+
+def _interrupt_after_first_resume_point(monkeypatch, cfg, out):
+    import burnout.data.prepare as prepare_module
+
+    real_save = prepare_module._save_manifest
+
+    def dying_save(out_dir, manifest):
+        real_save(out_dir, manifest)
+        if "resume" in manifest:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare_module, "_save_manifest", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data(cfg, TOK, out)
+    monkeypatch.setattr(prepare_module, "_save_manifest", real_save)
+
+
+def test_edited_source_files_mean_starting_over(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(_jsonl_bytes({"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)))
+    cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=100_000,
+                     max_tokens=30_000, shard_tokens=2_000)
+    _interrupt_after_first_resume_point(monkeypatch, cfg, tmp_path / "out")
+    corpus.write_bytes(_jsonl_bytes({"text": f"other {i} " + "words " * (i % 30)} for i in range(2000)))
+    edited = prepare_data(cfg, TOK, tmp_path / "out")
+    assert edited == prepare_data(cfg, TOK, tmp_path / "fresh")
+
+
+def test_a_source_that_shrank_unseen_is_refused_on_resume(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.jsonl"
+    records = [{"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)]
+    corpus.write_bytes(_jsonl_bytes(records))
+    cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=100_000,
+                     max_tokens=30_000, shard_tokens=2_000)
+    _interrupt_after_first_resume_point(monkeypatch, cfg, tmp_path / "out")
+    stat = corpus.stat()
+    # Same size and modification time, fewer records: only the replay itself can notice.
+    shrunk = _jsonl_bytes(records[:100])
+    corpus.write_bytes(shrunk + b" " * (stat.st_size - len(shrunk)))
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(BurnoutError, match="data source 'c' holds fewer documents .* --overwrite"):
+        prepare_data(cfg, TOK, tmp_path / "out")

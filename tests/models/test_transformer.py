@@ -1,5 +1,6 @@
 """The decoder-only transformer (burnout/models/transformer.py): fused SDPA attention against the
-written-out reference, KV-cached decoding against full recompute, causality, tying, init and loss.
+written-out reference, KV-cached decoding and packed branches against full recompute, causality, tying,
+init and loss.
 
 Tiny fp32 models on the CPU with fixed seeds; every comparison is to 1e-5.
 """
@@ -118,6 +119,30 @@ def test_kv_cache_chunked_prefill(family, kw, attention):
         out = model(seq[:, a:b], cache=cache)
         torch.testing.assert_close(out, full[:, a:b], atol=ATOL, rtol=0)
     assert cache.length == 20
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "math"])
+@pytest.mark.parametrize("family,kw", [(s[1], s[2]) for s in SHAPES], ids=SHAPE_IDS)
+@torch.no_grad()
+def test_packed_branches_match_separate_sequences(family, kw, attention):
+    """hidden_states with positions and a mask: a prefix and two branches in one row (each branch at the
+    positions after the prefix, seeing the prefix and itself) equal the two sequences run alone."""
+    model = build(family, attention=attention, **kw)
+    prefix, a, b = tokens(2, 7, seed=2), tokens(2, 5, seed=3), tokens(2, 3, seed=4)
+    row = torch.cat([prefix, a, b], dim=1)
+    positions = torch.cat([torch.arange(12), torch.arange(7, 10)]).expand(2, -1)
+    branch = torch.tensor([0] * 7 + [1] * 5 + [2] * 3)
+    mask = torch.ones(15, 15, dtype=torch.bool).tril() & ((branch[None, :] == 0) | (branch[None, :] == branch[:, None]))
+    logits = model.lm_head(model.hidden_states(row, positions=positions, mask=mask.expand(2, -1, -1)))
+    full_a, full_b = model(torch.cat([prefix, a], dim=1)), model(torch.cat([prefix, b], dim=1))
+    torch.testing.assert_close(logits[:, :12], full_a, atol=ATOL, rtol=0)
+    torch.testing.assert_close(logits[:, 12:], full_b[:, 7:], atol=ATOL, rtol=0)
+    # Without the mask, branch b would see branch a: the check has teeth.
+    causal_only = torch.ones(2, 15, 15, dtype=torch.bool).tril()
+    unmasked = model.lm_head(model.hidden_states(row, positions=positions, mask=causal_only))
+    assert (unmasked[:, 12:] - full_b[:, 7:]).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="past the context length"):
+        model.hidden_states(row, positions=positions + CONTEXT - 11, mask=mask.expand(2, -1, -1))
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

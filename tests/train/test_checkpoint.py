@@ -68,8 +68,9 @@ def test_round_trip_keeps_weights_config_info_and_state(tiny_run_config, tiny_bp
     assert torch.equal(raw["torch_rng"], state["torch_rng"])
     fresh = make_optimizer(Transformer(cfg.model), cfg.train, CPU)
     fresh.load_state_dict(raw["optimizer"])
-    for key, value in state["optimizer"]["state"].items():
-        assert torch.equal(raw["optimizer"]["state"][key]["exp_avg"], value["exp_avg"])
+    (saved,), (original,) = raw["optimizer"], state["optimizer"]  # one state dict per optimizer
+    for key, value in original["state"].items():
+        assert torch.equal(saved["state"][key]["exp_avg"], value["exp_avg"])
 
 
 def test_keep_last_prunes_the_oldest(tiny_run_config, tiny_bpe_data, tmp_path):

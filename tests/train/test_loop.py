@@ -159,6 +159,7 @@ def test_refuses_to_resume_without_a_config_and_restarts_without_a_checkpoint(ti
     ("--train.batch_size=8", "train.batch_size"),
     ("train={batch_size: 8, max_steps: 30}", "train.batch_size"),
     ("model={preset: llama-tiny}", "model"),
+    ("train.optimizer=muon", "train.optimizer"),
 ])
 def test_resume_refuses_overrides_that_change_model_or_batches(tiny_run, tmp_path, override, key):
     run_b = _copy_run(tiny_run.run_dir, tmp_path / "b")
@@ -241,3 +242,101 @@ def test_evaluations_happen_at_their_interval_even_between_log_lines(tiny_run_co
     records = read_metrics(tmp_path / "run")
     assert [r["step"] for r in records] == [3, 4, 6, 8, 9]
     assert [r["step"] for r in records if "val_loss" in r] == [3, 6, 9]
+
+
+# ----------------------------------------------------------------------------------------------
+# Muon beside AdamW
+
+
+@pytest.mark.parametrize("family, tie", [("llama", True), ("llama", False), ("gpt2", True)])
+def test_muon_takes_the_blocks_matrices_and_adamw_the_rest(tiny_run_config, family, tie):
+    over = [f"model.tie_embeddings={str(tie).lower()}"]
+    over += ["model.family=gpt2", "model.n_kv_head=null"] if family == "gpt2" else []
+    cfg = tiny_run_config(over, optimizer="muon", muon_lr=0.05, weight_decay=0.1)
+    model = Transformer(cfg.model)
+    muon, adamw = make_optimizer(model, cfg.train, CPU).optimizers
+    assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+    (matrices,) = muon.param_groups
+    decayed, plain = adamw.param_groups
+    assert (matrices["lr"], decayed["lr"], plain["lr"]) == (0.05, cfg.train.lr, cfg.train.lr)
+    assert (matrices["weight_decay"], decayed["weight_decay"], plain["weight_decay"]) == (0.1, 0.1, 0.0)
+    group_of = {}
+    for group_name, group in (("muon", matrices), ("decayed", decayed), ("plain", plain)):
+        for p in group["params"]:
+            assert id(p) not in group_of, group_name  # each parameter in one group only
+            group_of[id(p)] = group_name
+    named = dict(model.named_parameters())  # tied weights listed once
+    assert len(group_of) == len(named)
+    by_group = {g: {name for name, p in named.items() if group_of[id(p)] == g} for g in ("muon", "decayed", "plain")}
+    projections = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj") if family == "gpt2" else (
+        "attn.qkv", "attn.proj", "mlp.gate", "mlp.up", "mlp.down")
+    assert by_group["muon"] == {f"blocks.{i}.{m}.weight" for i in range(cfg.model.n_layer) for m in projections}
+    assert by_group["decayed"] == ({"tok_emb.weight"} | ({"lm_head.weight"} if not tie else set())
+                                   | ({"pos_emb.weight"} if family == "gpt2" else set()))
+    assert all(name.endswith("bias") or "norm" in name for name in by_group["plain"])
+
+
+def test_the_schedule_scales_each_optimizers_own_peak_lr(tiny_run_config):
+    cfg = tiny_run_config(optimizer="muon", lr=3e-3, muon_lr=0.05, warmup_steps=4)
+    optimizer = make_optimizer(Transformer(cfg.model), cfg.train, CPU)
+    optimizer.scale_lr(lr_at(0, cfg.train) / cfg.train.lr)  # a quarter of the way up the warmup
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.05 / 4, 3e-3 / 4, 3e-3 / 4])
+    # A checkpoint's LRs (whatever the schedule had set) do not replace the peaks the config gives.
+    fresh = make_optimizer(Transformer(cfg.model), cfg.train, CPU)
+    fresh.load_state_dict(optimizer.state_dict())
+    fresh.scale_lr(1.0)
+    assert [g["lr"] for g in fresh.param_groups] == pytest.approx([0.05, 3e-3, 3e-3])
+
+
+def test_an_adamw_state_saved_before_the_optimizer_choice_still_loads(tiny_run_config):
+    cfg = tiny_run_config()
+    model = Transformer(cfg.model)
+    params = list(model.parameters())  # the groups the loop's AdamW has always had
+    old = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.train.weight_decay},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=cfg.train.lr)
+    x = torch.randint(0, cfg.model.vocab_size, (2, 16))
+    model(x, x).backward()
+    old.step()
+    fresh = make_optimizer(model, cfg.train, CPU)
+    fresh.load_state_dict(old.state_dict())  # a single dict, as checkpoints held it
+    (adamw,) = fresh.optimizers
+    assert torch.equal(adamw.state[model.tok_emb.weight]["exp_avg"], old.state[model.tok_emb.weight]["exp_avg"])
+
+
+@pytest.fixture(scope="module")
+def muon_run(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> Path:
+    """24 steps of the tiny llama with Muon, checkpoints at 12 and 24."""
+    cfg = tiny_run_config(optimizer="muon", muon_lr=0.05, max_steps=24, ckpt_interval=12)
+    run_dir = tmp_path_factory.mktemp("muon_run") / "run"
+    start_training(cfg, run_dir, data_dir=tiny_bpe_data, on_event=_quiet, progress=False)
+    return run_dir
+
+
+def test_muon_lowers_the_loss(muon_run):
+    records = read_metrics(muon_run)
+    assert records[-1]["step"] == 24
+    assert records[-1]["train_loss"] < records[0]["train_loss"] - 0.5, records
+    assert records[-1]["val_loss"] < math.log(512) - 0.5
+
+
+def test_a_muon_run_resumes_bitwise(muon_run, tmp_path):
+    run_b = _copy_run(muon_run, tmp_path / "b")
+    shutil.rmtree(run_b / "checkpoints" / "step_0000024")  # a crash after step 12
+    result = resume_training(run_b, [], on_event=_quiet, progress=False)
+    assert result.step == 24
+    name = "checkpoints/step_0000024/model.safetensors"
+    a, b = safetensors.torch.load_file(muon_run / name), safetensors.torch.load_file(run_b / name)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert _metrics_without_timing(run_b) == _metrics_without_timing(muon_run)
+    muon_state, adamw_state = torch.load(run_b / "checkpoints/step_0000024/state.pt", weights_only=True)["optimizer"]
+    assert all("momentum_buffer" in s for s in muon_state["state"].values())
+    assert all("exp_avg" in s for s in adamw_state["state"].values())
+
+
+def test_muon_under_fp16_steps_through_the_grad_scaler(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config(optimizer="muon", precision="fp16", max_steps=4, ckpt_interval=4)
+    result = start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=_quiet, progress=False)
+    assert result.step == 4 and math.isfinite(result.val_loss)
+    assert "scaler" in torch.load(result.checkpoint / "state.pt", weights_only=True)

@@ -1,0 +1,83 @@
+"""The run's optimizers: AdamW alone, or Muon for the blocks' matrices beside AdamW for the rest.
+
+Muon (torch.optim.Muon: momentum, then each update orthogonalized by a Newton–Schulz iteration) is
+meant for the hidden 2-D weights only; embeddings, the output head, norms and biases stay on AdamW, as
+in modded-nanogpt. `Optimizers` steps, zeroes, schedules and checkpoints the pair as one optimizer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from burnout.config import TrainConfig
+
+
+class Optimizers:
+    """Optimizers over disjoint parameters, used as one: step, zero_grad, state_dict, LR scaling.
+
+    Each param group keeps the peak LR it was built with, so the schedule scales every group (AdamW's
+    train.lr, Muon's train.muon_lr) by the same factor; a checkpoint's saved LRs never replace it.
+    """
+
+    def __init__(self, *optimizers: torch.optim.Optimizer):
+        self.optimizers = optimizers
+        self.peak_lrs = [group["lr"] for group in self.param_groups]
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for opt in self.optimizers for group in opt.param_groups]
+
+    def scale_lr(self, factor: float) -> None:
+        """Set every group's LR to `factor` × its peak LR (the schedule's value divided by train.lr)."""
+        for group, peak in zip(self.param_groups, self.peak_lrs):
+            group["lr"] = peak * factor
+
+    def unscale(self, scaler: torch.amp.GradScaler) -> None:
+        for opt in self.optimizers:
+            scaler.unscale_(opt)
+
+    def step(self, scaler: torch.amp.GradScaler | None = None) -> None:
+        """One update; through `scaler` under fp16, which may skip it where gradients are not finite."""
+        for opt in self.optimizers:
+            if scaler is not None:
+                scaler.step(opt)
+            else:
+                opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> list[dict]:
+        return [opt.state_dict() for opt in self.optimizers]
+
+    def load_state_dict(self, states: list[dict] | dict) -> None:
+        # Checkpoints written before the optimizer choice existed hold AdamW's state dict alone.
+        states = [states] if isinstance(states, dict) else states
+        if len(states) != len(self.optimizers):
+            raise ValueError(f"{len(states)} optimizer states for {len(self.optimizers)} optimizers")
+        for opt, state in zip(self.optimizers, states):
+            opt.load_state_dict(state)
+
+
+def hidden_matrices(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The 2-D weights inside the transformer blocks (attention and MLP projections): Muon's share."""
+    inner = getattr(model, "module", model)  # DDP wraps the model; FSDP2 shards it in place
+    return [p for p in inner.blocks.parameters() if p.requires_grad and p.dim() == 2]
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> Optimizers:
+    """AdamW with weight decay on matrices only (not on norms' gains or biases); under
+    train.optimizer=muon, Muon takes the blocks' matrices and AdamW keeps embeddings, head, norms, biases."""
+    muon_params = hidden_matrices(model) if cfg.optimizer == "muon" else []
+    on_muon = {id(p) for p in muon_params}
+    params = [p for p in model.parameters() if p.requires_grad and id(p) not in on_muon]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    adamw = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
+    if not muon_params:
+        return Optimizers(adamw)
+    muon = torch.optim.Muon(muon_params, lr=cfg.muon_lr, momentum=cfg.muon_momentum, weight_decay=cfg.weight_decay)
+    return Optimizers(muon, adamw)
