@@ -144,7 +144,8 @@ def prepare_data(
                 docs = sample.train_docs + sample.val_docs
                 # A contiguous split cuts each document in two, each part ending with <|endoftext|>.
                 per_doc = 2 if data_cfg.split == "contiguous" else 1
-                manifest["total_tokens"] = sum(len(ids) + per_doc for ids in encoder.encode(docs))
+                manifest["total_tokens"] = sum(len(ids) + per_doc for chunk in _encode_chunks(docs)
+                                               for ids in encoder.encode(chunk))
         _save_manifest(out_dir, manifest)
         meta = _write_splits(data_cfg, manifest, out_dir, encoder, eot, dtype, progress)
 
@@ -264,6 +265,20 @@ def _restore_streams(streams: list[_SourceStream | None], fill_log: list, taken:
                 continue
             stream.chunks.append(stream.encoder.submit(docs[skip:]))
             skip = 0
+
+
+def _encode_chunks(docs: list[str]):
+    """`docs` in consecutive lists of about ENCODE_CHUNK_CHARS characters: encoding them all at once
+    would hold ~80 bytes per token of Encoding objects for the whole sample."""
+    chunk, chars = [], 0
+    for doc in docs:
+        chunk.append(doc)
+        chars += len(doc)
+        if chars >= ENCODE_CHUNK_CHARS:
+            yield chunk
+            chunk, chars = [], 0
+    if chunk:
+        yield chunk
 
 
 def _budgets(cfg: DataConfig, total_tokens: int) -> dict[str, int]:

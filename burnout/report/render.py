@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +61,8 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         ["FLOPs per token", f"{m['flops_per_token']:,} (train, forward + backward, seq_len {m['seq_len']})"],
         ["vocabulary", f"{m['config']['vocab_size']:,} ({run.config.get('tokenizer', {}).get('kind', '?')} tokenizer)"],
         ["batch", f"{train.get('batch_size')} × {train.get('grad_accum')} accumulation × {m['seq_len']} tokens"],
-        ["hardware", f"device {train.get('device')}, precision {train.get('precision')}"],
+        ["hardware", (f"{run.launches[-1]['device']}, " if run.launches else "")
+                     + f"device {train.get('device')}, precision {train.get('precision')}"],
         ["steps", f"{last['step']:,} of {train.get('max_steps')}"],
         ["tokens", f"{last['tokens']:,}"],
         ["final train loss", _fmt(run.last_value("train_loss"))],
@@ -103,6 +105,7 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         blocks.append(Block("h2", "Samples during training"))
         blocks.append(Block("table", columns=["step", "val loss", "sample"],
                             rows=[[r["step"], r.get("val_loss"), r["sample"]] for r in samples]))
+    blocks += [Block("h2", "Launches"), _launch_table(run)]
     found = anomalies(run)
     blocks += [Block("h2", "Anomalies"), Block("list", items=found or ["none: no non-finite loss, skipped step "
                                                                        "or throughput drop in the log"])]
@@ -118,6 +121,15 @@ def overlay_blocks(runs: list[RunLog], log_scale: bool) -> tuple[str, list[Block
         Block("table", columns=["run", "params", "steps", "tokens", "final train loss", "final val loss",
                                 "wall time", "config hash"], rows=rows),
     ]
+
+
+def _launch_table(run: RunLog) -> Block:
+    if not run.launches:
+        return Block("p", f"No `launches.jsonl` in `{run.path}`: the run was started by a burnout that did not record launches.")
+    rows = [[launch["time"], launch["step"], shlex.join(launch["argv"]), launch.get("git_commit") or "not a git checkout",
+             launch["device"] + (f" × {launch['world_size']}" if launch.get("world_size", 1) > 1 else ""),
+             launch["versions"]["torch"]] for launch in run.launches]
+    return Block("table", columns=["started", "from step", "command", "git commit", "device", "torch"], rows=rows)
 
 
 def _phase_table(run: RunLog) -> Block:

@@ -6,6 +6,7 @@
     RUN/checkpoints/*/info.json   the kept checkpoints
     RUN/eval/*.json        evaluation results, one file per evaluation
     RUN/compare.md         the samples-per-checkpoint table from `burnout compare`
+    RUN/launches.jsonl     each start and resume: command line, git commit, versions, device
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from burnout.models.info import model_info
 from burnout.train.checkpoint import list_checkpoints
 from burnout.train.loop import PHASES_FILE
 from burnout.train.metrics import METRICS_FILE, read_metrics
+from burnout.train.provenance import read_launches
 
 # A logged tokens/s below this share of the run's median is reported as a throughput drop.
 THROUGHPUT_DROP = 0.5
@@ -42,6 +44,7 @@ class RunLog:
     evals: list[tuple[str, dict]] = field(default_factory=list)  # (file stem, parsed JSON)
     compare_md: str | None = None
     phases: list[dict] = field(default_factory=list)  # RUN/phases.jsonl: a summary at each phase's end
+    launches: list[dict] = field(default_factory=list)  # RUN/launches.jsonl: each start and resume
 
     def series(self, key: str) -> tuple[list[int], list[int], list[float]]:
         """(steps, tokens, values) of the records that logged a finite `key`."""
@@ -80,7 +83,8 @@ def load_run(path: str | Path) -> RunLog:
         if phases_file.is_file() else []
     return RunLog(path=path, name=path.resolve().name, config=raw_config, config_hash=config_hash, model=model,
                   records=records, checkpoints=checkpoints, evals=evals,
-                  compare_md=compare.read_text() if compare.is_file() else None, phases=phases)
+                  compare_md=compare.read_text() if compare.is_file() else None, phases=phases,
+                  launches=read_launches(path))
 
 
 def phase_rows(run: RunLog) -> list[dict]:

@@ -43,6 +43,7 @@ from burnout.train.forecast import forecast_loss
 from burnout.train.hardware import get_hardware
 from burnout.train.metrics import METRICS_FILE, ExternalLoggers, MetricsLog, read_metrics, write_atomic
 from burnout.train.optim import make_optimizer
+from burnout.train.provenance import record_launch
 from burnout.train.schedule import lr_at, total_steps
 
 PHASES_FILE = "phases.jsonl"
@@ -320,6 +321,7 @@ def _train(cfg: RunConfig, run_dir: Path, data_dir: Path, resume: bool, progress
         if resume:
             metrics.truncate_after(step)
         write_atomic(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        record_launch(run_dir, step, device, ctx.world_size)
         external = ExternalLoggers(run_dir, tc.tensorboard, tc.wandb, cfg.to_dict())
         if tc.mirror_dir:
             mirror = CheckpointMirror(Path(tc.mirror_dir), emit)

@@ -151,3 +151,12 @@ def test_given_char_tokenizer_missing_characters_is_a_burnout_error(tmp_path):
     train_tokenizer(["abc"], TokenizerConfig(kind="char")).save(str(path))
     with pytest.raises(BurnoutError, match="no token for .* character"):
         prepare_data(DataConfig(max_chars=20_000), TOK_CFG, tmp_path / "out", tokenizer_path=path)
+
+
+def test_token_budget_of_the_sample_does_not_depend_on_the_encode_chunk(tmp_path, monkeypatch):
+    import burnout.data.prepare as prepare_module
+
+    cfg = DataConfig(max_chars=30_000, shard_tokens=2_000)  # no max_tokens: the sample's token count is the budget
+    whole = prepare_data(cfg, TOK_CFG, tmp_path / "whole")
+    monkeypatch.setattr(prepare_module, "ENCODE_CHUNK_CHARS", 2_000)
+    assert prepare_data(cfg, TOK_CFG, tmp_path / "chunked") == whole

@@ -180,15 +180,18 @@ def test_uint32_when_the_vocabulary_is_large(tmp_path, monkeypatch):
 
 
 def _count_encoded(monkeypatch, prepare_module) -> list[int]:
-    """Patch the encoder to count the documents it encodes; returns the running count (one item)."""
+    """Patch the encoder to count the documents given to it; returns the running count (one item).
+
+    Submissions, not finished encodings: with workers > 1 a chunk still queued when the run ends is
+    cancelled, so how many get encoded depends on timing; what is submitted does not."""
     count = [0]
-    real_encode = prepare_module.encode_documents
+    real_submit = prepare_module._Encoder.submit
 
-    def counting(tok, docs, *args):
+    def counting(self, docs):
         count[0] += len(docs)
-        return real_encode(tok, docs, *args)
+        return real_submit(self, docs)
 
-    monkeypatch.setattr(prepare_module, "encode_documents", counting)
+    monkeypatch.setattr(prepare_module._Encoder, "submit", counting)
     return count
 
 

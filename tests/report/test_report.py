@@ -4,6 +4,7 @@ import base64
 import io
 import json
 import re
+import shlex
 import shutil
 
 import pytest
@@ -59,6 +60,12 @@ def test_report_of_one_run_holds_its_logged_numbers(sampled_runs, tmp_path):
     assert base64.b64decode(embedded[0]) == (tmp_path / "r" / "loss_vs_steps.png").read_bytes()
     assert "http://" not in page and "https://" not in page
     assert f"<td>final val loss</td><td>{fmt(last['val_loss'])}</td>" in page
+
+    # Which command, code and machine produced these numbers.
+    [launch] = runs[0].launches
+    assert "## Launches" in md
+    assert f"| {launch['time']} | 0 | {shlex.join(launch['argv'])} |" in md
+    assert launch["device"] in md
 
 
 def test_report_shows_phases_evals_compare_and_anomalies(sampled_runs, tmp_path):

@@ -1,0 +1,94 @@
+"""What a run was launched with: one line in RUN/launches.jsonl per start or resume, so a report can say
+which command, code and machine produced its numbers.
+
+    time, step        when, and the step training started from (0, or the resumed checkpoint's)
+    argv, cwd         the command line as the process received it, and where it ran
+    git_commit        the commit of the burnout checkout (with "-dirty" when it has uncommitted changes),
+                      or null for an installed package
+    versions          burnout, torch, python
+    device            what the steps ran on: the GPU's name, or the CPU's model and thread count
+    world_size        processes under torchrun (1 otherwise)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+LAUNCHES_FILE = "launches.jsonl"
+
+
+def record_launch(run_dir: Path, step: int, device: torch.device, world_size: int) -> None:
+    entry = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "step": step,
+        "argv": sys.argv,
+        "cwd": os.getcwd(),
+        "git_commit": git_commit(),
+        "versions": {"burnout": _package_version(), "torch": torch.__version__, "python": platform.python_version()},
+        "device": device_name(device),
+        "world_size": world_size,
+    }
+    with (run_dir / LAUNCHES_FILE).open("a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def read_launches(run_dir: Path) -> list[dict]:
+    path = run_dir / LAUNCHES_FILE
+    if not path.is_file():
+        return []
+    launches = []
+    for line in path.read_text().splitlines():
+        try:
+            launches.append(json.loads(line))
+        except ValueError:  # a line torn by a kill while it was written: that launch left no record
+            continue
+    return launches
+
+
+def git_commit() -> str | None:
+    """HEAD of the git checkout burnout runs from (+ "-dirty" with uncommitted changes), else None."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        found = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"],
+                               capture_output=True, text=True, timeout=10)
+        lines = found.stdout.splitlines()
+        # An installed package can sit inside some other repository (a venv in a project): not ours.
+        if found.returncode or len(lines) != 2 or Path(lines[0]).resolve() != root:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):  # no git on this machine
+        return None
+    return lines[1] + ("-dirty" if dirty else "")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{_cpu_model()}, {torch.get_num_threads()} threads"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("gpuburnout")
+    except metadata.PackageNotFoundError:
+        return "unknown"
