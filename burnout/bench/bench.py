@@ -41,9 +41,9 @@ from burnout.data.prepare import prepare_data, read_meta
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.models.info import flops_per_token, matmul_parameters
-from burnout.train.device import autocast, configure_backends, resolve_device, resolve_precision
+from burnout.train.device import autocast, configure_backends, describe_device, resolve_device, resolve_precision
 from burnout.train.hardware import detect, hardware_table, measure_cpu_peak
-from burnout.train.loop import make_optimizer
+from burnout.train.optim import make_optimizer
 
 PARTS = ("data", "forward", "backward", "optimizer")
 
@@ -275,10 +275,10 @@ def _add_mfu(result: dict, device: torch.device) -> dict:
     return result
 
 
-def describe_device(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"{torch.cuda.get_device_name(device)}"
-    return f"CPU, {torch.get_num_threads()} threads ({torch.backends.cpu.get_cpu_capability()})"
+def _device_line(device: torch.device) -> str:
+    """The device, with the vector instructions PyTorch uses on a CPU (they set its matmul speed)."""
+    cpu = f" ({torch.backends.cpu.get_cpu_capability()})" if device.type == "cpu" else ""
+    return describe_device(device) + cpu
 
 
 # ----------------------------------------------------------------------------------------------
@@ -298,7 +298,7 @@ def bench(cfg: RunConfig, data_dir: Path, steps: int = 10, warmup: int = 2) -> d
     device = resolve_device(cfg.train.device)
     setup = default_setup(cfg, data_dir, device)
     result = _add_mfu(measure(cfg, data_dir, setup, steps, warmup, device), device)
-    return {"device": describe_device(device), "torch": torch.__version__, "model": _model_line(cfg),
+    return {"device": _device_line(device), "torch": torch.__version__, "model": _model_line(cfg),
             "batch": _batch_line(cfg), **result}
 
 
@@ -328,7 +328,7 @@ def ablate(cfg: RunConfig, data_dir: Path, steps: int = 10, warmup: int = 2, on_
             on_rung(r)
     for r in rungs:
         _add_mfu(r, device)
-    return {"device": describe_device(device), "torch": torch.__version__, "model": _model_line(cfg),
+    return {"device": _device_line(device), "torch": torch.__version__, "model": _model_line(cfg),
             "batch": _batch_line(cfg), "rungs": rungs}
 
 

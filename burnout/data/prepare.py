@@ -248,12 +248,12 @@ class _SourceStream:
         return docs
 
 
-def _restore_streams(streams: list[_SourceStream | None], fill_log: list, taken: list[int]) -> None:
+def _restore_streams(streams: list[_SourceStream | None], logged_fills: list, taken: list[int]) -> None:
     """Bring each stream to where it stood when a resume point was saved, encoding only documents not
     yet handed out: the logged chunks are read and cleaned again in their original order (rebuilding
     dedup and the cleaning report exactly), the handed-out documents are dropped unencoded."""
     pending: list[list[list[str]]] = [[] for _ in streams]
-    for index, count, exhausted in list(fill_log):
+    for index, count, exhausted in logged_fills:  # replaying appends them to the streams' own, new log
         pending[index].append(streams[index]._read_chunk(count, exhausted))
     for stream, chunks, skip in zip(streams, pending, taken):
         if stream is None:

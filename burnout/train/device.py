@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import platform
+from pathlib import Path
 
 import torch
 
@@ -19,6 +21,23 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BurnoutError("train.device: CUDA was asked for but this machine has none; use train.device=cpu")
     return device
+
+
+def describe_device(device: torch.device) -> str:
+    """What the steps run on: the GPU's name, or the CPU's model and thread count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{_cpu_model()}, {torch.get_num_threads()} threads"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or platform.machine() or "CPU"
 
 
 def resolve_precision(name: str, device: torch.device) -> str:

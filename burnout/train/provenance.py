@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from burnout.train.device import describe_device
+
 LAUNCHES_FILE = "launches.jsonl"
 
 
@@ -34,7 +36,7 @@ def record_launch(run_dir: Path, step: int, device: torch.device, world_size: in
         "cwd": os.getcwd(),
         "git_commit": git_commit(),
         "versions": {"burnout": _package_version(), "torch": torch.__version__, "python": platform.python_version()},
-        "device": device_name(device),
+        "device": describe_device(device),
         "world_size": world_size,
     }
     with (run_dir / LAUNCHES_FILE).open("a") as f:
@@ -69,22 +71,6 @@ def git_commit() -> str | None:
     except (OSError, subprocess.TimeoutExpired):  # no git on this machine
         return None
     return lines[1] + ("-dirty" if dirty else "")
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{_cpu_model()}, {torch.get_num_threads()} threads"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:  # not Linux
-        pass
-    return platform.processor() or platform.machine() or "CPU"
 
 
 def _package_version() -> str:

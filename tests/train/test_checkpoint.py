@@ -11,7 +11,7 @@ import yaml
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.train.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
-from burnout.train.loop import make_optimizer
+from burnout.train.optim import make_optimizer
 
 CPU = torch.device("cpu")
 
