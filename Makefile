@@ -1,6 +1,6 @@
 # The two set-up commands. Both create .venv on first use; nothing else needs installing by hand.
 #   make demo   install and run the offline quickstart (about 4 minutes on a laptop CPU)
-#   make test   install with dev extras and run the whole test suite
+#   make test   install with dev extras, lint (ruff), and run the whole test suite
 
 PYTHON ?= python3
 VENV   := .venv
@@ -24,6 +24,7 @@ demo: $(VENV)/.stamp-base
 	$(VENV)/bin/burnout quickstart --out runs/quickstart
 
 test: $(VENV)/.stamp-dev
+	$(VENV)/bin/ruff check burnout tests benchmarks
 	$(PY) -m pytest
 
 clean:

@@ -18,10 +18,10 @@ import time
 import torch
 
 from burnout.config import load_model_preset
+from burnout.core.device import resolve_device
 from burnout.generate.sampling import generate_batch
 from burnout.models import Transformer
 from burnout.models.hf import save_hf
-from burnout.train.device import resolve_device
 
 
 def best_seconds(fn, repeats: int, device: torch.device) -> float:

@@ -1,4 +1,4 @@
-"""Training throughput of nanoGPT's 10.7M Shakespeare model (configs/shakespeare-10m.yaml) against nanoGPT.
+"""Training throughput of nanoGPT's 10.7M Shakespeare model (burnout/configs/shakespeare-10m.yaml) against nanoGPT.
 
     .venv/bin/python -m benchmarks.bench_train [--config shakespeare-10m] [--steps 5] [--variants fp32 bf16 ...]
 

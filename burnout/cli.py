@@ -1,4 +1,13 @@
-"""The `burnout` command: argument parsing only; every subcommand calls an importable function."""
+"""The `burnout` command: argument parsing only; every subcommand calls an importable function.
+
+Layout: one unit per subcommand. `@command("export", help=..., description=...)` registers a setup
+function that declares the subcommand's arguments on its parser and returns the handler,
+`run(args, overrides)`, written right below them; nested subcommands register under their group
+(`group("model", ...)`, then `@command("model", "info", ...)`). `build_parser()` turns the registry into
+argparse subparsers in the order the units appear in this file, and `main()` runs the chosen handler,
+turning errors into one `burnout: error:` line and an exit code. Handlers import lazily, so `--help`
+and config errors never import torch.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +15,31 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from burnout.errors import BurnoutError
+
+# A handler gets the parsed arguments and the `key=value` overrides; it returns an exit code or None (0).
+Handler = Callable[[argparse.Namespace, list[str]], "int | None"]
+Setup = Callable[[argparse.ArgumentParser], Handler]
+
+# (path, help and description, setup): a setup of None marks a group whose actions follow.
+_UNITS: list[tuple[tuple[str, ...], dict[str, str], Setup | None]] = []
+
+
+def group(name: str, *, help: str, description: str) -> None:
+    """Register a command that holds actions (`burnout NAME ACTION`); register them after it."""
+    _UNITS.append(((name,), {"help": help, "description": description}, None))
+
+
+def command(*path: str, help: str, description: str) -> Callable[[Setup], Setup]:
+    """Register a subcommand (`"train"`, or `"model", "info"` under a group): the decorated function adds
+    the subcommand's arguments to the parser it is given and returns the handler."""
+    def register(setup: Setup) -> Setup:
+        _UNITS.append((path, {"help": help, "description": description}, setup))
+        return setup
+    return register
 
 
 def _overrides(values: list[str], unknown: list[str], accepts_overrides: bool = True) -> list[str]:
@@ -41,150 +72,292 @@ def _overrides(values: list[str], unknown: list[str], accepts_overrides: bool = 
     return result
 
 
-def cmd_quickstart(args, overrides):
-    from burnout.quickstart import quickstart
+@command("quickstart", help="offline demo: stdlib corpus → BPE → small LLaMA trained on CPU → samples",
+         description="Prepare the embedded corpus, train a small LLaMA-style model for about N "
+                     "minutes, then print validation loss, samples and where everything is.")
+def cmd_quickstart(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("--out", default="runs/quickstart", help="folder for data, run and checkpoints")
+    p.add_argument("--minutes", type=float, default=3.0, help="training time budget (default 3)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.batch_size=8")
 
-    quickstart(Path(args.out), minutes=args.minutes, overrides=overrides)
+    def run(args, overrides):
+        from burnout.quickstart import quickstart
 
-
-def cmd_model_info(args, overrides):
-    from burnout.config import apply_override, load_model_preset
-
-    raw: dict = {}
-    for item in overrides:
-        apply_override(raw, item.removeprefix("model."))
-    cfg = load_model_preset(args.preset, raw)
-    from burnout.models.info import format_model_info, model_info  # imports torch: after the cheap checks
-
-    info = model_info(cfg, batch_size=args.batch_size, seq_len=args.seq_len, precision=args.precision)
-    print(json.dumps(info, indent=2) if args.json else format_model_info(args.preset, info))
+        quickstart(Path(args.out), minutes=args.minutes, overrides=overrides)
+    return run
 
 
-def cmd_model_list(args, overrides):
-    from burnout.config import load_model_preset, model_preset_names
-    from burnout.models.info import model_info
-
-    for name in model_preset_names():
-        info = model_info(load_model_preset(name))
-        print(f"{name:<18} {info['family']:<6} {info['params_total']:>15,} params")
+group("model", help="inspect model presets: parameters, FLOPs, memory", description="Inspect model presets.")
 
 
-def cmd_data_prepare(args, overrides):
-    from burnout.data.recipe import load_data_sections
+@command("model", "info", help="parameters, FLOPs per token and memory of a preset",
+         description="Parameters, FLOPs per token and memory of a preset (built on the meta "
+                     "device: costs no memory). Extra KEY=VALUE arguments change model fields.")
+def cmd_model_info(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("preset")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--seq-len", type=int, default=None, help="default: the model's context length")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
-    data_cfg, tok_cfg = load_data_sections(args.recipe, overrides)
-    from burnout.data.prepare import prepare_data
+    def run(args, overrides):
+        from burnout.config import apply_override, load_model_preset
 
-    meta = prepare_data(data_cfg, tok_cfg, Path(args.out), progress=True, overwrite=args.overwrite,
-                        workers=args.workers)
-    splits = meta["splits"]
-    print(f"prepared {splits['train']['tokens']:,} train and {splits['val']['tokens']:,} val tokens "
-          f"(vocab {meta['vocab_size']:,}) in {args.out}")
+        raw: dict = {}
+        for item in overrides:
+            apply_override(raw, item.removeprefix("model."))
+        cfg = load_model_preset(args.preset, raw)
+        from burnout.models.info import format_model_info, model_info  # imports torch: after the cheap checks
 
-
-def cmd_data_inspect(args, overrides):
-    from burnout.data.inspect import inspect_data
-
-    inspect_data(Path(args.data_dir), sample_tokens=args.sample_tokens, split=args.split, seed=args.seed,
-                 verify=args.verify)
-
-
-def cmd_tokenizer_train(args, overrides):
-    from burnout.data.recipe import load_data_sections
-
-    data_cfg, tok_cfg = load_data_sections(args.recipe, overrides)
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise BurnoutError(f"{out} exists; choose another --out or pass --overwrite")
-    from burnout.data.prepare import train_recipe_tokenizer
-
-    tok = train_recipe_tokenizer(data_cfg, tok_cfg)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out))
-    print(f"wrote a {tok_cfg.kind} tokenizer with {tok.get_vocab_size():,} tokens to {out}")
+        info = model_info(cfg, batch_size=args.batch_size, seq_len=args.seq_len, precision=args.precision)
+        print(json.dumps(info, indent=2) if args.json else format_model_info(args.preset, info))
+    return run
 
 
-def cmd_tokenizer_encode(args, overrides):
-    from burnout.data.tokenizer import load_tokenizer
+@command("model", "list", help="every preset with its family and size", description="List presets.")
+def cmd_model_list(p: argparse.ArgumentParser) -> Handler:
+    def run(args, overrides):
+        from burnout.config import load_model_preset, model_preset_names
+        from burnout.models.info import model_info
 
-    encoding = load_tokenizer(args.tokenizer).encode(args.text)
-    print(json.dumps({"ids": encoding.ids, "tokens": encoding.tokens}, ensure_ascii=False))
-
-
-def cmd_tokenizer_decode(args, overrides):
-    from burnout.data.tokenizer import load_tokenizer
-
-    tok = load_tokenizer(args.tokenizer)
-    try:
-        ids = [int(i) for i in args.ids.replace(",", " ").split()]
-    except ValueError as exc:
-        raise BurnoutError(f"token ids must be whole numbers separated by spaces or commas ({exc})") from None
-    vocab = tok.get_vocab_size()
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if bad:
-        raise BurnoutError(f"token id {bad[0]} is outside this tokenizer's vocabulary (0..{vocab - 1})")
-    print(tok.decode(ids, skip_special_tokens=False))
+        for name in model_preset_names():
+            info = model_info(load_model_preset(name))
+            print(f"{name:<18} {info['family']:<6} {info['params_total']:>15,} params")
+    return run
 
 
-def cmd_train(args, overrides):
-    from burnout.config import load_run_config
-
-    if args.resume:
-        if args.config and "=" in args.config and not Path(args.config).exists():
-            # `train --resume RUN train.max_steps=800`: argparse hands the first override to CONFIG.
-            overrides, args.config = [args.config, *overrides], None
-        if args.config or args.out or args.data:
-            raise BurnoutError("--resume RUN takes no CONFIG, --out or --data: the run folder holds them")
-        if args.auto_batch:
-            raise BurnoutError("--auto-batch applies to a new run; a resumed run keeps its batch shape")
-        from burnout.train.run import resume_training
-
-        result = resume_training(Path(args.resume), overrides)
-    else:
-        if not args.config or not args.out:
-            raise BurnoutError("train needs a CONFIG and --out RUN_DIR (or --resume RUN_DIR)")
-        cfg = load_run_config(args.config, overrides)  # config errors surface before torch is imported
-        from burnout.train.run import start_training
-
-        result = start_training(cfg, Path(args.out), data_dir=Path(args.data) if args.data else None,
-                                auto_batch=args.auto_batch)
-    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 speaks for the run
-        return 130 if result.stop_reason == "signal" else 0
-    word = {"done": "done", "phase": f"phase '{result.phase}' done", "time": "time limit reached",
-            "signal": "stopped by signal"}[result.stop_reason]
-    print(f"{word}: step {result.step}, {result.tokens:,} tokens, train loss {result.train_loss:.4f}, "
-          f"val loss {result.val_loss:.4f}, {result.tokens_per_s:,.0f} tokens/s; checkpoint {result.checkpoint}")
-    # A signal-stopped run exits as an interrupted process would, so scripts and schedulers can tell.
-    return 130 if result.stop_reason == "signal" else 0
+group("data", help="prepare token shards from a data recipe; inspect them", description="Data stage commands.")
 
 
-def cmd_bench(args, overrides):
-    from burnout.config import load_run_config
+@command("data", "prepare", help="mix sources, train the tokenizer, write token shards",
+         description="Mix a recipe's sources by token share, clean them, train its tokenizer "
+                     "and write token shards + manifest.json + tokenizer.json + meta.json "
+                     "into --out. An interrupted prepare resumes where it stopped. Built-in "
+                     "recipes are in burnout/configs/data/ (default, shakespeare, gpuburnout-1b); a "
+                     "run config's data and tokenizer sections work too.")
+def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("recipe", help="recipe name or YAML path (or a run config)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--overwrite", action="store_true", help="replace a finished data folder at --out")
+    p.add_argument("--workers", type=int, default=None, help="encoding threads (default: one per core; 1: one thread)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. data.max_tokens=1000000")
 
-    cfg = load_run_config(args.config, overrides)
-    from burnout.bench import ablate, bench, bench_data_dir, format_ablation, format_bench
+    def run(args, overrides):
+        from burnout.data.recipe import load_data_sections
 
-    data_dir = bench_data_dir(cfg, args.data, on_event=(lambda line: None) if args.json else print)
-    if args.ablate:
-        result = ablate(cfg, data_dir, steps=args.steps, warmup=args.warmup, skip=tuple(args.skip),
-                        on_rung=None if args.json else (lambda r: print(
-                            f"  {r['rung']:<10} {r['tokens_per_s']:>10,.0f} tokens/s ({r['speedup_prev']:.2f}x)",
-                            flush=True)))
-        print(json.dumps(result, indent=2) if args.json else format_ablation(result))
-    else:
-        result = bench(cfg, data_dir, steps=args.steps, warmup=args.warmup)
-        print(json.dumps(result, indent=2) if args.json else format_bench(result))
+        data_cfg, tok_cfg = load_data_sections(args.recipe, overrides)
+        from burnout.data.prepare import prepare_data
+
+        meta = prepare_data(data_cfg, tok_cfg, Path(args.out), progress=True, overwrite=args.overwrite,
+                            workers=args.workers)
+        splits = meta["splits"]
+        print(f"prepared {splits['train']['tokens']:,} train and {splits['val']['tokens']:,} val tokens "
+              f"(vocab {meta['vocab_size']:,}) in {args.out}")
+    return run
 
 
-def cmd_plan(args, overrides):
-    from burnout.config import load_run_config
+@command("data", "inspect", help="stats of a prepared folder and a decoded sample",
+         description="Print the token counts, shards, source shares and cleaning report of "
+                     "a prepared folder, and decode a sample of it.")
+def cmd_data_inspect(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("data_dir")
+    p.add_argument("--sample-tokens", type=int, default=200)
+    p.add_argument("--split", choices=["train", "val"], default="train")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verify", action="store_true", help="re-hash every shard against the manifest")
 
-    cfg = load_run_config(args.config, overrides)
-    from burnout.train.plan import format_plan, plan_run
+    def run(args, overrides):
+        from burnout.data.inspect import inspect_data
 
-    plan = plan_run(cfg, args.gpu, mfu=args.mfu, price_per_hour=args.price, devices=args.gpus,
-                    precision=args.precision)
-    print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
+        inspect_data(Path(args.data_dir), sample_tokens=args.sample_tokens, split=args.split, seed=args.seed,
+                     verify=args.verify)
+    return run
+
+
+group("tokenizer", help="train a tokenizer from a recipe; encode and decode with one",
+      description="Tokenizer commands.")
+
+
+@command("tokenizer", "train", help="train a recipe's tokenizer on its sample and save tokenizer.json",
+         description="Train the recipe's tokenizer (BPE or char) on its cleaned, weighted "
+                     "sample, or build GPT-2's from its files, and save it.")
+def cmd_tokenizer_train(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("recipe", help="recipe name or YAML path (or a run config)")
+    p.add_argument("--out", required=True, help="tokenizer.json path to write")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. tokenizer.vocab_size=8192")
+
+    def run(args, overrides):
+        from burnout.data.recipe import load_data_sections
+
+        data_cfg, tok_cfg = load_data_sections(args.recipe, overrides)
+        out = Path(args.out)
+        if out.exists() and not args.overwrite:
+            raise BurnoutError(f"{out} exists; choose another --out or pass --overwrite")
+        from burnout.common import write_atomic
+        from burnout.data.prepare import train_recipe_tokenizer
+
+        tok = train_recipe_tokenizer(data_cfg, tok_cfg)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, tok.to_str(pretty=True))  # pretty: the same bytes tok.save() writes
+        print(f"wrote a {tok_cfg.kind} tokenizer with {tok.get_vocab_size():,} tokens to {out}")
+    return run
+
+
+@command("tokenizer", "encode", help="text → token ids and tokens (JSON)", description="Encode text.")
+def cmd_tokenizer_encode(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("tokenizer", help="tokenizer.json, or a folder holding one (data folder, checkpoint)")
+    p.add_argument("text")
+
+    def run(args, overrides):
+        from burnout.data.tokenizer import load_tokenizer
+
+        encoding = load_tokenizer(args.tokenizer).encode(args.text)
+        print(json.dumps({"ids": encoding.ids, "tokens": encoding.tokens}, ensure_ascii=False))
+    return run
+
+
+@command("tokenizer", "decode", help="token ids → text", description="Decode token ids.")
+def cmd_tokenizer_decode(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("tokenizer", help="tokenizer.json, or a folder holding one (data folder, checkpoint)")
+    p.add_argument("ids", help='ids separated by spaces or commas, e.g. "15496 995"')
+
+    def run(args, overrides):
+        try:
+            ids = [int(i) for i in args.ids.replace(",", " ").split()]
+        except ValueError as exc:
+            raise BurnoutError(f"token ids must be whole numbers separated by spaces or commas ({exc})") from None
+        from burnout.data.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(args.tokenizer)
+        vocab = tok.get_vocab_size()
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            raise BurnoutError(f"token id {bad[0]} is outside this tokenizer's vocabulary (0..{vocab - 1})")
+        print(tok.decode(ids, skip_special_tokens=False))
+    return run
+
+
+@command("train", help="train a model from a YAML config (or resume a run)",
+         description="Train from a run config. Data comes from --data, data.prepared_dir, or is "
+                     "prepared into RUN/data from the config's sources.")
+def cmd_train(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("config", nargs="?", help="run config YAML or a built-in name (e.g. quickstart)")
+    p.add_argument("--out", help="run folder to create")
+    p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its latest checkpoint")
+    p.add_argument("--data", help="prepared data folder (from `burnout data prepare`)")
+    p.add_argument("--auto-batch", action="store_true",
+                   help="use the largest micro-batch that fits in memory, keeping tokens per step via grad_accum")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+
+    def run(args, overrides):
+        if args.resume:
+            if args.config and "=" in args.config and not Path(args.config).exists():
+                # `train --resume RUN train.max_steps=800`: argparse hands the first override to CONFIG.
+                overrides, args.config = [args.config, *overrides], None
+            if args.config or args.out or args.data:
+                raise BurnoutError("--resume RUN takes no CONFIG, --out or --data: the run folder holds them")
+            if args.auto_batch:
+                raise BurnoutError("--auto-batch applies to a new run; a resumed run keeps its batch shape")
+            from burnout.train.run import resume_training
+
+            result = resume_training(Path(args.resume), overrides)
+        else:
+            if not args.config or not args.out:
+                raise BurnoutError("train needs a CONFIG and --out RUN_DIR (or --resume RUN_DIR)")
+            from burnout.config import load_run_config
+
+            cfg = load_run_config(args.config, overrides)  # config errors surface before torch is imported
+            from burnout.train.run import start_training
+
+            result = start_training(cfg, Path(args.out), data_dir=Path(args.data) if args.data else None,
+                                    auto_batch=args.auto_batch)
+        # A signal-stopped run exits as an interrupted process would, so scripts and schedulers can tell.
+        code = 130 if result.stop_reason == "signal" else 0
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+            word = {"done": "done", "phase": f"phase '{result.phase}' done", "time": "time limit reached",
+                    "signal": "stopped by signal"}[result.stop_reason]
+            print(f"{word}: step {result.step}, {result.tokens:,} tokens, train loss {result.train_loss:.4f}, "
+                  f"val loss {result.val_loss:.4f}, {result.tokens_per_s:,.0f} tokens/s; "
+                  f"checkpoint {result.checkpoint}")
+        return code
+    return run
+
+
+@command("bench", help="training speed of a config: tokens/s, step split, MFU, memory; --ablate",
+         description="Time training steps of a run config as `burnout train` runs them: tokens/s, "
+                     "the step split into data / forward / backward / optimizer, MFU against a "
+                     "matmul peak measured now on this device, and peak memory. --ablate runs "
+                     "the optimization ladder (mmap + Python batching, fp32, eager, explicit "
+                     "attention → preload → vectorized batching → compile → bf16 → SDPA).")
+def cmd_bench(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("config", help="run config YAML or a built-in name (e.g. shakespeare-fast)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (median reported; default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.add_argument("--ablate", action="store_true", help="run the optimization ladder, one rung per change")
+    p.add_argument("--skip", action="append", default=[], metavar="RUNG",
+                   help="with --ablate: leave a rung out (preload, vectorize, compile, bf16, sdpa); repeatable")
+    p.add_argument("--data", help="prepared data folder (default: data.prepared_dir, else prepared into "
+                                  "runs/bench-data/ once)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+
+    def run(args, overrides):
+        from burnout.config import load_run_config
+
+        cfg = load_run_config(args.config, overrides)
+        from burnout.bench import ablate, bench, bench_data_dir, format_ablation, format_bench
+
+        data_dir = bench_data_dir(cfg, args.data, on_event=(lambda line: None) if args.json else print)
+        if args.ablate:
+            result = ablate(cfg, data_dir, steps=args.steps, warmup=args.warmup, skip=tuple(args.skip),
+                            on_rung=None if args.json else (lambda r: print(
+                                f"  {r['rung']:<10} {r['tokens_per_s']:>10,.0f} tokens/s ({r['speedup_prev']:.2f}x)",
+                                flush=True)))
+            print(json.dumps(result, indent=2) if args.json else format_ablation(result))
+        else:
+            result = bench(cfg, data_dir, steps=args.steps, warmup=args.warmup)
+            print(json.dumps(result, indent=2) if args.json else format_bench(result))
+    return run
+
+
+@command("plan", help="predicted hours and dollars per phase on a given GPU",
+         description="Predict time and cost per phase from FLOPs per token, tokens per phase, the "
+                     "GPU's peak and price (burnout/configs/hardware.yaml) and an assumed MFU.")
+def cmd_plan(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("config", help="run config YAML or a built-in name (e.g. gpuburnout-1b)")
+    p.add_argument("--gpu", default="a100-80gb", help="a burnout/configs/hardware.yaml entry or cpu (measured peak)")
+    p.add_argument("--mfu", type=float, default=0.4, help="assumed model FLOPs utilization (default 0.4)")
+    p.add_argument("--price", type=float, default=None, help="dollars per device-hour (default: the table's)")
+    p.add_argument("--gpus", type=int, default=1, help="devices training together (default 1)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None,
+                   help="default: the config's, or bf16 on a GPU")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+
+    def run(args, overrides):
+        from burnout.config import load_run_config
+
+        cfg = load_run_config(args.config, overrides)
+        from burnout.train.plan import format_plan, plan_run
+
+        plan = plan_run(cfg, args.gpu, mfu=args.mfu, price_per_hour=args.price, devices=args.gpus,
+                        precision=args.precision)
+        print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
+    return run
+
+
+def sampling_flags(p: argparse.ArgumentParser, temperature: float, top_k: int, max_new_tokens: int) -> None:
+    """Sampling flags shared by generate, chat and compare (read back by `_sampling`)."""
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--temperature", type=float, default=temperature, help="0 means greedy")
+    p.add_argument("--top-k", type=int, default=top_k, help="0 turns top-k off")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling; 1 turns it off")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 means none (HF/CTRL style)")
+    p.add_argument("--repetition-window", type=int, default=64, help="recent tokens the penalty looks at")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
 
 
 def _sampling(args) -> dict:
@@ -196,250 +369,62 @@ def _sampling(args) -> dict:
             "repetition_window": args.repetition_window, "seed": args.seed}
 
 
-def cmd_generate(args, overrides):
-    from burnout.eval.compare import read_prompts
-    from burnout.eval.evaluate import load_for_eval
-    from burnout.generate.sampling import generate_texts, stream_text
-    from burnout.train.device import resolve_device
-
-    if (args.prompt is None) == (args.prompts_file is None):
-        raise BurnoutError("generate needs exactly one of --prompt TEXT or --prompts-file FILE")
-    ckpt, tokenizer = load_for_eval(args.checkpoint, resolve_device(args.device))
-    if args.prompt is not None:
-        pieces = stream_text(ckpt.model, tokenizer, args.prompt, args.max_new_tokens, stop=args.stop,
-                             **_sampling(args))
-        sys.stdout.write(args.prompt)
-        for piece in pieces:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-        sys.stdout.write("\n")
-        return
-    prompts = read_prompts(args.prompts_file)
-    texts = generate_texts(ckpt.model, tokenizer, prompts, args.max_new_tokens, stop=args.stop, **_sampling(args))
-    print(json.dumps([{"prompt": p, "text": t} for p, t in zip(prompts, texts)], indent=2, ensure_ascii=False))
-
-
-def cmd_chat(args, overrides):
-    from burnout.eval.evaluate import load_for_eval
-    from burnout.generate.chat import chat
-    from burnout.train.device import resolve_device
-
-    ckpt, tokenizer = load_for_eval(args.checkpoint, resolve_device(args.device))
-    chat(ckpt.model, tokenizer, {"max_new_tokens": args.max_new_tokens, **_sampling(args)})
-
-
-def cmd_eval(args, overrides):
-    from burnout.eval.evaluate import evaluate
-
-    files = {}
-    for item in args.task_file:
-        task, sep, path = item.partition("=")
-        if not sep:
-            raise BurnoutError(f"--task-file '{item}' must look like TASK=PATH, e.g. hellaswag=data/hellaswag.jsonl")
-        files[task] = path
-    evaluate(args.target, args.tasks, all_checkpoints=args.all_checkpoints, limit=args.limit,
-             data_root=args.data_root, task_files=files, data_dir=args.data, batch_size=args.batch_size,
-             device=args.device)
-
-
-def cmd_compare(args, overrides):
-    from burnout.eval.compare import DEFAULT_PROMPTS, compare_checkpoints, read_prompts
-
-    prompts = read_prompts(args.prompts) if args.prompts else list(DEFAULT_PROMPTS)
-    table = compare_checkpoints(Path(args.run), checkpoints=args.checkpoints, prompts=prompts,
-                                max_new_tokens=args.max_new_tokens, device=args.device, **_sampling(args))
-    print(table)
-    print(f"saved to {Path(args.run) / 'compare.md'}")
-
-
-def cmd_import(args, overrides):
-    from burnout.models.hf import import_hf
-
-    path = import_hf(Path(args.hf_dir), Path(args.to))
-    print(f"imported {args.hf_dir} as checkpoint {path} (use it with burnout generate/eval/chat {args.to})")
-
-
-def cmd_export(args, overrides):
-    from burnout.models.hf import save_hf
-    from burnout.data.tokenizer import load_tokenizer
-    from burnout.train.checkpoint import load_checkpoint
-
-    ckpt = load_checkpoint(args.checkpoint)
-    tokenizer_path = ckpt.path / "tokenizer.json"
-    eos = load_tokenizer(tokenizer_path).token_to_id("<|endoftext|>")
-    save_hf(ckpt.model, Path(args.to), tokenizer_path=tokenizer_path, eos_token_id=eos)
-    print(f"wrote a Hugging Face model folder to {args.to} (load it with AutoModelForCausalLM.from_pretrained)")
-
-
-def cmd_report(args, overrides):
-    from burnout.report.render import terminal_summary, write_report
-
-    # Neither flag means both formats.
-    both = not (args.html or args.md)
-    runs, written = write_report(args.runs, out=args.out, html_page=args.html or both, markdown=args.md or both,
-                                 log_scale=args.log_scale)
-    print(terminal_summary(runs, written))
-
-
-def cmd_playground(args, overrides):
-    from burnout.playground.app import serve
-
-    serve(args.sources, host=args.host, port=args.port, max_cache_mb=args.max_cache_mb,
-          concurrency=args.concurrency, queue_size=args.queue_size)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="burnout",
-        description="GPUburnout: train language models from scratch — data, tokenizer, model, training, use.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    p = sub.add_parser("quickstart", help="offline demo: stdlib corpus → BPE → small LLaMA trained on CPU → samples",
-                       description="Prepare the embedded corpus, train a small LLaMA-style model for about N "
-                                   "minutes, then print validation loss, samples and where everything is.")
-    p.add_argument("--out", default="runs/quickstart", help="folder for data, run and checkpoints")
-    p.add_argument("--minutes", type=float, default=3.0, help="training time budget (default 3)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.batch_size=8")
-    p.set_defaults(func=cmd_quickstart)
-
-    p = sub.add_parser("model", help="inspect model presets: parameters, FLOPs, memory",
-                       description="Inspect model presets.")
-    model_sub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
-    q = model_sub.add_parser("info", help="parameters, FLOPs per token and memory of a preset",
-                             description="Parameters, FLOPs per token and memory of a preset (built on the meta "
-                                         "device: costs no memory). Extra KEY=VALUE arguments change model fields.")
-    q.add_argument("preset")
-    q.add_argument("--json", action="store_true", help="machine-readable output")
-    q.add_argument("--batch-size", type=int, default=1)
-    q.add_argument("--seq-len", type=int, default=None, help="default: the model's context length")
-    q.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
-    q.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    q.set_defaults(func=cmd_model_info)
-    q = model_sub.add_parser("list", help="every preset with its family and size", description="List presets.")
-    q.set_defaults(func=cmd_model_list)
-
-    p = sub.add_parser("data", help="prepare token shards from a data recipe; inspect them",
-                       description="Data stage commands.")
-    data_sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
-    q = data_sub.add_parser("prepare", help="mix sources, train the tokenizer, write token shards",
-                            description="Mix a recipe's sources by token share, clean them, train its tokenizer "
-                                        "and write token shards + manifest.json + tokenizer.json + meta.json "
-                                        "into --out. An interrupted prepare resumes where it stopped. Built-in "
-                                        "recipes are in configs/data/ (default, shakespeare, gpuburnout-1b); a "
-                                        "run config's data and tokenizer sections work too.")
-    q.add_argument("recipe", help="recipe name or YAML path (or a run config)")
-    q.add_argument("--out", required=True)
-    q.add_argument("--overwrite", action="store_true", help="replace a finished data folder at --out")
-    q.add_argument("--workers", type=int, default=None, help="encoding threads (default: one per core; 1: one thread)")
-    q.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. data.max_tokens=1000000")
-    q.set_defaults(func=cmd_data_prepare)
-    q = data_sub.add_parser("inspect", help="stats of a prepared folder and a decoded sample",
-                            description="Print the token counts, shards, source shares and cleaning report of "
-                                        "a prepared folder, and decode a sample of it.")
-    q.add_argument("data_dir")
-    q.add_argument("--sample-tokens", type=int, default=200)
-    q.add_argument("--split", choices=["train", "val"], default="train")
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--verify", action="store_true", help="re-hash every shard against the manifest")
-    q.set_defaults(func=cmd_data_inspect)
-
-    p = sub.add_parser("tokenizer", help="train a tokenizer from a recipe; encode and decode with one",
-                       description="Tokenizer commands.")
-    tok_sub = p.add_subparsers(dest="tokenizer_command", metavar="ACTION", required=True)
-    q = tok_sub.add_parser("train", help="train a recipe's tokenizer on its sample and save tokenizer.json",
-                           description="Train the recipe's tokenizer (BPE or char) on its cleaned, weighted "
-                                       "sample, or build GPT-2's from its files, and save it.")
-    q.add_argument("recipe", help="recipe name or YAML path (or a run config)")
-    q.add_argument("--out", required=True, help="tokenizer.json path to write")
-    q.add_argument("--overwrite", action="store_true")
-    q.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. tokenizer.vocab_size=8192")
-    q.set_defaults(func=cmd_tokenizer_train)
-    q = tok_sub.add_parser("encode", help="text → token ids and tokens (JSON)", description="Encode text.")
-    q.add_argument("tokenizer", help="tokenizer.json, or a folder holding one (data folder, checkpoint)")
-    q.add_argument("text")
-    q.set_defaults(func=cmd_tokenizer_encode)
-    q = tok_sub.add_parser("decode", help="token ids → text", description="Decode token ids.")
-    q.add_argument("tokenizer", help="tokenizer.json, or a folder holding one (data folder, checkpoint)")
-    q.add_argument("ids", help='ids separated by spaces or commas, e.g. "15496 995"')
-    q.set_defaults(func=cmd_tokenizer_decode)
-
-    p = sub.add_parser("train", help="train a model from a YAML config (or resume a run)",
-                       description="Train from a run config. Data comes from --data, data.prepared_dir, or is "
-                                   "prepared into RUN/data from the config's sources.")
-    p.add_argument("config", nargs="?", help="run config YAML or a built-in name (e.g. quickstart)")
-    p.add_argument("--out", help="run folder to create")
-    p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its latest checkpoint")
-    p.add_argument("--data", help="prepared data folder (from `burnout data prepare`)")
-    p.add_argument("--auto-batch", action="store_true",
-                   help="use the largest micro-batch that fits in memory, keeping tokens per step via grad_accum")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("bench", help="training speed of a config: tokens/s, step split, MFU, memory; --ablate",
-                       description="Time training steps of a run config as `burnout train` runs them: tokens/s, "
-                                   "the step split into data / forward / backward / optimizer, MFU against a "
-                                   "matmul peak measured now on this device, and peak memory. --ablate runs "
-                                   "the optimization ladder (mmap + Python batching, fp32, eager, explicit "
-                                   "attention → preload → vectorized batching → compile → bf16 → SDPA).")
-    p.add_argument("config", help="run config YAML or a built-in name (e.g. shakespeare-fast)")
-    p.add_argument("--steps", type=int, default=10, help="timed steps (median reported; default 10)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    p.add_argument("--ablate", action="store_true", help="run the optimization ladder, one rung per change")
-    p.add_argument("--skip", action="append", default=[], metavar="RUNG",
-                   help="with --ablate: leave a rung out (preload, vectorize, compile, bf16, sdpa); repeatable")
-    p.add_argument("--data", help="prepared data folder (default: data.prepared_dir, else prepared into "
-                                  "runs/bench-data/ once)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    p.set_defaults(func=cmd_bench)
-
-    p = sub.add_parser("plan", help="predicted hours and dollars per phase on a given GPU",
-                       description="Predict time and cost per phase from FLOPs per token, tokens per phase, the "
-                                   "GPU's peak and price (configs/hardware.yaml) and an assumed MFU.")
-    p.add_argument("config", help="run config YAML or a built-in name (e.g. gpuburnout-1b)")
-    p.add_argument("--gpu", default="a100-80gb", help="a configs/hardware.yaml entry or cpu (measured peak)")
-    p.add_argument("--mfu", type=float, default=0.4, help="assumed model FLOPs utilization (default 0.4)")
-    p.add_argument("--price", type=float, default=None, help="dollars per device-hour (default: the table's)")
-    p.add_argument("--gpus", type=int, default=1, help="devices training together (default 1)")
-    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None,
-                   help="default: the config's, or bf16 on a GPU")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    p.set_defaults(func=cmd_plan)
-
-    def sampling_flags(q, temperature: float, top_k: int, max_new_tokens: int) -> None:
-        q.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-        q.add_argument("--temperature", type=float, default=temperature, help="0 means greedy")
-        q.add_argument("--top-k", type=int, default=top_k, help="0 turns top-k off")
-        q.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling; 1 turns it off")
-        q.add_argument("--repetition-penalty", type=float, default=1.0, help="1 means none (HF/CTRL style)")
-        q.add_argument("--repetition-window", type=int, default=64, help="recent tokens the penalty looks at")
-        q.add_argument("--seed", type=int, default=None)
-        q.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-
-    p = sub.add_parser("generate", help="continue a prompt (or a file of prompts) with a trained checkpoint",
-                       description="Sample a continuation from a checkpoint (a run folder means its latest). "
-                                   "--prompt streams to the terminal; --prompts-file decodes the prompts in "
-                                   "batches and prints JSON.")
+@command("generate", help="continue a prompt (or a file of prompts) with a trained checkpoint",
+         description="Sample a continuation from a checkpoint (a run folder means its latest). "
+                     "--prompt streams to the terminal; --prompts-file decodes the prompts in "
+                     "batches and prints JSON.")
+def cmd_generate(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("checkpoint")
     p.add_argument("--prompt")
     p.add_argument("--prompts-file", help="one prompt per line (\\n inside a line means a newline)")
     p.add_argument("--stop", action="append", default=[], help="stop sequence (repeatable); not printed")
     sampling_flags(p, temperature=0.8, top_k=50, max_new_tokens=200)
-    p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("chat", help="an interactive loop that streams a checkpoint's continuations",
-                       description="Type text and the checkpoint continues it; /temp, /topk, /topp, /rep, /len "
-                                   "and /seed change the settings on the fly, /help lists them.")
+    def run(args, overrides):
+        if (args.prompt is None) == (args.prompts_file is None):
+            raise BurnoutError("generate needs exactly one of --prompt TEXT or --prompts-file FILE")
+        from burnout.core.device import resolve_device
+        from burnout.core.model_files import load_model
+        from burnout.generate.prompts import read_prompts
+        from burnout.generate.sampling import generate_texts, stream_text
+
+        model, tokenizer, _ = load_model(args.checkpoint, resolve_device(args.device))
+        if args.prompt is not None:
+            pieces = stream_text(model, tokenizer, args.prompt, args.max_new_tokens, stop=args.stop, **_sampling(args))
+            sys.stdout.write(args.prompt)
+            for piece in pieces:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+            return
+        prompts = read_prompts(args.prompts_file)
+        texts = generate_texts(model, tokenizer, prompts, args.max_new_tokens, stop=args.stop, **_sampling(args))
+        print(json.dumps([{"prompt": p, "text": t} for p, t in zip(prompts, texts)], indent=2, ensure_ascii=False))
+    return run
+
+
+@command("chat", help="an interactive loop that streams a checkpoint's continuations",
+         description="Type text and the checkpoint continues it; /temp, /topk, /topp, /rep, /len "
+                     "and /seed change the settings on the fly, /help lists them.")
+def cmd_chat(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("checkpoint")
     sampling_flags(p, temperature=0.8, top_k=50, max_new_tokens=200)
-    p.set_defaults(func=cmd_chat)
 
-    p = sub.add_parser("eval", help="validation loss/perplexity/bits-per-byte and zero-shot benchmarks",
-                       description="Score a checkpoint (a run folder means its latest; --all-checkpoints every "
-                                   "one) on val, hellaswag, arc_easy and lambada, scored as lm-evaluation-harness "
-                                   "scores them. Results: RUN/eval/step_N.json and RUN/eval/summary.md.")
+    def run(args, overrides):
+        from burnout.core.device import resolve_device
+        from burnout.core.model_files import load_model
+        from burnout.generate.chat import chat
+
+        model, tokenizer, _ = load_model(args.checkpoint, resolve_device(args.device))
+        chat(model, tokenizer, {"max_new_tokens": args.max_new_tokens, **_sampling(args)})
+    return run
+
+
+@command("eval", help="validation loss/perplexity/bits-per-byte and zero-shot benchmarks",
+         description="Score a checkpoint (a run folder means its latest; --all-checkpoints every "
+                     "one) on val, hellaswag, arc_easy and lambada, scored as lm-evaluation-harness "
+                     "scores them. Results: RUN/eval/step_N.json and RUN/eval/summary.md.")
+def cmd_eval(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("target", metavar="RUN_OR_CKPT")
     p.add_argument("--tasks", default="val,hellaswag,arc_easy,lambada", help="comma-separated, or all")
     p.add_argument("--limit", type=int, default=None, help="first N examples per task (N windows for val)")
@@ -450,53 +435,129 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="prepared data folder for val (default: the one the run trained on)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("compare", help="the same prompts at each checkpoint of a run, as a table",
-                       description="Generate the same prompts with the same settings and seed at each checkpoint "
-                                   "(or those given) and write RUN/compare.md and RUN/compare.json.")
+    def run(args, overrides):
+        files = {}
+        for item in args.task_file:
+            task, sep, path = item.partition("=")
+            if not sep:
+                raise BurnoutError(f"--task-file '{item}' must look like TASK=PATH, "
+                                   "e.g. hellaswag=data/hellaswag.jsonl")
+            files[task] = path
+        from burnout.eval.evaluate import evaluate
+
+        evaluate(args.target, args.tasks, all_checkpoints=args.all_checkpoints, limit=args.limit,
+                 data_root=args.data_root, task_files=files, data_dir=args.data, batch_size=args.batch_size,
+                 device=args.device)
+    return run
+
+
+@command("compare", help="the same prompts at each checkpoint of a run, as a table",
+         description="Generate the same prompts with the same settings and seed at each checkpoint "
+                     "(or those given) and write RUN/compare.md and RUN/compare.json.")
+def cmd_compare(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("run")
     p.add_argument("--checkpoints", nargs="+", metavar="STEP", help="steps (e.g. 500 1000) or step_* names")
     p.add_argument("--prompts", help="file with one prompt per line (default: a few built-in prompts)")
     sampling_flags(p, temperature=0.0, top_k=0, max_new_tokens=60)
-    p.set_defaults(func=cmd_compare, seed=0)
+    p.set_defaults(seed=0)
 
-    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face model folder",
-                       description="Write safetensors + config.json + tokenizer files that transformers' "
-                                   "AutoModelForCausalLM and AutoTokenizer load offline.")
+    def run(args, overrides):
+        from burnout.eval.compare import compare_checkpoints
+        from burnout.generate.prompts import COMPARE_PROMPTS, read_prompts
+
+        prompts = read_prompts(args.prompts) if args.prompts else list(COMPARE_PROMPTS)
+        table = compare_checkpoints(Path(args.run), checkpoints=args.checkpoints, prompts=prompts,
+                                    max_new_tokens=args.max_new_tokens, device=args.device, **_sampling(args))
+        print(table)
+        print(f"saved to {Path(args.run) / 'compare.md'}")
+    return run
+
+
+@command("export", help="write a checkpoint as a Hugging Face model folder",
+         description="Write safetensors + config.json + tokenizer files that transformers' "
+                     "AutoModelForCausalLM and AutoTokenizer load offline.")
+def cmd_export(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("checkpoint")
     p.add_argument("--to", required=True, help="output folder")
-    p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("import", help="turn a Hugging Face GPT-2 or LLaMA folder into a checkpoint",
-                       description="Read config.json + safetensors + tokenizer.json of a GPT-2 or LLaMA model and "
-                                   "write OUT/checkpoints/step_0000000, usable by generate, chat and eval.")
+    def run(args, overrides):
+        from burnout.core.model_files import export_hf
+
+        export_hf(args.checkpoint, args.to)
+        print(f"wrote a Hugging Face model folder to {args.to} (load it with AutoModelForCausalLM.from_pretrained)")
+    return run
+
+
+@command("import", help="turn a Hugging Face GPT-2 or LLaMA folder into a checkpoint",
+         description="Read config.json + safetensors + tokenizer.json of a GPT-2 or LLaMA model and "
+                     "write OUT/checkpoints/step_0000000, usable by generate, chat and eval.")
+def cmd_import(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("hf_dir", metavar="HF_DIR")
     p.add_argument("--to", required=True, help="new run folder")
-    p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("report", help="a run's report (HTML + Markdown, plots) or an overlay of several runs",
-                       description="Write RUN/report/report.html (self-contained) and report.md with plots, "
-                                   "tables, samples and anomalies from the run's own logs, and print a summary. "
-                                   "Several runs: their loss curves overlaid, written to --out.")
+    def run(args, overrides):
+        from burnout.core.model_files import import_hf
+
+        path = import_hf(Path(args.hf_dir), Path(args.to))
+        print(f"imported {args.hf_dir} as checkpoint {path} (use it with burnout generate/eval/chat {args.to})")
+    return run
+
+
+@command("report", help="a run's report (HTML + Markdown, plots) or an overlay of several runs",
+         description="Write RUN/report/report.html (self-contained) and report.md with plots, "
+                     "tables, samples and anomalies from the run's own logs, and print a summary. "
+                     "Several runs: their loss curves overlaid, written to --out.")
+def cmd_report(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("runs", nargs="+", metavar="RUN")
     p.add_argument("--html", action="store_true", help="write the HTML page (default: both formats)")
     p.add_argument("--md", action="store_true", help="write the Markdown file (default: both formats)")
     p.add_argument("--out", help="output folder (default RUN/report; required for several runs)")
     p.add_argument("--log-scale", action="store_true", help="log-log axes on the loss plots")
-    p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("playground", help="a local web app to try checkpoints: streaming, side by side",
-                       description="Serve the checkpoints of the given runs (or single checkpoint folders) in a "
-                                   "Gradio app: dropdown, sampling sliders, streaming output, model info and a "
-                                   "side-by-side mode. Only those checkpoints can be chosen.")
+    def run(args, overrides):
+        from burnout.report.render import terminal_summary, write_report
+
+        both = not (args.html or args.md)  # neither flag means both formats
+        runs, written = write_report(args.runs, out=args.out, html_page=args.html or both,
+                                     markdown=args.md or both, log_scale=args.log_scale)
+        print(terminal_summary(runs, written))
+    return run
+
+
+@command("playground", help="a local web app to try checkpoints: streaming, side by side",
+         description="Serve the checkpoints of the given runs (or single checkpoint folders) in a "
+                     "Gradio app: dropdown, sampling sliders, streaming output, model info and a "
+                     "side-by-side mode. Only those checkpoints can be chosen.")
+def cmd_playground(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("sources", nargs="+", metavar="RUN_OR_CKPT")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--max-cache-mb", type=float, default=2048, help="memory bound on loaded models' weights")
     p.add_argument("--concurrency", type=int, default=2, help="generations running at once")
     p.add_argument("--queue-size", type=int, default=32, help="requests that may wait; more are refused")
-    p.set_defaults(func=cmd_playground)
+
+    def run(args, overrides):
+        from burnout.playground.app import serve
+
+        serve(args.sources, host=args.host, port=args.port, max_cache_mb=args.max_cache_mb,
+              concurrency=args.concurrency, queue_size=args.queue_size)
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `burnout` parser: one subparser per registered unit, in the order they appear above."""
+    parser = argparse.ArgumentParser(
+        prog="burnout",
+        description="GPUburnout: train language models from scratch — data, tokenizer, model, training, use.",
+    )
+    subparsers = {(): parser.add_subparsers(dest="command", metavar="COMMAND", required=True)}
+    for path, texts, setup in _UNITS:
+        p = subparsers[path[:-1]].add_parser(path[-1], **texts)
+        if setup is None:
+            subparsers[path] = p.add_subparsers(dest=f"{path[-1]}_command", metavar="ACTION", required=True)
+        else:
+            p.set_defaults(func=setup(p))
     return parser
 
 

@@ -2,7 +2,7 @@
 
 A run config is YAML. Each section maps onto a dataclass below; unknown keys, wrong types and
 impossible values are rejected with a BurnoutError that names the offending key. Model presets live
-in `configs/models/NAME.yaml`; a run config may name one (`model: llama-1b`) or name one and change
+in `burnout/configs/models/NAME.yaml`; a run config may name one (`model: llama-1b`) or name one and change
 fields (`model: {preset: llama-1b, n_layer: 8}`). Command-line overrides are `dotted.key=value`
 strings whose value is parsed as YAML (`train.lr=3e-4`, `model.tie_embeddings=false`).
 """
@@ -19,9 +19,10 @@ from typing import Any, Literal
 
 import yaml
 
+from burnout.common import EOT_TOKEN
 from burnout.errors import BurnoutError
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data (pyproject: package-data)
 MODEL_PRESET_DIR = CONFIG_DIR / "models"
 
 
@@ -195,14 +196,14 @@ class TokenizerConfig:
     kind: Literal["bpe", "char", "gpt2"] = "bpe"
     vocab_size: int = 4096
     min_frequency: int = 2
-    special_tokens: list[str] = field(default_factory=lambda: ["<|endoftext|>"])
+    special_tokens: list[str] = field(default_factory=lambda: [EOT_TOKEN])
     vocab_path: str | None = None
     merges_path: str | None = None
 
     def validate(self) -> None:
         _require_positive("tokenizer.vocab_size", self.vocab_size)
         _require_positive("tokenizer.min_frequency", self.min_frequency)
-        if "<|endoftext|>" not in self.special_tokens:
+        if EOT_TOKEN not in self.special_tokens:
             raise BurnoutError("tokenizer.special_tokens: must include '<|endoftext|>' (the document separator)")
         if self.kind == "gpt2":
             for key in ("vocab_path", "merges_path"):
@@ -271,7 +272,7 @@ class TrainConfig:
     mirror_dir: str | None = None
     # Non-finite losses in a row tolerated (each such step is skipped) before the run stops.
     max_bad_steps: int = 5
-    # Hardware for MFU and cost: a name from configs/hardware.yaml, or auto (detected GPU, else cpu).
+    # Hardware for MFU and cost: a name from burnout/configs/hardware.yaml, or auto (detected GPU, else cpu).
     hardware: str = "auto"
     # Price per device-hour; None means the hardware table's price.
     price_per_hour: float | None = None
@@ -372,7 +373,7 @@ def _model_preset_raw(name: str, where: str) -> dict[str, Any]:
 def load_run_config(source: str | Path | dict, overrides: list[str] = ()) -> RunConfig:
     """Build a validated RunConfig from a YAML file (or a dict) plus `dotted.key=value` overrides.
 
-    `source` may also be the name of a file in configs/ without its extension (e.g. "quickstart").
+    `source` may also be the name of a file in burnout/configs/ without its extension (e.g. "quickstart").
     """
     if isinstance(source, dict):
         raw = copy.deepcopy(source)  # overrides edit nested sections in place

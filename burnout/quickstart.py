@@ -13,17 +13,17 @@ import time
 from pathlib import Path
 
 from burnout.config import load_run_config
-from burnout.data.prepare import prepare_data, read_meta
-from burnout.data.tokenizer import load_tokenizer
+from burnout.core.model_files import load_model
+from burnout.data.prepare import prepare_data
+from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
+from burnout.generate.prompts import SAMPLE_PROMPTS
 from burnout.generate.sampling import generate_text
 from burnout.models.info import model_info
 from burnout.report.render import write_report
-from burnout.train.checkpoint import load_checkpoint
-from burnout.train.loop import measure_step_seconds
+from burnout.train.probe import measure_step_seconds
 from burnout.train.run import start_training
 
-SAMPLE_PROMPTS = ["The ", "def ", "To create a"]
 # Share of the budget left for validation, samples and checkpoints.
 _TRAINING_SHARE = 0.85
 
@@ -71,10 +71,9 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     say(f"[4/4] done in {(time.perf_counter() - started) / 60:.1f} min: {result.step} steps, "
         f"{result.tokens:,} tokens at {result.tokens_per_s:,.0f} tokens/s; "
         f"val loss {result.val_loss:.3f} (a uniform guess scores {math.log(meta['vocab_size']):.3f})")
-    ckpt = load_checkpoint(result.checkpoint)
-    tokenizer = load_tokenizer(ckpt.path / "tokenizer.json")
+    model, tokenizer, _ = load_model(result.checkpoint)
     for prompt in SAMPLE_PROMPTS:
-        text = generate_text(ckpt.model, tokenizer, prompt, 60, temperature=0.8, top_k=50, seed=0)
+        text = generate_text(model, tokenizer, prompt, 60, temperature=0.8, top_k=50, seed=0)
         say(f"--- sample ({prompt!r}) ---\n{text}")
     say("")
     say(f"run folder:   {run_dir}   (config.yaml, metrics.jsonl, checkpoints/)")

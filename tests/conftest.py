@@ -1,9 +1,17 @@
 """Shared fixtures for the whole test suite."""
 
+from __future__ import annotations
+
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # the fixtures import burnout when used, so collecting a test imports no torch
+    from burnout.config import RunConfig
+    from burnout.train.loop import TrainResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,3 +77,31 @@ def sampled_runs(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> list[Path]
         start_training(cfg, root / name, data_dir=tiny_bpe_data, on_event=lambda line: None, progress=False)
         runs.append(root / name)
     return runs
+
+
+RUN_STEPS = 24
+CKPT_INTERVAL = 6  # tiny_run's
+
+
+@dataclass
+class TinyRun:
+    cfg: RunConfig  # the config as passed to start_training
+    run_dir: Path
+    data_dir: Path
+    result: TrainResult
+    events: list[str]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> TinyRun:
+    """24 steps of a 2-layer llama, batch 4 × accumulation 2 × 32 tokens, a checkpoint every 6 steps, all kept.
+
+    Tests must not modify this folder: copy it first.
+    """
+    cfg = tiny_run_config(max_steps=RUN_STEPS, grad_accum=2, ckpt_interval=CKPT_INTERVAL, keep_last=100)
+    run_dir = tmp_path_factory.mktemp("tiny_run") / "run"
+    events: list[str] = []
+    from burnout.train.run import start_training
+
+    result = start_training(cfg, run_dir, data_dir=tiny_bpe_data, on_event=events.append, progress=False)
+    return TinyRun(cfg, run_dir, tiny_bpe_data, result, events)

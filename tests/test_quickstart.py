@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from burnout.train.checkpoint import list_checkpoints, load_checkpoint
+from burnout.core.checkpoint import list_checkpoints, load_checkpoint
 
 # The quickstart's own data and training recipe, shrunk so that the whole file runs in well under a minute.
 SMALL = ["data.max_chars=150000", "tokenizer.vocab_size=512", "model.n_layer=2", "model.d_model=64",

@@ -14,9 +14,9 @@ import sys
 import pytest
 import torch
 
+from burnout.core.checkpoint import list_checkpoints, load_checkpoint
 from burnout.errors import BurnoutError
 from burnout.playground.catalog import ModelCache, discover
-from burnout.train.checkpoint import list_checkpoints, load_checkpoint
 
 
 class Payload:

@@ -1,8 +1,8 @@
 """Training speed of a run config, measured: tokens/s, where a step's time goes, MFU, peak memory.
 
-`bench` times the training step the loop runs (same model, loader, precision, compile setting) and
-splits each step into data (batch + copy to the device), forward, backward and optimizer (clipping,
-AdamW, zero_grad). On a GPU each part is closed by a synchronize, so the parts add up to the step.
+`bench` runs the training step the loop runs (burnout.train.step.TrainStep: same initialization, loader,
+precision, grad scaler, LR schedule, compile setting) and splits each step into data (batch + copy to
+the device), forward, backward and optimizer (loss across ranks, clipping, the update, zero_grad). On a GPU each part is closed by a synchronize, so the parts add up to the step.
 MFU is model FLOPs per token (burnout.models.info) × tokens/s over a matmul peak measured in the
 same process on the same device and precision (on a known GPU, also over its datasheet peak).
 
@@ -35,15 +35,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from burnout.common import first_line
 from burnout.config import RunConfig
+from burnout.core.device import configure_backends, describe_device, resolve_device, resolve_precision
+from burnout.core.rng import seed_everything
 from burnout.data.loader import TokenLoader, check_compatible
-from burnout.data.prepare import prepare_data, read_meta
+from burnout.data.prepare import prepare_data
+from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
-from burnout.models import Transformer
 from burnout.models.info import flops_per_token, matmul_parameters
-from burnout.train.device import autocast, configure_backends, describe_device, resolve_device, resolve_precision
 from burnout.train.hardware import detect, hardware_table, measure_cpu_peak
-from burnout.train.optim import make_optimizer
+from burnout.train.loop import loader_mode
+from burnout.train.schedule import total_steps
+from burnout.train.step import TrainStep, build_model
 
 PARTS = ("data", "forward", "backward", "optimizer")
 
@@ -134,7 +138,7 @@ def measure_peak(device: torch.device, precision: str) -> float:
 
 
 def table_peak(device: torch.device, precision: str) -> tuple[str, float] | None:
-    """(name, datasheet FLOP/s) of a GPU in configs/hardware.yaml, or None (CPU, unknown GPU)."""
+    """(name, datasheet FLOP/s) of a GPU in burnout/configs/hardware.yaml, or None (CPU, unknown GPU)."""
     if device.type != "cuda":
         return None
     table = hardware_table()
@@ -156,15 +160,46 @@ def peak_rss_mb() -> float:
 # One measurement
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def effective_precision(precision: str, device: torch.device) -> str:
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return "fp16"
     return precision
+
+
+class StepTimer:
+    """The train step's clock (burnout.train.step.Clock): adds the time since the last tick to the part
+    that just ended. On a GPU each tick synchronizes first, so the parts add up to the step."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.parts = dict.fromkeys(PARTS, 0.0)
+        self.last = time.perf_counter()
+
+    def __call__(self, part: str) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.parts[part] += now - self.last
+        self.last = now
+
+
+def bench_step(cfg: RunConfig, data_dir: Path, setup: Setup, device: torch.device) -> tuple[TrainStep, object]:
+    """The training step `burnout train` runs for `cfg` (model initialized from train.seed, as the loop's
+    is), changed only as `setup` says, and the batches it reads."""
+    tc = cfg.train
+    precision = effective_precision(setup.precision, device)
+    seq_len = tc.seq_len or cfg.model.context_length
+    meta = read_meta(data_dir)
+    check_compatible(meta, cfg.model.vocab_size, seq_len)
+    loader = TokenLoader(data_dir, "train", tc.batch_size, seq_len, tc.seed, mode=setup.loader)
+    batches = PythonBatcher(loader) if setup.batching == "python" else loader
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, attention=setup.attention),
+                              train=dataclasses.replace(tc, compile=setup.compile))
+    seed_everything(tc.seed)
+    model = build_model(cfg, device)
+    model.train()
+    end_of_run = total_steps(tc, tc.batch_size * tc.grad_accum * seq_len, meta["splits"]["train"]["tokens"])
+    return TrainStep(model, cfg.train, device, precision, end_of_run), batches
 
 
 def measure(cfg: RunConfig, data_dir: Path, setup: Setup, steps: int, warmup: int = 2,
@@ -173,50 +208,14 @@ def measure(cfg: RunConfig, data_dir: Path, setup: Setup, steps: int, warmup: in
     tc = cfg.train
     device = device or resolve_device(tc.device)
     configure_backends(device)
-    precision = effective_precision(setup.precision, device)
-    seq_len = tc.seq_len or cfg.model.context_length
-    meta = read_meta(data_dir)
-    check_compatible(meta, cfg.model.vocab_size, seq_len)
-    loader = TokenLoader(data_dir, "train", tc.batch_size, seq_len, tc.seed, mode=setup.loader)
-    batches = PythonBatcher(loader) if setup.batching == "python" else loader
-    torch.manual_seed(tc.seed)
-    model = Transformer(dataclasses.replace(cfg.model, attention=setup.attention)).to(device)
-    model.train()
-    optimizer = make_optimizer(model, tc, device)
-    step_model = model
+    train_step, batches = bench_step(cfg, data_dir, setup, device)
     note = None
-    if setup.compile:
-        step_model = torch.compile(model)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
     def one_step(step: int) -> tuple[dict, float]:
-        parts = dict.fromkeys(PARTS, 0.0)
-        loss_sum = 0.0
-        for micro in range(tc.grad_accum):
-            t0 = time.perf_counter()
-            x, y = batches.get_batch(step * tc.grad_accum + micro)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            _sync(device)
-            t1 = time.perf_counter()
-            with autocast(device, precision):
-                loss = step_model(x, y) / tc.grad_accum
-            _sync(device)
-            t2 = time.perf_counter()
-            loss.backward()
-            _sync(device)
-            t3 = time.perf_counter()
-            parts["data"] += t1 - t0
-            parts["forward"] += t2 - t1
-            parts["backward"] += t3 - t2
-            loss_sum += loss.item()
-        t3 = time.perf_counter()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip or float("inf"))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        _sync(device)
-        parts["optimizer"] = time.perf_counter() - t3
-        return parts, loss_sum
+        timer = StepTimer(device)
+        return timer.parts, train_step(batches, step, clock=timer).loss
 
     t_start = time.perf_counter()
     try:
@@ -224,9 +223,9 @@ def measure(cfg: RunConfig, data_dir: Path, setup: Setup, steps: int, warmup: in
     except Exception as exc:  # noqa: BLE001 - a compiler missing or failing: fall back to eager, say why
         if not setup.compile:
             raise
-        note = f"torch.compile failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); ran eager"
+        note = f"torch.compile failed ({type(exc).__name__}: {first_line(exc, 120)}); ran eager"
         torch._dynamo.reset()
-        step_model = model
+        train_step.run_eager()
         one_step(0)
     first_step_s = time.perf_counter() - t_start
     for step in range(1, warmup):
@@ -238,11 +237,14 @@ def measure(cfg: RunConfig, data_dir: Path, setup: Setup, steps: int, warmup: in
         losses.append(loss)
     split = {p: statistics.median(r[p] for r in records) for p in PARTS}
     step_s = statistics.median(sum(r.values()) for r in records)
+    seq_len = tc.seq_len or cfg.model.context_length
     tokens_per_step = tc.batch_size * tc.grad_accum * seq_len
     tokens_per_s = tokens_per_step / step_s
+    model = train_step.model
     fpt = flops_per_token(cfg.model, seq_len, matmul_parameters(model))["flops_per_token"]
     result = {
-        "setup": dataclasses.asdict(setup) | {"precision": precision, "compile": setup.compile and note is None},
+        "setup": dataclasses.asdict(setup) | {"precision": train_step.precision,
+                                              "compile": setup.compile and note is None},
         "steps": steps,
         "tokens_per_step": tokens_per_step,
         "step_s": step_s,
@@ -287,8 +289,6 @@ def _device_line(device: torch.device) -> str:
 
 def default_setup(cfg: RunConfig, data_dir: Path, device: torch.device) -> Setup:
     """The setup `burnout train` runs this config with."""
-    from burnout.train.loop import loader_mode
-
     return Setup(loader=loader_mode(data_dir), batching="vectorized", compile=cfg.train.compile,
                  precision=resolve_precision(cfg.train.precision, device), attention=cfg.model.attention)
 

@@ -1,19 +1,6 @@
 """Data stage: corpus mixing, tokenizers, token files and batch loading."""
 
 import importlib
-from burnout.data.clean import Cleaner, clean_text
-from burnout.data.corpus import iter_documents, iter_source, mix_documents
-from burnout.data.inspect import inspect_data
-from burnout.data.prepare import prepare_data, read_meta, read_tokens, verify_checksums
-from burnout.data.recipe import load_recipe, recipe_names
-from burnout.data.tokenizer import (
-    build_tokenizer,
-    eot_id,
-    gpt2_tokenizer,
-    load_tokenizer,
-    tokenizer_sha256,
-    train_tokenizer,
-)
 
 __all__ = [
     "Cleaner",
@@ -38,9 +25,32 @@ __all__ = [
     "train_tokenizer",
 ]
 
-# The loader needs torch; importing it only when asked keeps `burnout data prepare` (and every process
-# that only prepares data) free of torch's ~170 MB and 2 s of import.
-_LAZY = {"TokenLoader": "burnout.data.loader", "check_compatible": "burnout.data.loader"}
+# Every name is imported from its module only when asked for. Importing a submodule imports this
+# package first: eager imports here would give `import burnout.data.shards` (what training and
+# evaluation read data with) the tokenizers and tqdm of preparation, and the loader's torch (~170 MB and
+# 2 s of import) to every process that only prepares data.
+_LAZY = {
+    "Cleaner": "burnout.data.clean",
+    "clean_text": "burnout.data.clean",
+    "iter_documents": "burnout.data.corpus",
+    "iter_source": "burnout.data.corpus",
+    "mix_documents": "burnout.data.corpus",
+    "inspect_data": "burnout.data.inspect",
+    "TokenLoader": "burnout.data.loader",
+    "check_compatible": "burnout.data.loader",
+    "prepare_data": "burnout.data.prepare",
+    "load_recipe": "burnout.data.recipe",
+    "recipe_names": "burnout.data.recipe",
+    "read_meta": "burnout.data.shards",
+    "read_tokens": "burnout.data.shards",
+    "verify_checksums": "burnout.data.shards",
+    "build_tokenizer": "burnout.data.tokenizer",
+    "eot_id": "burnout.data.tokenizer",
+    "gpt2_tokenizer": "burnout.data.tokenizer",
+    "load_tokenizer": "burnout.data.tokenizer",
+    "tokenizer_sha256": "burnout.data.tokenizer",
+    "train_tokenizer": "burnout.data.tokenizer",
+}
 
 
 def __getattr__(name: str):

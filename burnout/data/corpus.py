@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from burnout.common import first_line
 from burnout.config import DataConfig, SourceConfig
 from burnout.errors import BurnoutError
 
@@ -357,9 +358,9 @@ class _ParquetIndex(_SourceIndex):
             try:
                 meta = pq.ParquetFile(path).metadata
             except OSError as exc:
-                raise BurnoutError(f"data file '{path}' is not a readable parquet file ({str(exc).splitlines()[0]})") from None
+                raise BurnoutError(f"data file '{path}' is not a readable parquet file ({first_line(exc)})") from None
             except Exception as exc:  # pyarrow raises ArrowInvalid for non-parquet bytes
-                raise BurnoutError(f"data file '{path}' is not a parquet file ({str(exc).splitlines()[0]})") from None
+                raise BurnoutError(f"data file '{path}' is not a parquet file ({first_line(exc)})") from None
             if text_field not in meta.schema.names:
                 raise BurnoutError(
                     f"data file '{path}' has no column '{text_field}' (it has {', '.join(meta.schema.names)}); "
@@ -408,10 +409,9 @@ class _HFIndex(_SourceIndex):
         try:
             return datasets.load_dataset(source.dataset, source.subset, split=source.split, streaming=True, **kwargs)
         except Exception as exc:  # datasets raises many types (FileNotFoundError, ValueError, HTTP errors)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BurnoutError(
                 f"data source '{source.name}': cannot stream dataset '{source.dataset}'"
-                f"{f' ({source.data_files})' if source.data_files else ''}: {first}"
+                f"{f' ({source.data_files})' if source.data_files else ''}: {first_line(exc)}"
             ) from None
 
     def _texts(self, dataset) -> Iterator[str | None]:
@@ -432,8 +432,7 @@ class _HFIndex(_SourceIndex):
         except BurnoutError:
             raise
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BurnoutError(f"data source '{self.source.name}': reading '{self.source.dataset}' failed: {first}") from None
+            raise BurnoutError(f"data source '{self.source.name}': reading '{self.source.dataset}' failed: {first_line(exc)}") from None
 
     def natural(self) -> Iterator[str | None]:
         yield from self._texts(self._load())

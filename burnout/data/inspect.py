@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.data.prepare import TOKENIZER_FILE, read_meta, read_tokens
+from burnout.common import EOT_TOKEN, TOKENIZER_FILE
+from burnout.data.shards import read_meta, read_tokens, verify_checksums
 from burnout.data.tokenizer import load_tokenizer
 
 
@@ -27,11 +28,9 @@ def inspect_data(
     data_dir = Path(data_dir)
     meta = read_meta(data_dir)
     if verify:
-        from burnout.data.prepare import verify_checksums
-
         verify_checksums(data_dir)
     out(f"{data_dir}: {meta['format']}, {meta['dtype']} tokens, vocab {meta['vocab_size']:,} "
-        f"({meta.get('tokenizer_kind', '?')}), <|endoftext|> = {meta['eot_id']}")
+        f"({meta.get('tokenizer_kind', '?')}), {EOT_TOKEN} = {meta['eot_id']}")
     for name, info in meta["splits"].items():
         shards = info["shards"]
         out(f"  {name:5s} {info['tokens']:>14,} tokens  {info['documents']:>10,} documents  "

@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from burnout.data.prepare import read_meta
+from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 
 

@@ -1,4 +1,4 @@
-"""Data recipes: configs/data/NAME.yaml, or any YAML file of the same shape.
+"""Data recipes: burnout/configs/data/NAME.yaml, or any YAML file of the same shape.
 
     description: one line shown by listings
     data:        a DataConfig: sources (with weights), max_tokens (token budget), max_chars (tokenizer
@@ -44,7 +44,7 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Da
     if path.is_file():
         base = None
     elif builtin.is_file():
-        path, base = builtin, CONFIG_DIR.parent
+        path, base = builtin, CONFIG_DIR.parent.parent  # the folder holding the burnout package: a checkout's root
     else:
         raise BurnoutError(
             f"data recipe '{name_or_path}' not found; give a YAML path or one of: {', '.join(recipe_names())}"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from burnout.common import EOT_TOKEN, TOKENIZER_FILE, first_line
 from burnout.config import TokenizerConfig
 from burnout.errors import BurnoutError
 
-EOT_TOKEN = "<|endoftext|>"
 BYTE_ALPHABET_SIZE = 256
 
 
@@ -58,7 +58,7 @@ def gpt2_tokenizer(vocab_path: str | Path, merges_path: str | Path, special_toke
         model = models.BPE.from_file(str(vocab_path), str(merges_path))
     except Exception as exc:  # the Rust side raises a bare Exception for any parse failure
         raise BurnoutError(
-            f"tokenizer: cannot read GPT-2 BPE from '{vocab_path}' + '{merges_path}' ({str(exc).splitlines()[0]})"
+            f"tokenizer: cannot read GPT-2 BPE from '{vocab_path}' + '{merges_path}' ({first_line(exc)})"
         ) from None
     tok = Tokenizer(model)
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -118,13 +118,13 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer saved at `path` (a tokenizer.json, or a folder holding one)."""
     path = Path(path)
     if path.is_dir():
-        path = path / "tokenizer.json"
+        path = path / TOKENIZER_FILE
     if not path.is_file():
         raise BurnoutError(f"tokenizer file '{path}' does not exist; give the path of a tokenizer.json")
     try:
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises a bare Exception for any parse failure
-        raise BurnoutError(f"tokenizer file '{path}' is not a valid tokenizer.json ({str(exc).splitlines()[0]})") from None
+        raise BurnoutError(f"tokenizer file '{path}' is not a valid tokenizer.json ({first_line(exc)})") from None
 
 
 def tokenizer_sha256(tok: Tokenizer) -> str:

@@ -6,28 +6,16 @@ RUN/compare.json.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from burnout.common import write_atomic
+from burnout.core.checkpoint import list_checkpoints
+from burnout.core.device import resolve_device
+from burnout.core.model_files import load_model
 from burnout.errors import BurnoutError
-from burnout.eval.evaluate import load_for_eval
+from burnout.generate.prompts import COMPARE_PROMPTS
 from burnout.generate.sampling import generate_texts
-from burnout.train.checkpoint import list_checkpoints
-from burnout.train.device import resolve_device
-
-DEFAULT_PROMPTS = ("What is the capital of France?", "The meaning of life is", "def fibonacci(n):")
-
-
-def read_prompts(path: str | Path) -> list[str]:
-    """One prompt per non-empty line; a literal \\n inside a line stands for a newline."""
-    path = Path(path)
-    if not path.is_file():
-        raise BurnoutError(f"prompts file '{path}' does not exist; give a text file with one prompt per line")
-    prompts = [line.replace("\\n", "\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not prompts:
-        raise BurnoutError(f"prompts file '{path}' has no prompts; write one prompt per line")
-    return prompts
 
 
 def select_checkpoints(run_dir: Path, steps: Sequence[int | str] | None) -> list[Path]:
@@ -52,7 +40,7 @@ def select_checkpoints(run_dir: Path, steps: Sequence[int | str] | None) -> list
 def compare_checkpoints(
     run_dir: str | Path,
     checkpoints: Sequence[int | str] | None = None,
-    prompts: Sequence[str] = DEFAULT_PROMPTS,
+    prompts: Sequence[str] = COMPARE_PROMPTS,
     max_new_tokens: int = 60,
     device: str = "auto",
     say: Callable[[str], None] = print,
@@ -64,8 +52,8 @@ def compare_checkpoints(
     dev = resolve_device(device)
     rows = []
     for path in paths:
-        ckpt, tokenizer = load_for_eval(path, dev)
-        texts = generate_texts(ckpt.model, tokenizer, list(prompts), max_new_tokens, **sampling)
+        model, tokenizer, ckpt = load_model(path, dev)
+        texts = generate_texts(model, tokenizer, list(prompts), max_new_tokens, **sampling)
         rows.append({"checkpoint": path.name, "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
                      "continuations": [t[len(p):] for p, t in zip(prompts, texts)]})
         say(f"generated at step {ckpt.info.get('step')}")
@@ -77,8 +65,8 @@ def compare_checkpoints(
         lines += [f"| {r['step']} | {r['tokens'] or ''} | {_cell(r['continuations'][i])} |" for r in rows]
         lines.append("")
     table = "\n".join(lines)
-    _write(run_dir / "compare.md", table)
-    _write(run_dir / "compare.json", json.dumps({"settings": settings, "prompts": list(prompts), "rows": rows},
+    write_atomic(run_dir / "compare.md", table)
+    write_atomic(run_dir / "compare.json", json.dumps({"settings": settings, "prompts": list(prompts), "rows": rows},
                                                 indent=2) + "\n")
     return table
 
@@ -86,9 +74,3 @@ def compare_checkpoints(
 def _cell(text: str) -> str:
     """Text on one Markdown table line: newlines shown as ⏎, pipes escaped."""
     return text.replace("|", "\\|").replace("\r", "").replace("\n", "⏎")
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,15 +18,17 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from burnout.common import write_atomic
+from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint
+from burnout.core.device import resolve_device
+from burnout.core.model_files import load_model
 from burnout.data.loader import TokenLoader
-from burnout.data.prepare import read_meta
-from burnout.data.tokenizer import load_tokenizer, tokenizer_sha256
+from burnout.data.shards import read_meta
+from burnout.data.tokenizer import tokenizer_sha256
 from burnout.errors import BurnoutError
 from burnout.eval.scoring import score_examples
 from burnout.eval.tasks import BENCHMARKS, load_task, task_file
 from burnout.models import Transformer
-from burnout.train.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, resolve_checkpoint
-from burnout.train.device import resolve_device
 
 TASKS = ("val", *BENCHMARKS)
 EVAL_DIR = "eval"
@@ -49,19 +50,6 @@ def parse_tasks(spec: str | list[str]) -> list[str]:
 def run_dir_of(checkpoint: Path) -> Path:
     """The run folder holding RUN/checkpoints/step_N, or the checkpoint folder itself when it stands alone."""
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint
-
-
-def load_for_eval(path: str | Path, device: torch.device) -> tuple[Checkpoint, Tokenizer]:
-    """A checkpoint in eval mode on `device`, and its tokenizer, after checking that they belong together."""
-    ckpt = load_checkpoint(path, device)
-    tokenizer = load_tokenizer(ckpt.path / "tokenizer.json")
-    if tokenizer.get_vocab_size() > ckpt.model.cfg.vocab_size:
-        raise BurnoutError(
-            f"checkpoint {ckpt.path}: its tokenizer has {tokenizer.get_vocab_size()} tokens but the model only "
-            f"{ckpt.model.cfg.vocab_size}; the tokenizer.json is not the one the model was trained with"
-        )
-    ckpt.model.eval()
-    return ckpt, tokenizer
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> torch.Tensor:
@@ -137,7 +125,7 @@ def evaluate_checkpoint(
     # Resolve every data file first: a missing one fails before any model is loaded.
     files = {t: task_file(t, data_root, task_files) for t in tasks if t != "val"}
     dev = resolve_device(device)
-    ckpt, tokenizer = load_for_eval(path, dev)
+    model, tokenizer, ckpt = load_model(path, dev)
     record: dict = {"checkpoint": str(ckpt.path), "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
                     "limit": limit, "tasks": {}}
     for task in tasks:
@@ -145,11 +133,11 @@ def evaluate_checkpoint(
             val_dir = data_dir or ckpt.config.data.prepared_dir
             if not val_dir:
                 raise BurnoutError(f"checkpoint {ckpt.path} names no prepared data; pass --data DIR for the val task")
-            seq_len = ckpt.config.train.seq_len or ckpt.model.cfg.context_length
-            result = evaluate_val(ckpt.model, tokenizer, val_dir, seq_len, limit=limit)
+            seq_len = ckpt.config.train.seq_len or model.cfg.context_length
+            result = evaluate_val(model, tokenizer, val_dir, seq_len, limit=limit)
         else:
             examples = load_task(task, files[task], limit)
-            result, _ = score_examples(ckpt.model, tokenizer, task, examples, batch_size)
+            result, _ = score_examples(model, tokenizer, task, examples, batch_size)
         record["tasks"][task] = result
         say(f"step {record['step']}: {task} " + ", ".join(f"{k} {_fmt(v)}" for k, v in result.items()))
     out = run_dir_of(ckpt.path) / EVAL_DIR / f"{ckpt.path.name}.json"
@@ -202,7 +190,7 @@ def write_summary(run_dir: Path) -> str:
         cells = [_fmt(r["tasks"].get(task, {}).get(key)) for task, key, _ in present]
         lines.append(f"| {r.get('step')} | {r.get('tokens') or ''} | " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
-    _write_text(eval_dir / "summary.md", table)
+    write_atomic(eval_dir / "summary.md", table)
     _write_json(eval_dir / "summary.json", {"rows": records})
     return table
 
@@ -216,11 +204,5 @@ def _fmt(value) -> str:
 
 
 def _write_json(path: Path, data) -> None:
-    _write_text(path, json.dumps(data, indent=2) + "\n")
-
-
-def _write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2) + "\n")

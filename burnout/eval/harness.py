@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from burnout.common import write_atomic
 from burnout.errors import BurnoutError
 from burnout.eval.tasks import DEFAULT_FILES
 
@@ -22,69 +23,42 @@ def write_task_configs(folder: str | Path, data_root: str | Path) -> Path:
     """lm-eval task YAMLs over DEFAULT_FILES under `data_root`, written into `folder` (returned)."""
     folder, data_root = Path(folder), Path(data_root)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "hellaswag_lines.py").write_text(textwrap.dedent("""
-        import datasets
-        from lm_eval.tasks.hellaswag.utils import preprocess
+    files = {
+        "hellaswag_lines.py": """
+            import datasets
+            from lm_eval.tasks.hellaswag.utils import preprocess
 
-        def process_docs(dataset):
-            lines = dataset.data.column("text").to_pylist()
-            docs = []
-            for i in range(0, len(lines) - len(lines) % 6, 6):
-                ctx, label, *endings = lines[i : i + 6]
-                docs.append({"query": preprocess(ctx), "choices": [preprocess(e) for e in endings],
-                             "gold": int(label)})
-            return datasets.Dataset.from_list(docs)
-    """))
-    (folder / "hellaswag.yaml").write_text(textwrap.dedent(f"""
-        task: {LM_EVAL_TASKS["hellaswag"]}
-        dataset_path: text
-        dataset_kwargs:
-          data_files:
-            validation: {data_root / DEFAULT_FILES["hellaswag"]}
-        output_type: multiple_choice
-        validation_split: validation
-        process_docs: !function hellaswag_lines.process_docs
-        doc_to_text: "{{{{query}}}}"
-        doc_to_target: gold
-        doc_to_choice: choices
-        metric_list:
-          - metric: acc
-          - metric: acc_norm
-    """))
-    (folder / "arc_easy.yaml").write_text(textwrap.dedent(f"""
-        task: {LM_EVAL_TASKS["arc_easy"]}
-        dataset_path: json
-        dataset_kwargs:
-          data_files:
-            test: {data_root / DEFAULT_FILES["arc_easy"]}
-        output_type: multiple_choice
-        test_split: test
-        doc_to_text: "{{{{query}}}}\\nAnswer:"
-        doc_to_target: gold
-        doc_to_choice: choices
-        metric_list:
-          - metric: acc
-          - metric: acc_norm
-    """))
-    (folder / "lambada.yaml").write_text(textwrap.dedent(f"""
-        task: {LM_EVAL_TASKS["lambada"]}
-        dataset_path: json
-        dataset_kwargs:
-          data_files:
-            test: {data_root / DEFAULT_FILES["lambada"]}
-        output_type: loglikelihood
-        test_split: test
-        doc_to_text: "{{{{context}}}}"
-        doc_to_target: "{{{{' ' + continuation}}}}"
-        metric_list:
-          - metric: perplexity
-            aggregation: perplexity
-            higher_is_better: false
-          - metric: acc
-            aggregation: mean
-            higher_is_better: true
-    """))
+            def process_docs(dataset):
+                lines = dataset.data.column("text").to_pylist()
+                docs = []
+                for i in range(0, len(lines) - len(lines) % 6, 6):
+                    ctx, label, *endings = lines[i : i + 6]
+                    docs.append({"query": preprocess(ctx), "choices": [preprocess(e) for e in endings],
+                                 "gold": int(label)})
+                return datasets.Dataset.from_list(docs)
+        """,
+        "hellaswag.yaml": _task_yaml("hellaswag", "text", "validation", data_root, "multiple_choice", "{{query}}",
+                                     "process_docs: !function hellaswag_lines.process_docs"),
+        "arc_easy.yaml": _task_yaml("arc_easy", "json", "test", data_root, "multiple_choice", "{{query}}\\nAnswer:"),
+        "lambada.yaml": _task_yaml("lambada", "json", "test", data_root, "loglikelihood", "{{context}}",
+                                   "doc_to_target: \"{{' ' + continuation}}\""),
+    }
+    for name, text in files.items():
+        write_atomic(folder / name, textwrap.dedent(text).lstrip())
     return folder
+
+
+def _task_yaml(task: str, loader: str, split: str, data_root: Path, output_type: str, doc_to_text: str,
+               extra: str = "") -> str:
+    """One lm-eval task config: `loader` (an HF datasets builder) reads our file for `task` as `split`."""
+    if output_type == "multiple_choice":  # lm-eval picks the choice of highest log-likelihood
+        extra += "\ndoc_to_target: gold\ndoc_to_choice: choices\nmetric_list:\n  - metric: acc\n  - metric: acc_norm"
+    else:  # LAMBADA: the last word's log-likelihood, as perplexity and greedy accuracy
+        extra += ("\nmetric_list:\n  - metric: perplexity\n    aggregation: perplexity\n    higher_is_better: false"
+                  "\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true")
+    return (f"task: {LM_EVAL_TASKS[task]}\ndataset_path: {loader}\ndataset_kwargs:\n  data_files:\n"
+            f"    {split}: {data_root / DEFAULT_FILES[task]}\noutput_type: {output_type}\n{split}_split: {split}\n"
+            f'doc_to_text: "{doc_to_text}"\n' + extra.lstrip("\n") + "\n")
 
 
 def hf_model(hf_dir: str | Path, batch_size: int, device: str = "cpu"):

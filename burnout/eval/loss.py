@@ -6,9 +6,9 @@ import math
 
 import torch
 
+from burnout.core.device import autocast
 from burnout.data.loader import TokenLoader
 from burnout.models import Transformer
-from burnout.train.device import autocast
 
 
 @torch.no_grad()

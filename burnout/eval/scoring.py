@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from burnout.common import EOT_TOKEN, first_line
 from burnout.errors import BurnoutError
 from burnout.eval.tasks import Example
 from burnout.models import Transformer
@@ -52,7 +53,7 @@ def encode_requests(
         wholes = tokenizer.encode_batch([c + k for c, k in pairs])
     except Exception as exc:  # the Rust side raises a bare Exception, e.g. a char tokenizer's unseen character
         raise BurnoutError(
-            f"the tokenizer cannot encode the task text ({str(exc).splitlines()[0]}); "
+            f"the tokenizer cannot encode the task text ({first_line(exc)}); "
             "score with a byte-level BPE model, which encodes any text"
         ) from None
     out, ctx_iter = [], iter(contexts)
@@ -102,7 +103,7 @@ def loglikelihoods(
     """
     if batch_size < 1:
         raise BurnoutError(f"the batch size must be at least 1, not {batch_size}")
-    prefix_id = tokenizer.token_to_id("<|endoftext|>")
+    prefix_id = tokenizer.token_to_id(EOT_TOKEN)
     encoded = encode_requests(tokenizer, requests, prefix_id)
     window = model.cfg.context_length
     for i, (_, cont_ids) in enumerate(encoded):

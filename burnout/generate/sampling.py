@@ -12,10 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from burnout.common import EOT_TOKEN
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
-
-EOT_TOKEN = "<|endoftext|>"
 
 
 def check_sampling(model: Transformer, prompt_ids: Sequence[int], temperature: float, top_k: int | None,

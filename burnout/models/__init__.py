@@ -1,4 +1,4 @@
-"""Model zoo: one decoder-only transformer, two families (gpt2, llama), presets in configs/models."""
+"""Model zoo: one decoder-only transformer, two families (gpt2, llama), presets in burnout/configs/models."""
 
 from burnout.models.transformer import KVCache, Transformer
 

@@ -6,7 +6,8 @@ An exported folder holds `config.json`, `model.safetensors` and, when a tokenize
     AutoModelForCausalLM.from_pretrained(folder)
     AutoTokenizer.from_pretrained(folder)
 
-work without any GPUburnout code. `import_hf` goes the other way, into a run folder with one checkpoint.
+work without any GPUburnout code. `load_hf` goes the other way (`burnout.core.model_files.import_hf` writes
+the result as a checkpoint).
 Neither export nor import needs `transformers` installed: both are plain JSON + safetensors.
 
 Name mapping (ours → HF), per layer i:
@@ -34,7 +35,6 @@ permutation. Tied embeddings: lm_head.weight is left out of the file and HF ties
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -42,14 +42,12 @@ from typing import Any
 
 import torch
 
-from burnout.config import ModelConfig, load_run_config
-from burnout.data.tokenizer import load_tokenizer
+from burnout.common import EOT_TOKEN, TOKENIZER_FILE, write_atomic
+from burnout.config import ModelConfig
 from burnout.errors import BurnoutError
 from burnout.models.transformer import Transformer
-from burnout.train.checkpoint import list_checkpoints, save_checkpoint
 
 SUPPORTED_MODEL_TYPES = ("gpt2", "llama")
-EOT_TOKEN = "<|endoftext|>"
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 
@@ -389,7 +387,7 @@ def save_hf(
     if tokenizer_path is not None:
         tokenizer_src = Path(tokenizer_path)
         if tokenizer_src.is_dir():
-            tokenizer_src = tokenizer_src / "tokenizer.json"
+            tokenizer_src = tokenizer_src / TOKENIZER_FILE
         if not tokenizer_src.is_file():
             raise BurnoutError(f"tokenizer file '{tokenizer_src}' does not exist; give the path of a tokenizer.json")
         try:
@@ -416,7 +414,7 @@ def save_hf(
     _write_json(out_dir / "generation_config.json", generation)
 
     if tokenizer_src is not None:
-        shutil.copyfile(tokenizer_src, out_dir / "tokenizer.json")
+        shutil.copyfile(tokenizer_src, out_dir / TOKENIZER_FILE)
         _write_json(
             out_dir / "tokenizer_config.json",
             {
@@ -479,31 +477,4 @@ def load_hf(path: str | Path, dtype: torch.dtype | None = None) -> Transformer:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-
-
-def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
-    """Turn a Hugging Face GPT-2 / LLaMA folder into a GPUburnout run folder with one checkpoint (step 0):
-    OUT/checkpoints/step_0000000/{model.safetensors, state.pt, config.yaml, tokenizer.json, info.json}.
-
-    The folder must hold a tokenizer.json (fast tokenizer): generation and evaluation need it.
-    """
-    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
-    tokenizer_path = hf_dir / "tokenizer.json"
-    if not tokenizer_path.is_file():
-        raise BurnoutError(
-            f"'{hf_dir}' has no tokenizer.json; save the HF tokenizer there first "
-            "(AutoTokenizer.from_pretrained(...).save_pretrained(folder) writes one for fast tokenizers)"
-        )
-    if list_checkpoints(out_dir):
-        raise BurnoutError(f"'{out_dir}' already holds checkpoints; import into a new folder")
-    model = load_hf(hf_dir)
-    vocab = load_tokenizer(tokenizer_path).get_vocab_size()
-    if vocab > model.cfg.vocab_size:
-        raise BurnoutError(
-            f"'{hf_dir}': tokenizer.json has {vocab} tokens but the model only {model.cfg.vocab_size}; "
-            "the tokenizer belongs to another model"
-        )
-    cfg = load_run_config({"model": dataclasses.asdict(model.cfg)})
-    info = {"step": 0, "tokens": 0, "imported_from": str(hf_dir.resolve())}
-    return save_checkpoint(out_dir, cfg, model, {"step": 0, "tokens": 0}, info, tokenizer_path, keep_last=1)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")

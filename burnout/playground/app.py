@@ -20,8 +20,8 @@ try:
 except ImportError:
     raise BurnoutError("the playground needs Gradio; install it with: pip install 'gpuburnout[playground]'") from None
 
+from burnout.generate.prompts import SAMPLE_PROMPTS  # noqa: E402
 from burnout.playground.catalog import MAX_NEW_TOKENS, MAX_PROMPT_CHARS, Entry, ModelCache, discover, stream_text  # noqa: E402
-from burnout.quickstart import SAMPLE_PROMPTS  # noqa: E402
 
 EXAMPLE_PROMPTS = [*SAMPLE_PROMPTS, "What is the capital of France?", "Write a poem about coffee."]
 MAX_SIDE_BY_SIDE = 3

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnout.data.tokenizer import load_tokenizer
+from burnout.core.checkpoint import list_checkpoints
+from burnout.core.model_files import load_model
 from burnout.errors import BurnoutError
 from burnout.generate.sampling import stream_text as sampling_stream_text
-from burnout.train.checkpoint import list_checkpoints, load_checkpoint
 
 MAX_PROMPT_CHARS = 2000
 MAX_NEW_TOKENS = 500
@@ -82,11 +82,11 @@ class ModelCache:
             if label in self._loaded:
                 self._loaded.move_to_end(label)
                 return self._loaded[label]
-            ckpt = load_checkpoint(self.entries[label].path)
-            size = sum(p.numel() * p.element_size() for p in ckpt.model.parameters())
+            model, tokenizer, _ = load_model(self.entries[label].path)
+            size = sum(p.numel() * p.element_size() for p in model.parameters())
             while self._loaded and self.used_bytes() + size > self.max_bytes:
                 self._loaded.popitem(last=False)
-            loaded = Loaded(ckpt.model, load_tokenizer(ckpt.path / "tokenizer.json"), size)
+            loaded = Loaded(model, tokenizer, size)
             self._loaded[label] = loaded
             return loaded
 

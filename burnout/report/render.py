@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from burnout.common import format_duration, write_atomic
 from burnout.errors import BurnoutError
 from burnout.report import plots
 from burnout.report.runlog import RunLog, anomalies, eval_rows, load_run, phase_rows
@@ -46,7 +47,7 @@ def write_report(run_paths: list[str | Path], out: str | Path | None = None, htm
         written += _write_markdown(out, title, blocks)
     if html_page:
         path = out / "report.html"
-        path.write_text(_html(title, blocks))
+        write_atomic(path, _html(title, blocks))
         written.append(path)
     return runs, written
 
@@ -67,7 +68,7 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         ["tokens", f"{last['tokens']:,}"],
         ["final train loss", _fmt(run.last_value("train_loss"))],
         ["final val loss", _fmt(run.last_value("val_loss"))],
-        ["wall time", _duration(last["elapsed_s"])],
+        ["wall time", format_duration(last["elapsed_s"])],
         ["mean tokens/s", _fmt(sum(speeds) / len(speeds)) if speeds else "–"],
         ["config hash", f"{run.config_hash} (sha256 of config.yaml's content)"],
     ]
@@ -87,7 +88,7 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         Block("h2", "Checkpoints"),
         Block("table", columns=["checkpoint", "step", "tokens", "train loss", "val loss", "elapsed"],
               rows=[[c["name"], c.get("step"), c.get("tokens"), c.get("train_loss"), c.get("val_loss"),
-                     _duration(c["elapsed_s"]) if "elapsed_s" in c else None] for c in run.checkpoints]),
+                     format_duration(c["elapsed_s"]) if "elapsed_s" in c else None] for c in run.checkpoints]),
     ]
     blocks.append(Block("h2", "Evaluation"))
     if run.evals:
@@ -114,7 +115,7 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
 
 def overlay_blocks(runs: list[RunLog], log_scale: bool) -> tuple[str, list[Block]]:
     rows = [[r.name, r.model["params_total"], r.last["step"], r.last["tokens"], r.last_value("train_loss"),
-             r.last_value("val_loss"), _duration(r.last["elapsed_s"]), r.config_hash] for r in runs]
+             r.last_value("val_loss"), format_duration(r.last["elapsed_s"]), r.config_hash] for r in runs]
     return "Runs compared: " + ", ".join(r.name for r in runs), [
         Block("p", "Runs: " + ", ".join(f"`{r.path}`" for r in runs)),
         Block("image", "overlay_loss_vs_tokens", png=plots.overlay_plot(runs, log_scale)),
@@ -141,7 +142,7 @@ def _phase_table(run: RunLog) -> Block:
         if any(key in p for p in phases):
             columns.append(label)
             keys.append(key)
-    rows = [[_duration(p[k]) if k == "time_s" else p.get(k) for k in keys] for p in phases]
+    rows = [[format_duration(p[k]) if k == "time_s" else p.get(k) for k in keys] for p in phases]
     return Block("table", columns=columns, rows=rows)
 
 
@@ -151,7 +152,7 @@ def terminal_summary(runs: list[RunLog], written: list[Path]) -> str:
         last = run.last
         lines.append(f"{run.name}: {last['step']:,} steps, {last['tokens']:,} tokens, "
                      f"train loss {_fmt(run.last_value('train_loss'))}, val loss {_fmt(run.last_value('val_loss'))}, "
-                     f"{_duration(last['elapsed_s'])}, {run.model['params_total']:,} params")
+                     f"{format_duration(last['elapsed_s'])}, {run.model['params_total']:,} params")
         steps, _, losses = run.series("train_loss")
         lines.append(text_curve(steps, losses))
         lines += [f"  anomaly: {a}" for a in anomalies(run)]
@@ -188,7 +189,7 @@ def _write_markdown(out: Path, title: str, blocks: list[Block]) -> list[Path]:
     for b in blocks:
         if b.kind == "image":
             png = out / f"{b.text}.png"
-            png.write_bytes(b.png)
+            write_atomic(png, b.png)
             written.append(png)
             parts.append(f"![{b.text}]({png.name})")
         elif b.kind == "h2":
@@ -201,7 +202,7 @@ def _write_markdown(out: Path, title: str, blocks: list[Block]) -> list[Path]:
             parts.append(b.text.strip())
         parts.append("")
     path = out / "report.md"
-    path.write_text("\n".join(parts))
+    write_atomic(path, "\n".join(parts))
     return [path, *written]
 
 
@@ -299,11 +300,3 @@ def _fmt(value) -> str:
     if not math.isfinite(value):
         return str(value)
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4f}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import yaml
 
+from burnout.common import METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE, read_jsonl
 from burnout.config import load_run_config
+from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
-from burnout.train.checkpoint import list_checkpoints
-from burnout.train.loop import PHASES_FILE
-from burnout.train.metrics import METRICS_FILE, read_metrics
+from burnout.train.metrics import read_metrics
 from burnout.train.provenance import read_launches
 
 # A logged tokens/s below this share of the run's median is reported as a throughput drop.
@@ -62,7 +62,7 @@ class RunLog:
 
 def load_run(path: str | Path) -> RunLog:
     path = Path(path)
-    config_path = path / "config.yaml"
+    config_path = path / RUN_CONFIG_FILE
     if not config_path.is_file() or not (path / METRICS_FILE).is_file():
         raise BurnoutError(f"'{path}' is not a run folder (no config.yaml and metrics.jsonl); give the --out of "
                            "`burnout train` or `burnout quickstart`")
@@ -78,9 +78,7 @@ def load_run(path: str | Path) -> RunLog:
     checkpoints = [{"name": p.name, **json.loads((p / "info.json").read_text())} for p in list_checkpoints(path)]
     evals = [(p.stem, json.loads(p.read_text())) for p in sorted((path / "eval").glob("*.json"))]
     compare = path / "compare.md"
-    phases_file = path / PHASES_FILE
-    phases = [json.loads(line) for line in phases_file.read_text().splitlines() if line.strip()] \
-        if phases_file.is_file() else []
+    phases = read_jsonl(path / PHASES_FILE)
     return RunLog(path=path, name=path.resolve().name, config=raw_config, config_hash=config_hash, model=model,
                   records=records, checkpoints=checkpoints, evals=evals,
                   compare_md=compare.read_text() if compare.is_file() else None, phases=phases,

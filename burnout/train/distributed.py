@@ -106,8 +106,11 @@ def full_state(model: torch.nn.Module, optimizer: Optimizers, strategy: str, ctx
     """(model state dict, optimizer state) as plain CPU tensors, gathered from shards under FSDP (there
     one dict for all the optimizers, keyed by parameter name; else one state dict per optimizer)."""
     if ctx.enabled and strategy == "fsdp":
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                             get_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return (get_model_state_dict(model, options=options),

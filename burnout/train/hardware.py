@@ -1,6 +1,6 @@
 """Peak throughput and price of the hardware a run uses: the denominators of MFU and the cost columns.
 
-GPUs come from configs/hardware.yaml (editable). A CPU has no datasheet figure that means much, so its
+GPUs come from burnout/configs/hardware.yaml (editable). A CPU has no datasheet figure that means much, so its
 peak is measured: the best of a few large matrix multiplies in the run's precision.
 """
 

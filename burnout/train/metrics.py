@@ -1,13 +1,15 @@
-"""metrics.jsonl: one JSON object per logged step, the file every report and plot reads."""
+"""metrics.jsonl: one JSON object per logged step, the file every report and plot reads; the loop's
+step logger that writes it (and TensorBoard / W&B, and the console line)."""
 
 from __future__ import annotations
 
 import json
-import math
-import os
+from collections.abc import Callable
 from pathlib import Path
 
-METRICS_FILE = "metrics.jsonl"
+from burnout.common import METRICS_FILE, append_jsonl, format_duration, read_jsonl, write_atomic
+from burnout.config import TrainConfig
+
 # Keys that measure the machine rather than the training: they differ between a run and its exact replay.
 TIMING_KEYS = ("elapsed_s", "tokens_per_s", "mfu", "eta_s", "dollars", "dollars_projected")
 
@@ -20,31 +22,15 @@ class MetricsLog:
         """Forget records past `step`: a resumed run logs them again, identically."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        write_atomic(self.path, "".join(line + "\n" for line in kept))  # a kill here must not lose the log
+        kept = [r for r in read_jsonl(self.path) if r["step"] <= step]
+        write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))  # a kill here must not lose the log
 
     def write(self, record: dict) -> None:
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        with self.path.open("a") as f:
-            f.write(json.dumps(clean) + "\n")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary name and rename it over `path`: a reader (or a crash) sees all or nothing."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        append_jsonl(self.path, record)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(Path(run_dir) / METRICS_FILE)
 
 
 class ExternalLoggers:
@@ -84,3 +70,63 @@ class ExternalLoggers:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+class StepLogger:
+    """Due every train.log_interval steps, at every evaluation and at a session's last step. A record
+    holds the loss, LR, gradient norm, tokens/s since the previous record and, on rank 0, MFU, ETA to
+    `stop_at` and dollars (from the logged elapsed_s, so the log reproduces them)."""
+
+    def __init__(self, run_dir: Path | None, tc: TrainConfig, tokens_per_step: int, flops_per_token: float,
+                 peak_flops: float | None, price: float | None, stop_at: int, bar, emit: Callable[[str], None],
+                 config: dict):
+        self.tc, self.tokens_per_step, self.flops_per_token = tc, tokens_per_step, flops_per_token
+        self.peak_flops, self.price, self.stop_at, self.bar, self.emit = peak_flops, price, stop_at, bar, emit
+        self.main = run_dir is not None  # rank 0 writes; the other ranks only measure
+        self.metrics = MetricsLog(run_dir) if self.main else None
+        self.external = ExternalLoggers(run_dir, tc.tensorboard, tc.wandb, config) if self.main else None
+        self.train_time, self.train_tokens = 0.0, 0  # since the last record, for tokens/s
+
+    def count(self, seconds: float) -> None:
+        """One more step of `seconds` of training time."""
+        self.train_time += seconds
+        self.train_tokens += self.tokens_per_step
+
+    def due(self, step: int, final: bool) -> bool:
+        tc = self.tc
+        return step % tc.log_interval == 0 or step % tc.eval_interval == 0 or final
+
+    def record(self, step: int, loss: float, lr: float, grad_norm: float, elapsed: float, skipped: int) -> dict:
+        rate = self.train_tokens / self.train_time
+        self.train_time, self.train_tokens = 0.0, 0
+        record = {"step": step, "tokens": step * self.tokens_per_step, "train_loss": loss, "lr": lr,
+                  "grad_norm": grad_norm, "tokens_per_s": rate, "elapsed_s": round(elapsed, 3),
+                  "skipped_steps": skipped}
+        if self.main:
+            eta = (self.stop_at - step) * self.tokens_per_step / rate
+            record["mfu"] = rate * self.flops_per_token / self.peak_flops
+            record["eta_s"] = round(eta, 1)
+            if self.price is not None:
+                record["dollars"] = record["elapsed_s"] / 3600 * self.price
+                record["dollars_projected"] = (record["elapsed_s"] + eta) / 3600 * self.price
+        return record
+
+    def write(self, record: dict) -> None:
+        if not self.main:
+            return
+        self.metrics.write(record)
+        self.external.write(record)
+        self.bar.set_postfix(loss=f"{record['train_loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}",
+                             mfu=f"{record['mfu']:.1%}")
+        line = (f"step {record['step']}/{self.stop_at} loss {record['train_loss']:.4f} lr {record['lr']:.2e} "
+                f"{record['tokens_per_s']:.0f} tok/s mfu {record['mfu']:.1%} eta {format_duration(record['eta_s'])}")
+        if self.price is not None:
+            line += f" ${record['dollars']:.2f}"
+        if "val_loss" in record:
+            line += f" val {record['val_loss']:.4f}"
+        if self.bar.disable or "val_loss" in record:
+            self.emit(line)
+
+    def close(self) -> None:
+        if self.external is not None:
+            self.external.close()

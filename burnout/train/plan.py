@@ -1,7 +1,7 @@
 """`burnout plan`: predicted hours and dollars per phase before a GPU is rented.
 
 time = tokens × FLOPs per token / (peak FLOP/s × MFU × devices), FLOPs per token from
-burnout.models.info (6·N for the matmuls plus attention), the peak and price from configs/hardware.yaml.
+burnout.models.info (6·N for the matmuls plus attention), the peak and price from burnout/configs/hardware.yaml.
 The MFU is an assumption the plan states; the run's metrics.jsonl later gives the measured one.
 """
 

@@ -12,7 +12,6 @@ which command, code and machine produced its numbers.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -23,9 +22,8 @@ from pathlib import Path
 
 import torch
 
-from burnout.train.device import describe_device
-
-LAUNCHES_FILE = "launches.jsonl"
+from burnout.common import LAUNCHES_FILE, append_jsonl, read_jsonl
+from burnout.core.device import describe_device
 
 
 def record_launch(run_dir: Path, step: int, device: torch.device, world_size: int) -> None:
@@ -39,21 +37,12 @@ def record_launch(run_dir: Path, step: int, device: torch.device, world_size: in
         "device": describe_device(device),
         "world_size": world_size,
     }
-    with (run_dir / LAUNCHES_FILE).open("a") as f:
-        f.write(json.dumps(entry) + "\n")
+    append_jsonl(run_dir / LAUNCHES_FILE, entry)
 
 
 def read_launches(run_dir: Path) -> list[dict]:
-    path = run_dir / LAUNCHES_FILE
-    if not path.is_file():
-        return []
-    launches = []
-    for line in path.read_text().splitlines():
-        try:
-            launches.append(json.loads(line))
-        except ValueError:  # a line torn by a kill while it was written: that launch left no record
-            continue
-    return launches
+    """Every recorded launch; a line torn by a kill while it was written left no record."""
+    return read_jsonl(Path(run_dir) / LAUNCHES_FILE)
 
 
 def git_commit() -> str | None:

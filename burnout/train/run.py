@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from burnout.common import RESUMES_FILE, RUN_CONFIG_FILE, append_jsonl
 from burnout.config import RunConfig, load_run_config
-from burnout.data.prepare import prepare_data, read_meta
+from burnout.data.prepare import prepare_data
+from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 from burnout.train.loop import TrainResult, refuse_existing_run, train
 
-# One line per resume that changed the config: when, the overrides, and the values they changed.
-RESUMES_FILE = "resumes.jsonl"
 # Changing these mid-run would change which tokens the resumed run sees (or, for the optimizer, which
 # state the checkpoint must hold).
 _RESUME_FIXED = ("model", "data", "tokenizer", "train.seed", "train.batch_size", "train.grad_accum", "train.seq_len",
@@ -41,7 +40,7 @@ def start_training(cfg: RunConfig, run_dir: Path, data_dir: Path | None = None,
 
 def resume_training(run_dir: Path, overrides: list[str] = (), on_event: Callable[[str], None] = print,
                     progress: bool | None = None) -> TrainResult:
-    config_path = Path(run_dir) / "config.yaml"
+    config_path = Path(run_dir) / RUN_CONFIG_FILE
     if not config_path.is_file():
         raise BurnoutError(f"--resume {run_dir}: no config.yaml there; is it a run folder made by `burnout train`?")
     saved = load_run_config(config_path)
@@ -52,9 +51,8 @@ def resume_training(run_dir: Path, overrides: list[str] = (), on_event: Callable
             raise BurnoutError(f"--resume: '{key}' cannot change in a running run; start a new run instead")
     changed = {k: v for k, v in _flat(cfg.to_dict()).items() if _flat(saved.to_dict()).get(k) != v}
     if changed and os.environ.get("RANK", "0") == "0":  # the safe overrides (LR, phases, logging), recorded
-        with (Path(run_dir) / RESUMES_FILE).open("a") as f:
-            f.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "overrides": list(overrides),
-                                "changed": changed}, default=str) + "\n")
+        append_jsonl(Path(run_dir) / RESUMES_FILE, {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                                    "overrides": list(overrides), "changed": changed})
     return train(cfg, run_dir, Path(cfg.data.prepared_dir), resume=True, progress=progress, on_event=on_event)
 
 

@@ -8,9 +8,13 @@ import pytest
 import torch
 
 from burnout.bench import RUNGS, Setup, ablate, bench, format_ablation, format_bench
-from burnout.bench.bench import PARTS, PythonBatcher, measure
+from burnout.bench.bench import PARTS, PythonBatcher, StepTimer, bench_step, default_setup, measure
 from burnout.cli import main
+from burnout.core.checkpoint import load_checkpoint
 from burnout.data.loader import TokenLoader
+from burnout.train.run import start_training
+
+CPU = torch.device("cpu")
 
 
 def test_bench_reports_split_mfu_and_memory(tiny_run_config, tiny_bpe_data):
@@ -25,6 +29,24 @@ def test_bench_reports_split_mfu_and_memory(tiny_run_config, tiny_bpe_data):
     text = format_bench(r)
     for word in ("tokens/s", "data", "forward", "backward", "optimizer", "MFU", "peak RSS"):
         assert word in text
+
+
+@pytest.mark.parametrize("overrides", [[], ["train.grad_accum=2", "train.optimizer=muon"]])
+def test_bench_runs_the_loops_step_bitwise(tiny_run_config, tiny_bpe_data, tmp_path, overrides):
+    """The step bench times is the loop's: from the same seed, bench's steps and the loop's steps give
+    bitwise-equal weights (same initialization, batches, LR schedule, clipping and optimizer)."""
+    cfg = tiny_run_config(overrides, max_steps=4, warmup_steps=1, ckpt_interval=4, eval_interval=4)
+    result = start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=lambda line: None,
+                            progress=False)
+    trained = load_checkpoint(result.checkpoint).model.state_dict()
+
+    train_step, batches = bench_step(cfg, tiny_bpe_data, default_setup(cfg, tiny_bpe_data, CPU), CPU)
+    for step in range(cfg.train.max_steps):
+        train_step(batches, step, clock=StepTimer(CPU))
+    benched = train_step.model.state_dict()
+    assert benched.keys() == trained.keys()
+    for name, tensor in benched.items():
+        assert torch.equal(tensor, trained[name]), name
 
 
 def test_python_batching_gives_the_loaders_batches(tiny_bpe_data):

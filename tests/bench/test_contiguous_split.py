@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
-from burnout.data.prepare import prepare_data, read_tokens
+from burnout.data.prepare import prepare_data
 from burnout.data.recipe import load_recipe
+from burnout.data.shards import read_tokens
 from burnout.data.tokenizer import load_tokenizer
 
 

@@ -3,8 +3,9 @@ import pytest
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
 from burnout.data.corpus import fetch_url, iter_documents
 from burnout.data.inspect import inspect_data
-from burnout.data.prepare import prepare_data, read_tokens
+from burnout.data.prepare import prepare_data
 from burnout.data.recipe import load_recipe, recipe_names
+from burnout.data.shards import read_tokens
 from burnout.data.tokenizer import build_tokenizer, eot_id, gpt2_tokenizer
 from burnout.errors import BurnoutError
 

@@ -4,7 +4,8 @@ import torch
 
 from burnout.config import DataConfig, TokenizerConfig
 from burnout.data.loader import TokenLoader, check_compatible
-from burnout.data.prepare import prepare_data, read_tokens
+from burnout.data.prepare import prepare_data
+from burnout.data.shards import read_tokens
 from burnout.errors import BurnoutError
 
 B, T = 4, 32

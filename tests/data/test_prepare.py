@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
-from burnout.data.prepare import prepare_data, read_meta, read_tokens, verify_checksums
+from burnout.data.prepare import prepare_data
+from burnout.data.shards import read_meta, read_tokens, verify_checksums
 from burnout.data.tokenizer import load_tokenizer, tokenizer_sha256, train_tokenizer
 from burnout.errors import BurnoutError
 

@@ -1,4 +1,5 @@
 import bz2
+import dataclasses
 import gzip
 import json
 import os
@@ -9,7 +10,8 @@ import pytest
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
 from burnout.data.clean import Cleaner, clean_text
 from burnout.data.corpus import iter_documents, iter_source
-from burnout.data.prepare import MANIFEST_FILE, prepare_data, read_meta, read_tokens
+from burnout.data.prepare import prepare_data
+from burnout.data.shards import MANIFEST_FILE, read_meta, read_tokens
 from burnout.errors import BurnoutError
 
 # The hf tests stream local files; without this, datasets first tries the Hub and waits on the network.
@@ -170,41 +172,46 @@ def test_cleaning_report_is_in_meta(tmp_path):
 
 
 def test_uint32_when_the_vocabulary_is_large(tmp_path, monkeypatch):
-    import burnout.data.prepare as prepare_module
+    import burnout.data.shards as shards_module
 
-    monkeypatch.setattr(prepare_module, "token_dtype", lambda vocab_size: np.dtype("<u4"))
+    monkeypatch.setattr(shards_module, "token_dtype", lambda vocab_size: np.dtype("<u4"))
     meta = prepare_data(DataConfig(max_chars=20_000, shard_tokens=1_000), TOK, tmp_path)
     assert meta["dtype"] == "uint32"
     shard = meta["splits"]["train"]["shards"][0]
     assert (tmp_path / shard["file"]).stat().st_size == 4 * shard["tokens"] == 4_000
 
 
-def _count_encoded(monkeypatch, prepare_module) -> list[int]:
+def _count_encoded(monkeypatch) -> list[int]:
     """Patch the encoder to count the documents given to it; returns the running count (one item).
 
     Submissions, not finished encodings: with workers > 1 a chunk still queued when the run ends is
     cancelled, so how many get encoded depends on timing; what is submitted does not."""
+    from burnout.data.encoder import Encoder
+
     count = [0]
-    real_submit = prepare_module._Encoder.submit
+    real_submit = Encoder.submit
 
     def counting(self, docs):
         count[0] += len(docs)
         return real_submit(self, docs)
 
-    monkeypatch.setattr(prepare_module._Encoder, "submit", counting)
+    monkeypatch.setattr(Encoder, "submit", counting)
     return count
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, monkeypatch, workers):
-    import burnout.data.prepare as prepare_module
+# With a 512-token vocabulary the kill falls after a shard was listed but before the next resume point, so
+# the point's document counts must be a copy taken at the point, not the live counters.
+@pytest.mark.parametrize("workers, vocab", [(1, 300), (2, 300), (1, 512)])
+def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, monkeypatch, workers, vocab):
+    from burnout.data.shards import ShardWriter
 
     cfg = DataConfig(max_chars=40_000, max_tokens=20_000, shard_tokens=2_000, clean="balanced", dedup=True)
-    encoded = _count_encoded(monkeypatch, prepare_module)
-    reference = prepare_data(cfg, TOK, tmp_path / "ref", workers=workers)
+    tok = dataclasses.replace(TOK, vocab_size=vocab)
+    encoded = _count_encoded(monkeypatch)
+    reference = prepare_data(cfg, tok, tmp_path / "ref", workers=workers)
     encoded_uninterrupted, encoded[0] = encoded[0], 0
 
-    real_close = prepare_module._ShardWriter._close
+    real_close = ShardWriter._close
     closed = []
 
     def dying_close(self):
@@ -213,10 +220,10 @@ def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, m
         if len(closed) == 4:
             raise KeyboardInterrupt  # killed mid-document, right after the 4th shard was finished
 
-    monkeypatch.setattr(prepare_module._ShardWriter, "_close", dying_close)
+    monkeypatch.setattr(ShardWriter, "_close", dying_close)
     with pytest.raises(KeyboardInterrupt):
-        prepare_data(cfg, TOK, tmp_path / "run", workers=workers)
-    monkeypatch.setattr(prepare_module._ShardWriter, "_close", real_close)
+        prepare_data(cfg, tok, tmp_path / "run", workers=workers)
+    monkeypatch.setattr(ShardWriter, "_close", real_close)
     manifest = json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())
     finished = {s["file"]: (tmp_path / "run" / s["file"]).stat().st_mtime_ns for v in manifest["shards"].values() for s in v}
     assert len(finished) == 4 and not (tmp_path / "run" / "meta.json").exists()
@@ -227,7 +234,7 @@ def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, m
     assert handed_out > 0
 
     encoded[0] = 0
-    resumed = prepare_data(cfg, TOK, tmp_path / "run", workers=workers)
+    resumed = prepare_data(cfg, tok, tmp_path / "run", workers=workers)
     assert resumed == reference
     # Only documents not handed out before the resume point were encoded again.
     assert encoded[0] == encoded_uninterrupted - handed_out
@@ -241,27 +248,27 @@ def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, m
 
 @pytest.mark.parametrize("lose_partial", [False, True])
 def test_resume_mid_shard_continues_the_partial_shard(tmp_path, monkeypatch, lose_partial):
-    import burnout.data.prepare as prepare_module
+    from burnout.data.shards import ShardWriter
 
     paragraphs = tmp_path / "paragraphs.txt"  # many short documents, so shards end between documents
     paragraphs.write_text("\n\n".join(iter_documents(SourceConfig(name="docs", kind="stdlib_docs"))), encoding="utf-8")
     sources = [SourceConfig(name="prose", kind="text", path=str(paragraphs), split_by="paragraph", weight=0.7),
                SourceConfig(name="code", kind="stdlib_code", weight=0.3)]
     cfg = DataConfig(sources=sources, max_chars=40_000, max_tokens=20_000, shard_tokens=2_000, dedup=True)
-    encoded = _count_encoded(monkeypatch, prepare_module)
+    encoded = _count_encoded(monkeypatch)
     reference = prepare_data(cfg, TOK, tmp_path / "ref")
     encoded_uninterrupted = encoded[0]
-    real_add = prepare_module._ShardWriter.add
+    real_add = ShardWriter.add
 
     def dying_add(self, tokens):
         real_add(self, tokens)
         if "resume" in self.manifest and self.split == "train" and not self.finished_any:
             raise KeyboardInterrupt  # after tokens were added past the last resume point, in the same shard
 
-    monkeypatch.setattr(prepare_module._ShardWriter, "add", dying_add)
+    monkeypatch.setattr(ShardWriter, "add", dying_add)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, TOK, tmp_path / "run")
-    monkeypatch.setattr(prepare_module._ShardWriter, "add", real_add)
+    monkeypatch.setattr(ShardWriter, "add", real_add)
     point = json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())["resume"]
     index, filled = point["writers"]["train"]
     partial = tmp_path / "run" / f".train_{index:06d}.bin.partial"
@@ -291,19 +298,19 @@ def test_changed_settings_start_over(tmp_path):
 
 
 def _interrupt_after_first_resume_point(monkeypatch, cfg, out):
-    import burnout.data.prepare as prepare_module
+    import burnout.data.shards as shards_module
 
-    real_save = prepare_module._save_manifest
+    real_save = shards_module.save_manifest
 
     def dying_save(out_dir, manifest):
         real_save(out_dir, manifest)
         if "resume" in manifest:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(prepare_module, "_save_manifest", dying_save)
+    monkeypatch.setattr(shards_module, "save_manifest", dying_save)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, TOK, out)
-    monkeypatch.setattr(prepare_module, "_save_manifest", real_save)
+    monkeypatch.setattr(shards_module, "save_manifest", real_save)
 
 
 def test_edited_source_files_mean_starting_over(tmp_path, monkeypatch):

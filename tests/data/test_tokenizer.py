@@ -1,8 +1,9 @@
 import pytest
 
+from burnout.common import EOT_TOKEN
 from burnout.config import DataConfig, TokenizerConfig
 from burnout.data.corpus import mix_documents
-from burnout.data.tokenizer import EOT_TOKEN, eot_id, load_tokenizer, tokenizer_sha256, train_tokenizer
+from burnout.data.tokenizer import eot_id, load_tokenizer, tokenizer_sha256, train_tokenizer
 from burnout.errors import BurnoutError
 
 TRICKY = [

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from burnout.cli import main
+from burnout.core.checkpoint import list_checkpoints, load_checkpoint
+from burnout.core.model_files import load_model
 from burnout.data.tokenizer import load_tokenizer
-from burnout.eval.evaluate import evaluate_val, load_for_eval, token_byte_lengths
+from burnout.eval.evaluate import evaluate_val, token_byte_lengths
 from burnout.eval.tasks import DEFAULT_FILES, load_task
-from burnout.train.checkpoint import list_checkpoints, load_checkpoint
 
 CPU = torch.device("cpu")
 
@@ -43,7 +44,7 @@ def test_eval_all_checkpoints_in_one_command(run, shared_data, capsys):
 
 
 def test_val_loss_and_bits_per_byte_by_hand(trained_run, tiny_bpe_data):
-    ckpt, tokenizer = load_for_eval(list_checkpoints(trained_run)[-1], CPU)
+    _, tokenizer, ckpt = load_model(list_checkpoints(trained_run)[-1], CPU)
     result = evaluate_val(ckpt.model, tokenizer, tiny_bpe_data, seq_len=32, limit=5)
     from burnout.data.loader import TokenLoader
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from burnout.eval.evaluate import load_for_eval
+from burnout.core.checkpoint import list_checkpoints
+from burnout.core.model_files import load_model
 from burnout.eval.harness import LM_EVAL_TASKS, hf_model, run_lm_eval, write_task_configs
 from burnout.eval.scoring import score_examples
 from burnout.eval.tasks import DEFAULT_FILES, load_task
 from burnout.models.hf import save_hf
-from burnout.train.checkpoint import list_checkpoints
 
 LIMIT = 16
 
@@ -27,7 +27,7 @@ def test_scores_equal_lm_evaluation_harness(trained_run, shared_data, tmp_path, 
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(var, "1")
     ckpt_path = list_checkpoints(trained_run)[-1]
-    ckpt, tokenizer = load_for_eval(ckpt_path, torch.device("cpu"))
+    _, tokenizer, ckpt = load_model(ckpt_path, torch.device("cpu"))
     hf_dir = save_hf(ckpt.model, tmp_path / "hf", tokenizer_path=ckpt_path / "tokenizer.json")
     config_dir = write_task_configs(tmp_path / "tasks", shared_data)
     theirs_by_task = run_lm_eval(hf_model(hf_dir, batch_size=8), list(LM_EVAL_TASKS), config_dir, LIMIT)

@@ -23,8 +23,13 @@ transformers = pytest.importorskip("transformers")
 @pytest.mark.parametrize("penalty", [1.0, 1.3, 0.7])
 def test_logit_processing_equals_transformers(top_p, penalty):
     """Same filtered logits as HF's RepetitionPenalty → Temperature → TopK → TopP processors."""
-    from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
-                              TopKLogitsWarper, TopPLogitsWarper)
+    from transformers import (
+        LogitsProcessorList,
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
 
     g = torch.Generator().manual_seed(int(top_p * 100 + penalty * 10))
     logits = torch.randn(VOCAB, generator=g) * 3

@@ -39,12 +39,12 @@ import threading
 import time
 from pathlib import Path
 
+import torch  # noqa: F401
+import torch._dynamo  # noqa: F401  (the first AdamW imports it: three seconds a round otherwise)
 import yaml
 
 import burnout.cli  # noqa: F401  (preloaded by the fork server: rounds start with everything imported)
 import burnout.train.run  # noqa: F401
-import torch  # noqa: F401
-import torch._dynamo  # noqa: F401  (the first AdamW imports it: three seconds a round otherwise)
 
 FS_EVENTS = {"open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree", "shutil.copyfile",
              "shutil.copytree", "os.truncate"}
@@ -293,8 +293,8 @@ class Soak:
 
     def check_on_disk(self, run: Path) -> None:
         from burnout.config import load_run_config
-        from burnout.data.prepare import read_meta, verify_checksums
-        from burnout.train.checkpoint import list_checkpoints, load_checkpoint
+        from burnout.core.checkpoint import list_checkpoints, load_checkpoint
+        from burnout.data.shards import read_meta, verify_checksums
 
         where = f"after kill {len(self.kills)} ({self.kills[-1] if self.kills else 'none'})"
         data = run / "data"
@@ -321,7 +321,7 @@ class Soak:
                 f"{where}: {ckpt.name} has other weights than the uninterrupted run"
 
     def check_final(self, run: Path) -> None:
-        from burnout.data.prepare import verify_checksums
+        from burnout.data.shards import verify_checksums
 
         self.check_on_disk(run)
         names = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_"))

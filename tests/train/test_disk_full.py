@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from burnout.train.checkpoint import list_checkpoints, load_checkpoint
+from burnout.core.checkpoint import list_checkpoints, load_checkpoint
 
 LIMIT_BYTES = 64 * 1024  # config, metrics and logs fit; the weights (~300 KB) do not
 

@@ -16,15 +16,16 @@ import torch
 import yaml
 
 from burnout.cli import main
+from burnout.common import PHASES_FILE, RESUMES_FILE
 from burnout.config import load_run_config
+from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
-from burnout.train.checkpoint import list_checkpoints
 from burnout.train.forecast import forecast_loss
-from burnout.train.loop import PHASES_FILE, largest_micro_batch, oom_message
 from burnout.train.metrics import TIMING_KEYS, read_metrics
 from burnout.train.plan import plan_run
-from burnout.train.run import RESUMES_FILE, resume_training, start_training
+from burnout.train.probe import largest_micro_batch, oom_message
+from burnout.train.run import resume_training, start_training
 from burnout.train.schedule import lr_at, total_steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,15 +13,15 @@ import safetensors.torch
 import torch
 
 from burnout.config import TrainConfig, load_run_config
+from burnout.core.checkpoint import list_checkpoints
 from burnout.data.loader import TokenLoader
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
-from burnout.train.checkpoint import list_checkpoints
-from burnout.train.loop import accumulate_gradients
 from burnout.train.metrics import TIMING_KEYS, read_metrics
 from burnout.train.optim import make_optimizer
 from burnout.train.run import resume_training, start_training
 from burnout.train.schedule import lr_at
+from burnout.train.step import accumulate_gradients
 
 CPU = torch.device("cpu")
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from burnout.train.provenance import LAUNCHES_FILE, git_commit, read_launches
+from burnout.common import LAUNCHES_FILE
+from burnout.train.provenance import git_commit, read_launches
 from burnout.train.run import resume_training
 
 

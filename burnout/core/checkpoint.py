@@ -32,6 +32,7 @@ import safetensors.torch
 import torch
 import yaml
 
+from burnout.common import RUN_CONFIG_FILE, TOKENIZER_FILE, first_line, write_atomic
 from burnout.config import RunConfig, load_run_config
 from burnout.errors import BurnoutError, StorageError
 from burnout.models import Transformer
@@ -65,16 +66,16 @@ def save_checkpoint(
         tmp.mkdir()
         safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
         torch.save(state, tmp / "state.pt")
-        (tmp / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        (tmp / "info.json").write_text(json.dumps(info, indent=2))
-        shutil.copyfile(tokenizer_path, tmp / "tokenizer.json")
+        write_atomic(tmp / RUN_CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_atomic(tmp / "info.json", json.dumps(info, indent=2))
+        shutil.copyfile(tokenizer_path, tmp / TOKENIZER_FILE)
         for f in tmp.iterdir():
             _fsync(f)
         _fsync(tmp)
     except (OSError, RuntimeError, safetensors.SafetensorError) as exc:  # a full disk, a quota, a lost mount
         shutil.rmtree(tmp, ignore_errors=True)
         previous = list_checkpoints(run_dir)
-        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0])[:200]
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
         raise StorageError(
             f"could not write checkpoint {final.name} into {ckpt_root} ({reason}); free disk space, then continue "
             f"with `burnout train --resume {run_dir}` from the previous checkpoint "
@@ -164,7 +165,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
     path = resolve_checkpoint(path)
-    cfg = load_run_config(path / "config.yaml")
+    cfg = load_run_config(path / RUN_CONFIG_FILE)
     model = Transformer(cfg.model)
     name = "model.safetensors"
     try:
@@ -178,7 +179,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Che
         info = json.loads((path / name).read_text())
     except (OSError, RuntimeError, ValueError, json.JSONDecodeError, safetensors.SafetensorError,
             pickle.UnpicklingError) as exc:
-        reason = str(exc).splitlines()[0][:200] if str(exc) else ""
+        reason = first_line(str(exc))
         if isinstance(exc, pickle.UnpicklingError):
             reason = "it holds objects other than tensors, which are never unpickled"
         raise BurnoutError(f"checkpoint {path} is unreadable: {name} ({type(exc).__name__}: {reason}); "

@@ -8,9 +8,9 @@ import safetensors.torch
 import torch
 import yaml
 
+from burnout.core.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
-from burnout.train.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
 from burnout.train.optim import make_optimizer
 
 CPU = torch.device("cpu")

@@ -1,0 +1,88 @@
+"""Helpers every stage shares: file names and special tokens, atomic writes, JSON lines, error text.
+
+A leaf module: it imports nothing from burnout, so any module may import it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+# The document separator every tokenizer here carries (GPT-2's end-of-text token).
+EOT_TOKEN = "<|endoftext|>"
+
+# Names inside data folders, run folders and checkpoints.
+TOKENIZER_FILE = "tokenizer.json"
+RUN_CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+PHASES_FILE = "phases.jsonl"
+LAUNCHES_FILE = "launches.jsonl"
+# One line per resume that changed the config: when, the overrides, and the values they changed.
+RESUMES_FILE = "resumes.jsonl"
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write `data` (text as UTF-8, or bytes) to a temporary name beside `path`, then rename it over
+    `path`: a reader, or a crash, sees the old file or the new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8")
+        else:
+            tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def append_jsonl(path: str | Path, record: dict) -> None:
+    """Append `record` as one JSON line. Non-finite floats are written as null (JSON has no NaN).
+
+    A process killed mid-append leaves a last line without its newline; the record after it starts
+    on a fresh line, so one torn line costs only itself (read_jsonl skips it).
+    """
+    path = Path(path)
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+    torn = False
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+    with path.open("a", encoding="utf-8") as f:
+        f.write(("\n" if torn else "") + json.dumps(clean, default=str) + "\n")
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Every record of a JSON-lines file ([] when it does not exist), skipping blank and torn lines."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # a line torn by a kill while it was written
+            continue
+    return records
+
+
+def first_line(error: BaseException | str, limit: int = 200) -> str:
+    """The first non-empty line of an error's message (at most `limit` characters), or the
+    exception's type name when the message is empty: error text fit for a one-line message."""
+    text = str(error).strip()
+    if not text:
+        return type(error).__name__ if isinstance(error, BaseException) else ""
+    return text.splitlines()[0][:limit]
+
+
+def format_duration(seconds: float) -> str:
+    """'1h05m' from an hour up, else '4m07s'."""
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"

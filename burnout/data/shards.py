@@ -1,0 +1,249 @@
+"""The on-disk format of a prepared data directory: writing shards, keeping the manifest, reading it back.
+
+Layout of a prepared data directory:
+
+    train_000000.bin ...  token ids of the split, documents back to back, each followed by
+    val_000000.bin ...    <|endoftext|>; raw little-endian uint16 (uint32 when the vocabulary exceeds
+                          65536); every shard holds data.shard_tokens tokens except the last
+    tokenizer.json        the HF tokenizer that produced them
+    manifest.json         finished shards (file, tokens, sha256) and the fingerprint of the settings
+                          that produced them; rewritten after each shard
+    meta.json             format, dtype, counts, shares, cleaning report and checksums; written last,
+                          so its presence means the directory is complete
+
+The shard being filled is the hidden file `.NAME.partial` until it is finished. Readers (training,
+evaluation, benchmarks) import only this module: numpy and the standard library, no tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from burnout.common import write_atomic
+from burnout.errors import BurnoutError
+
+FORMAT = "burnout-tokens-v2"
+LEGACY_FORMATS = ("burnout-tokens-v1",)
+META_FILE = "meta.json"
+MANIFEST_FILE = "manifest.json"
+SPLITS = ("train", "val")
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<u4")
+
+
+def shard_name(split: str, index: int) -> str:
+    return f"{split}_{index:06d}.bin"
+
+
+def partial_path(out_dir: Path, name: str) -> Path:
+    return out_dir / f".{name}.partial"
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing: shards and manifest
+
+
+class ShardWriter:
+    """Writes a split's token stream into fixed-size shards, one document at a time.
+
+    The shard being filled is the hidden file `.NAME.partial`; it is finished when renamed to NAME and
+    listed in the manifest (which is saved right away). A writer starts at shard `index` holding
+    `filled` tokens (a resume point); shards the manifest already lists, with a file of the right size,
+    are not written again.
+    """
+
+    def __init__(self, out_dir: Path, split: str, shard_tokens: int, dtype: np.dtype, manifest: dict,
+                 index: int = 0, filled: int = 0) -> None:
+        self.out_dir, self.split, self.shard_tokens, self.dtype = out_dir, split, shard_tokens, dtype
+        self.manifest = manifest
+        self.done = manifest["shards"].setdefault(split, [])
+        self.index = index
+        self.filled = 0
+        self.finished_any = False  # a shard was finished since the caller last cleared this
+        self._file = None
+        self._digest = None
+        self._skip = False
+        self._open(filled)
+
+    def _open(self, filled: int = 0) -> None:
+        self.filled = filled
+        name = shard_name(self.split, self.index)
+        if self.index < len(self.done):
+            entry = self.done[self.index]
+            path = self.out_dir / name
+            if entry["file"] == name and path.is_file() and path.stat().st_size == entry["tokens"] * self.dtype.itemsize:
+                self._skip = True
+                return
+            del self.done[self.index :]  # a listed shard is damaged: it and everything after are redone
+        self._skip = False
+        self._file = open(partial_path(self.out_dir, name), "r+b" if filled else "wb")
+        self._digest = hashlib.sha256()
+        if filled:  # resume: keep the first `filled` tokens, drop anything written after the resume point
+            self._file.truncate(filled * self.dtype.itemsize)
+            while chunk := self._file.read(1 << 24):
+                self._digest.update(chunk)
+
+    def add(self, tokens: np.ndarray) -> None:
+        while len(tokens):
+            room = self.shard_tokens - self.filled
+            head, tokens = tokens[:room], tokens[room:]
+            if not self._skip:
+                data = head.astype(self.dtype, copy=False).tobytes()
+                self._file.write(data)
+                self._digest.update(data)
+            self.filled += len(head)
+            if self.filled == self.shard_tokens:
+                self._close()
+                self.finished_any = True
+                self.index += 1
+                self._open()
+
+    def flush(self) -> None:
+        """Push written tokens to the file, so a resume point saved now finds them there."""
+        if self._file is not None:
+            self._file.flush()
+
+    def _close(self) -> None:
+        if self._skip:
+            return
+        self._file.close()
+        self._file = None
+        name = shard_name(self.split, self.index)
+        if self.filled == 0:
+            partial_path(self.out_dir, name).unlink(missing_ok=True)
+            return
+        os.replace(partial_path(self.out_dir, name), self.out_dir / name)
+        self.done.append({"file": name, "tokens": self.filled, "sha256": self._digest.hexdigest()})
+        save_manifest(self.out_dir, self.manifest)
+
+    def finish(self) -> list[dict]:
+        if self._skip and self.filled < self.done[self.index]["tokens"]:
+            # Replay produced less than the listed shard held: it cannot be from these settings.
+            raise BurnoutError(f"'{self.out_dir}': shard {shard_name(self.split, self.index)} does not match a replay; prepare with overwrite")
+        self._close()
+        end = self.index + (1 if self.filled else 0)
+        for extra in self.done[end:]:
+            (self.out_dir / extra["file"]).unlink(missing_ok=True)
+        del self.done[end:]
+        save_manifest(self.out_dir, self.manifest)
+        return list(self.done)
+
+
+def new_manifest(fingerprint: str) -> dict:
+    return {"format": FORMAT, "fingerprint": fingerprint, "tokenizer_sha256": None, "total_tokens": None, "shards": {}}
+
+
+def load_manifest(out_dir: Path, fingerprint: str) -> dict:
+    """The manifest of an unfinished directory prepared with `fingerprint`; otherwise the directory's
+    token files are removed and a new, empty manifest is returned."""
+    path = out_dir / MANIFEST_FILE
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if manifest.get("fingerprint") == fingerprint:
+            return manifest
+    except (OSError, ValueError, AttributeError):
+        pass
+    remove_outputs(out_dir)  # from other settings, or unreadable: nothing in it can be trusted
+    return new_manifest(fingerprint)
+
+
+def save_manifest(out_dir: Path, manifest: dict) -> None:
+    write_atomic(out_dir / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
+
+
+def remove_outputs(out_dir: Path) -> None:
+    """Remove the shards (finished and partial, any format version) and the manifest of `out_dir`."""
+    for split in SPLITS:
+        for path in out_dir.glob(f"{split}_{'[0-9]' * 6}.bin"):
+            path.unlink()
+        (out_dir / f"{split}.bin").unlink(missing_ok=True)
+    for path in out_dir.glob(".*.partial"):
+        path.unlink()
+    (out_dir / MANIFEST_FILE).unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_meta(data_dir: str | Path) -> dict:
+    """The meta of a finished data directory, after checking that its token files are whole.
+
+    Every split gets a "shards" list ({file, tokens, sha256}); directories in the older single-file
+    format (train.bin / val.bin) are read as one shard per split.
+    """
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise BurnoutError(f"data directory '{data_dir}' does not exist; prepare the data into it first")
+    meta_path = data_dir / META_FILE
+    if not meta_path.is_file():
+        raise BurnoutError(
+            f"'{data_dir}' has no {META_FILE}, so its data preparation never finished; prepare the data again"
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BurnoutError(f"'{meta_path}' is not valid JSON ({exc}); prepare the data again") from None
+    if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, *LEGACY_FORMATS):
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise BurnoutError(f"'{meta_path}' has format {found!r}, expected '{FORMAT}'; prepare the data again with this version")
+    try:
+        for info in meta["splits"].values():
+            if "shards" not in info:  # v1: one file per split
+                info["shards"] = [{"file": info["file"], "tokens": info["tokens"], "sha256": info["sha256"]}]
+        _check_token_files(data_dir, meta)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BurnoutError(f"'{meta_path}' is malformed ({type(exc).__name__}: {exc}); prepare the data again") from None
+    return meta
+
+
+def _check_token_files(data_dir: Path, meta: dict) -> None:
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    if meta["vocab_size"] > 2 ** (8 * itemsize):
+        raise BurnoutError(f"'{data_dir / META_FILE}': a vocabulary of {meta['vocab_size']} tokens does not fit "
+                           f"{meta['dtype']} token ids; the folder is damaged or mixed up, prepare the data again")
+    for split, info in meta["splits"].items():
+        if sum(s["tokens"] for s in info["shards"]) != info["tokens"]:
+            raise BurnoutError(f"'{data_dir / META_FILE}': the {split} shards do not add up to {info['tokens']} tokens; prepare the data again")
+        for shard in info["shards"]:
+            path = data_dir / shard["file"]
+            expected = shard["tokens"] * itemsize
+            actual = path.stat().st_size if path.is_file() else None
+            if actual != expected:
+                state = "is missing" if actual is None else f"is {actual} bytes"
+                raise BurnoutError(
+                    f"'{path}' {state} but {META_FILE} expects {expected} ({shard['tokens']} {meta['dtype']} tokens); "
+                    "the file is truncated or from another run, prepare the data again"
+                )
+
+
+def verify_checksums(data_dir: str | Path) -> None:
+    """Re-hash every shard against meta.json (slow: reads all the data); raises on a mismatch."""
+    data_dir = Path(data_dir)
+    meta = read_meta(data_dir)
+    for info in meta["splits"].values():
+        for shard in info["shards"]:
+            digest = hashlib.sha256()
+            with open(data_dir / shard["file"], "rb") as f:
+                while chunk := f.read(1 << 24):
+                    digest.update(chunk)
+            if digest.hexdigest() != shard["sha256"]:
+                raise BurnoutError(f"'{data_dir / shard['file']}' does not match its sha256 in {META_FILE}; prepare the data again")
+
+
+def read_tokens(data_dir: str | Path, split: str) -> np.ndarray:
+    """All tokens of `split` (its shards concatenated) as one in-memory array."""
+    data_dir = Path(data_dir)
+    meta = read_meta(data_dir)
+    if split not in meta["splits"]:
+        raise BurnoutError(f"'{data_dir}' has no split '{split}'; it has {', '.join(meta['splits'])}")
+    dtype = np.dtype(meta["dtype"]).newbyteorder("<")
+    parts = [np.fromfile(data_dir / shard["file"], dtype=dtype) for shard in meta["splits"][split]["shards"]]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)

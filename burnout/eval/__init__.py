@@ -1,0 +1,1 @@
+"""Evaluation stage: validation loss, HellaSwag / ARC-Easy / LAMBADA scored as lm-eval does, comparison."""

@@ -1,0 +1,1 @@
+"""Generation stage: sampling with a KV cache, and chat."""

@@ -1,0 +1,1 @@
+"""Playground stage: the Gradio "Try it yourself" app over trained runs."""

@@ -1,0 +1,1 @@
+"""Report stage: the run report (HTML + Markdown, plots) and multi-run overlays."""

@@ -1,0 +1,91 @@
+"""The loop's checkpointer: when a checkpoint is due, what goes into it, and how a resume puts it back.
+
+The folder format, atomic writes and pruning are burnout/core/checkpoint.py's; this module decides
+what training state a checkpoint carries (optimizer, grad scaler, step, loader position, RNG states)
+and gathers it from the shards under FSDP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from burnout.common import TOKENIZER_FILE
+from burnout.config import RunConfig
+from burnout.core.checkpoint import Checkpoint, CheckpointMirror, list_checkpoints, load_checkpoint, save_checkpoint
+from burnout.core.rng import restore_rng_state, rng_state
+from burnout.errors import BurnoutError
+from burnout.models import Transformer
+from burnout.train.distributed import DistContext, barrier, full_state, load_optimizer_state
+from burnout.train.step import TrainStep
+
+
+def load_for_resume(run_dir: Path, cfg: RunConfig, tokenizer_path: Path) -> Checkpoint:
+    """The run's latest checkpoint (on the CPU), after checking it was trained with this model and tokenizer."""
+    ckpt = load_checkpoint(list_checkpoints(run_dir)[-1], "cpu")
+    if ckpt.config.model != cfg.model:
+        raise BurnoutError(f"--resume: the model in {ckpt.path} differs from this config's model section")
+    if (ckpt.path / TOKENIZER_FILE).read_bytes() != tokenizer_path.read_bytes():
+        raise BurnoutError(f"--resume: {tokenizer_path} is not the tokenizer {ckpt.path} was trained with; "
+                           "point data.prepared_dir at the run's original data")
+    return ckpt
+
+
+class Checkpointer:
+    """Saves at every train.ckpt_interval, at milestones and phase ends, and at the last step of a session;
+    keeps the last train.keep_last plus milestones and phase ends; mirrors to train.mirror_dir."""
+
+    def __init__(self, run_dir: Path, cfg: RunConfig, model: Transformer, train_step: TrainStep, dist: DistContext,
+                 tokenizer_path: Path, tokens_per_step: int, emit: Callable[[str], None]):
+        self.run_dir, self.cfg, self.model, self.train_step = run_dir, cfg, model, train_step
+        self.dist, self.tokenizer_path, self.tokens_per_step, self.emit = dist, tokenizer_path, tokens_per_step, emit
+        tc = cfg.train
+        self.keep_steps = set(tc.milestones) | {p.steps for p in tc.phases}
+        self.mirror = CheckpointMirror(Path(tc.mirror_dir), emit) if tc.mirror_dir and dist.is_main else None
+
+    def due(self, step: int, final: bool) -> bool:
+        return step % self.cfg.train.ckpt_interval == 0 or final or step in self.keep_steps
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Optimizer, grad scaler and RNG states from `ckpt` (its weights are already in the model)."""
+        ts = self.train_step
+        load_optimizer_state(ts.model, ts.optimizer, ckpt.state["optimizer"], self.cfg.train.distributed, self.dist)
+        if ts.scaler is not None and "scaler" in ckpt.state:
+            ts.scaler.load_state_dict(ckpt.state["scaler"])
+        restore_rng_state(ckpt.state, ts.device)
+
+    def save(self, step: int, elapsed: float, skipped: int, train_loss: float, val_loss: float) -> Path:
+        """Write step_N (rank 0); under FSDP every rank takes part in gathering the weights."""
+        ts, tc = self.train_step, self.cfg.train
+        model_state, optim_state = full_state(ts.model, ts.optimizer, tc.distributed, self.dist)
+        path = self.run_dir / "checkpoints" / f"step_{step:07d}"
+        if self.dist.is_main:
+            tokens = step * self.tokens_per_step
+            state = {
+                "optimizer": optim_state,
+                "step": step,
+                "tokens": tokens,
+                # Batches are a pure function of the micro-batch index: this is the loader's position.
+                "micro_batches_seen": step * tc.grad_accum * self.dist.world_size,
+                "elapsed_s": elapsed,
+                "skipped_steps": skipped,
+                **rng_state(ts.device),
+            }
+            if ts.scaler is not None:
+                state["scaler"] = ts.scaler.state_dict()
+            weights = self.model
+            if model_state is not None:  # FSDP: the gathered weights in a plain module
+                weights = Transformer(self.cfg.model)
+                weights.load_state_dict(model_state)
+            info = {"step": step, "tokens": tokens, "train_loss": train_loss, "val_loss": val_loss, "elapsed_s": elapsed}
+            path = save_checkpoint(self.run_dir, self.cfg, weights, state, info, self.tokenizer_path, tc.keep_last,
+                                   self.keep_steps)
+            if self.mirror is not None:
+                self.mirror.submit(path, list_checkpoints(self.run_dir))
+            self.emit(f"step {step}: saved {path}")
+        barrier(self.dist)
+        return path
+
+    def close(self) -> None:
+        if self.mirror is not None:
+            self.mirror.close()

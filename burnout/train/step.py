@@ -1,0 +1,124 @@
+"""The training step, the only one: the loop, `burnout bench`, the quickstart's step timing and the
+auto-batch memory probe all run `TrainStep`, so a benchmark times exactly what training runs.
+
+One step: the learning rate of this step from the schedule, forward and backward over the step's
+micro-batches (gradients synchronized across ranks on the last one only), the loss averaged across
+ranks, the grad scaler unscaled (fp16), gradients clipped, and the update applied unless the loss or
+the gradient is not finite.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from burnout.config import RunConfig, TrainConfig
+from burnout.core.device import autocast
+from burnout.models import Transformer
+from burnout.train.distributed import DistContext, grad_sync, mean_across_ranks
+from burnout.train.optim import make_optimizer
+from burnout.train.schedule import lr_at
+
+# Called with the name of the part of a step that just ended ("data", "forward", "backward" once per
+# micro-batch, "optimizer" once per step): how `burnout bench` splits a step's time.
+Clock = Callable[[str], None]
+
+
+def _no_clock(part: str) -> None:
+    pass
+
+
+def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
+    """A freshly initialized model on `device`, as training runs it (train.activation_checkpointing:
+    each block's activations recomputed during backward instead of kept)."""
+    model = Transformer(cfg.model).to(device)
+    if cfg.train.activation_checkpointing:
+        for block in model.blocks:
+            # An instance attribute: the module tree, and so the checkpoint's tensor names, stay unchanged.
+            block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+    return model
+
+
+def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torch.device, precision: str,
+                         dist: DistContext | None = None, scaler: torch.amp.GradScaler | None = None,
+                         clock: Clock = _no_clock) -> torch.Tensor:
+    """Forward and backward over one optimizer step's micro-batches; returns this rank's mean loss.
+
+    Micro-batch m of rank r at step s is batch (s·W + r)·A + m of the stream: a pure function of the
+    step, so a resumed run sees the same data, and the same for every split of a global batch into
+    ranks × accumulation, so W ranks accumulating A equal one process accumulating W·A.
+    """
+    dist = dist or DistContext()
+    loss_sum = torch.zeros((), device=device)
+    for micro in range(grad_accum):
+        x, y = loader.get_batch((step * dist.world_size + dist.rank) * grad_accum + micro)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        clock("data")
+        with grad_sync(model, micro == grad_accum - 1):
+            with autocast(device, precision):
+                loss = model(x, y) / grad_accum
+            clock("forward")
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            clock("backward")
+        loss_sum += loss.detach()
+    return loss_sum
+
+
+@dataclass
+class StepResult:
+    loss: float  # mean over the step's micro-batches and ranks
+    grad_norm: float  # before clipping
+    lr: float  # train.lr's schedule at this step (Muon's LR follows it in proportion)
+    applied: bool  # False: the loss or the gradient was not finite and the update was skipped
+
+
+class TrainStep:
+    """The model (DDP/FSDP-wrapped or not), its optimizer and grad scaler, and how one step runs.
+
+    `model` is what the parameters belong to; with train.compile the forward runs through
+    torch.compile(model). `end_of_run` is the step the LR schedule ends at.
+    """
+
+    def __init__(self, model: torch.nn.Module, tc: TrainConfig, device: torch.device, precision: str,
+                 end_of_run: int, dist: DistContext | None = None):
+        self.model = model
+        self.tc = tc
+        self.device = device
+        self.precision = precision
+        self.end_of_run = end_of_run
+        self.dist = dist or DistContext()  # one process
+        self.optimizer = make_optimizer(model, tc, device)
+        self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+        self.forward = torch.compile(model) if tc.compile else model
+
+    def run_eager(self) -> None:
+        """Drop torch.compile (bench falls back to eager where the compiler is missing or fails)."""
+        self.forward = self.model
+
+    def __call__(self, loader, step: int, clock: Clock = _no_clock) -> StepResult:
+        tc = self.tc
+        lr = lr_at(step, tc, self.end_of_run)
+        self.optimizer.scale_lr(lr / tc.lr)
+        loss_sum = accumulate_gradients(self.forward, loader, step, tc.grad_accum, self.device, self.precision,
+                                        self.dist, self.scaler, clock)
+        loss_sum = mean_across_ranks(loss_sum, self.dist)
+        if self.scaler is not None:
+            self.optimizer.unscale(self.scaler)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip or float("inf"))
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP's DTensor
+        # One host sync per step: whether to apply the update depends on it.
+        loss, norm = loss_sum.item(), grad_norm.item()
+        # Under fp16 an infinite gradient is the scaler's business (it skips and lowers the scale).
+        applied = math.isfinite(loss) and (self.scaler is not None or math.isfinite(norm))
+        if applied:
+            self.optimizer.step(self.scaler)
+        if self.scaler is not None:
+            self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        clock("optimizer")
+        return StepResult(loss, norm, lr, applied)

@@ -1,0 +1,55 @@
+"""When a training session stops: the end of the current phase (or of the run), train.max_minutes, or
+SIGTERM / SIGINT. Every rank must stop at the same step, so the conditions are agreed across ranks."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import torch
+
+from burnout.train.distributed import DistContext, any_rank
+
+
+class StopConditions:
+    """A context manager: inside it, SIGTERM (spot pre-emption, `kill`) and SIGINT (Ctrl-C) ask the loop to
+    checkpoint and stop after the current step; a second Ctrl-C interrupts at once. Only the main thread
+    can install handlers."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop_at: int, end_of_run: int, max_minutes: float | None, dist: DistContext,
+                 device: torch.device):
+        self.stop_at, self.end_of_run, self.max_minutes = stop_at, end_of_run, max_minutes
+        self.dist, self.device = dist, device
+        self.received: int | None = None
+        self.reason = "done"
+        self._previous: dict = {}
+        self._session_start = time.perf_counter()
+
+    def __enter__(self) -> StopConditions:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def final(self, step: int) -> bool:
+        """Whether `step` (just finished) is this session's last; if so `reason` says why: done (the run's
+        last step), phase (a phase ended), time (train.max_minutes) or signal."""
+        time_up = self.max_minutes is not None and time.perf_counter() - self._session_start > self.max_minutes * 60
+        time_up, interrupted = any_rank([time_up, self.received is not None], self.dist, self.device)
+        if step >= self.stop_at or time_up or interrupted:
+            self.reason = ("signal" if interrupted else "time" if time_up
+                           else "phase" if step < self.end_of_run else "done")
+            return True
+        return False

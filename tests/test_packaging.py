@@ -1,0 +1,65 @@
+"""A wheel install works outside the repository: the presets (burnout/configs/) ship as package data and
+every subpackage is in the wheel. Builds the wheel offline, installs it into a folder with --target and
+runs `burnout model list` and a 2-step `burnout train quickstart` from a cwd outside the checkout, with
+that folder first on PYTHONPATH (ahead of the venv's editable install of this repo)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The quickstart config shrunk to a few seconds on a CPU (its data recipe and model, smaller).
+TINY = ["train.max_steps=2", "train.device=cpu", "train.precision=fp32", "train.batch_size=4", "train.seq_len=64",
+        "data.max_chars=150000", "tokenizer.vocab_size=512", "model.n_layer=2", "model.d_model=64",
+        "model.n_head=4", "model.n_kv_head=2", "model.context_length=64"]
+
+
+def run(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 120) -> str:
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def is_under(path: str | Path, folder: Path) -> bool:
+    return Path(path).resolve().is_relative_to(folder.resolve())
+
+
+def test_wheel_install_runs_outside_the_repo(tmp_path):
+    # Build from a copy of what the wheel is made of, so that setuptools' build/ and *.egg-info land in
+    # tmp_path, not the checkout (and a stale build/lib there cannot slip files into the wheel).
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "burnout", src / "burnout", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    wheels = tmp_path / "wheels"
+    # Offline: setuptools comes from the venv (dev extras), nothing is downloaded.
+    run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(wheels), str(src)], tmp_path)
+    (wheel,) = wheels.glob("gpuburnout-*.whl")
+    target = tmp_path / "site"
+    run([*pip, "install", "--no-deps", "--no-index", "--target", str(target), str(wheel)], tmp_path)
+
+    outside = tmp_path / "cwd"
+    outside.mkdir()
+    assert not is_under(outside, REPO) and not is_under(target, REPO)
+    env = {**os.environ, "PYTHONPATH": str(target), "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTHONHOME", None)
+
+    where = run([sys.executable, "-c", "import burnout, burnout.config as c; print(burnout.__file__); "
+                 "print(c.CONFIG_DIR)"], outside, env).splitlines()
+    assert len(where) == 2 and all(is_under(p, target) for p in where), where
+
+    listing = run([sys.executable, "-m", "burnout", "model", "list"], outside, env)
+    for preset in ("llama-1b", "llama-tiny", "gpt2-124m", "shakespeare-fast"):
+        assert preset in listing, listing
+
+    out = tmp_path / "run"
+    trained = run([sys.executable, "-m", "burnout", "train", "quickstart", "--out", str(out), *TINY], outside, env,
+                  timeout=300)
+    checkpoints = sorted((out / "checkpoints").glob("step_*"))
+    assert checkpoints and (checkpoints[-1] / "model.safetensors").is_file(), trained
+    assert checkpoints[-1].name.endswith("2"), checkpoints
+    assert list(outside.iterdir()) == []  # nothing written to the cwd
