@@ -120,7 +120,8 @@ def main() -> None:
             seconds = time.perf_counter() - start
             shards = len(loader.meta["splits"]["train"]["shards"])
             print(f"get_batch[{mode}] ({shards} shards, B={args.batch_size}, T={args.seq_len}): "
-                  f"{args.batches / seconds:.0f} batches/s ({args.batches * args.batch_size * args.seq_len / seconds / 1e6:.1f} Mtok/s)")
+                  f"{args.batches / seconds:.0f} batches/s "
+                  f"({args.batches * args.batch_size * args.seq_len / seconds / 1e6:.1f} Mtok/s)")
 
 
 if __name__ == "__main__":

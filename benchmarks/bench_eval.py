@@ -93,8 +93,9 @@ def bench_task(task: str, n: int, model, tokenizer, lm, config_dir: Path, data_r
     for _ in range(repeats):
         spent = [0.0, 0.0]  # ours, theirs
         for k, (docs, their_requests) in enumerate(zip(chunks, their_chunks)):
-            turns = [lambda: score_examples(model, tokenizer, task, examples[docs.start : docs.stop], batch_size),
-                     lambda: loglikelihood(their_requests, disable_tqdm=True)]
+            turns = [lambda docs=docs: score_examples(model, tokenizer, task, examples[docs.start : docs.stop],
+                                                      batch_size),
+                     lambda their_requests=their_requests: loglikelihood(their_requests, disable_tqdm=True)]
             for side in ((0, 1) if k % 2 == 0 else (1, 0)):
                 spent[side] += timed(turns[side])
         ours_s.append(spent[0])

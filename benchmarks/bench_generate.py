@@ -60,7 +60,8 @@ def main() -> None:
         save_hf(ours, folder)
         theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
     theirs = theirs.to(device).eval()
-    prompt = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_tokens), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_tokens),
+                           generator=torch.Generator().manual_seed(1))
     n = args.new_tokens
 
     def run_ours():

@@ -65,7 +65,8 @@ def main() -> None:
           f"{rate} tokens/s while training")
     print(f"  wall {wall:.1f} s from the command's start (target ≤ {TARGET_S:.0f} s; nanoGPT {NANOGPT_S:.0f} s → "
           f"{NANOGPT_S / wall:.2f}x), val loss {val:.4f} (target ≤ {TARGET_LOSS})")
-    print(f"  {cpu:.1f} CPU seconds on {os.cpu_count()} cores; 1-min load {load_before:.2f} before, {load_after:.2f} after")
+    print(f"  {cpu:.1f} CPU seconds on {os.cpu_count()} cores; "
+          f"1-min load {load_before:.2f} before, {load_after:.2f} after")
     print(f"  reached: loss {'yes' if val <= TARGET_LOSS else 'NO'}, time {'yes' if wall <= TARGET_S else 'NO'}")
 
 

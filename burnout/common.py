@@ -1,6 +1,6 @@
 """Helpers every stage shares: file names and special tokens, atomic writes, JSON lines, error text.
 
-A leaf module: it imports nothing from burnout, so any module may import it.
+It imports nothing from burnout but errors, so any module may import it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import json
 import math
 import os
 from pathlib import Path
+
+from burnout.errors import BurnoutError
 
 # The document separator every tokenizer here carries (GPT-2's end-of-text token).
 EOT_TOKEN = "<|endoftext|>"
@@ -21,6 +23,16 @@ PHASES_FILE = "phases.jsonl"
 LAUNCHES_FILE = "launches.jsonl"
 # One line per resume that changed the config: when, the overrides, and the values they changed.
 RESUMES_FILE = "resumes.jsonl"
+
+
+def tokenizer_file(path: str | Path) -> Path:
+    """The tokenizer.json at `path`, or inside the folder `path` (a data folder, a checkpoint, an HF folder)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / TOKENIZER_FILE
+    if not path.is_file():
+        raise BurnoutError(f"tokenizer file '{path}' does not exist; give the path of a {TOKENIZER_FILE}")
+    return path
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:

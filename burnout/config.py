@@ -187,7 +187,8 @@ class DataConfig:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise BurnoutError(f"data.junk_patterns[{i}]: {pattern!r} is not a valid regular expression ({exc})") from None
+                raise BurnoutError(f"data.junk_patterns[{i}]: {pattern!r} is not a valid regular expression "
+                                   f"({exc})") from None
 
 
 @dataclass
@@ -208,7 +209,8 @@ class TokenizerConfig:
         if self.kind == "gpt2":
             for key in ("vocab_path", "merges_path"):
                 if not getattr(self, key):
-                    raise BurnoutError(f"tokenizer.{key}: the gpt2 tokenizer needs {key} (GPT-2's vocab.json / merges.txt)")
+                    raise BurnoutError(f"tokenizer.{key}: the gpt2 tokenizer needs {key} "
+                                       f"(GPT-2's vocab.json / merges.txt)")
 
 
 @dataclass

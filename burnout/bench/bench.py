@@ -2,7 +2,8 @@
 
 `bench` runs the training step the loop runs (burnout.train.step.TrainStep: same initialization, loader,
 precision, grad scaler, LR schedule, compile setting) and splits each step into data (batch + copy to
-the device), forward, backward and optimizer (loss across ranks, clipping, the update, zero_grad). On a GPU each part is closed by a synchronize, so the parts add up to the step.
+the device), forward, backward and optimizer (loss across ranks, clipping, the update, zero_grad).
+On a GPU each part is closed by a synchronize, so the parts add up to the step.
 MFU is model FLOPs per token (burnout.models.info) × tokens/s over a matmul peak measured in the
 same process on the same device and precision (on a known GPU, also over its datasheet peak).
 

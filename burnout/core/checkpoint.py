@@ -156,7 +156,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if (path / "model.safetensors").is_file():
         return path
     if not path.exists():
-        raise BurnoutError(f"checkpoint '{path}' does not exist; give a run folder or one of its checkpoints/step_* folders")
+        raise BurnoutError(f"checkpoint '{path}' does not exist; "
+                           f"give a run folder or one of its checkpoints/step_* folders")
     found = list_checkpoints(path)
     if not found:
         raise BurnoutError(f"'{path}' holds no checkpoint (no model.safetensors, no checkpoints/step_*); train first")
@@ -186,7 +187,8 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Che
                            "use another checkpoint of the run or train again") from None
     if missing or unexpected:
         raise BurnoutError(
-            f"checkpoint {path} does not match its config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
+            f"checkpoint {path} does not match its config: missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}"
         )
     return Checkpoint(path=path, config=cfg, model=model.to(device), state=state, info=info)
 

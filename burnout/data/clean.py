@@ -49,7 +49,8 @@ class Cleaner:
             "clean": {"changed_documents": 0, "removed_chars": 0, "dropped_documents": 0},
             "min_chars": {"dropped_documents": 0, "dropped_chars": 0},
             "dedup": {"dropped_documents": 0, "dropped_chars": 0},
-            "junk": {"dropped_documents": 0, "patterns": {p: {"documents": 0, "examples": []} for p in cfg.junk_patterns}},
+            "junk": {"dropped_documents": 0,
+                     "patterns": {p: {"documents": 0, "examples": []} for p in cfg.junk_patterns}},
         }
 
     @property

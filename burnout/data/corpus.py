@@ -4,8 +4,9 @@ Each source is opened as an index that can list its documents in a seeded random
 holding their text: a folder or jsonl file costs a directory walk or a line scan (byte offsets in
 numpy arrays), not a full read, and only the documents consumed are read. Parquet files are shuffled
 two-level (row groups, then rows within a group) so that a row group is read once; Hugging Face
-datasets are streamed through a seeded shuffle buffer (HF_SHUFFLE_BUFFER records). Compressed files (.gz, .bz2, .zst) cannot be
-seeked into, so each one is decompressed into memory when its source is opened.
+datasets are streamed through a seeded shuffle buffer (HF_SHUFFLE_BUFFER records). Compressed files
+(.gz, .bz2, .zst) cannot be seeked into, so each one is decompressed into memory when its source is
+opened.
 
 The default corpus needs no download: English prose from the documentation topics shipped with
 Python (`pydoc_data`) and the source code of the standard library itself.
@@ -42,7 +43,8 @@ DocumentReader = Callable[[], "str | None"]
 
 # Test suites are mostly fixtures and assertions, idlelib/lib2to3 are tools rather than library code;
 # site-packages holds third-party code that differs between installations.
-_STDLIB_SKIPPED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "__pycache__"})
+_STDLIB_SKIPPED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3",
+                                  "__pycache__"})
 _GLOB_CHARS = frozenset("*?[")
 # Modules with less docstring text than this are mostly one-liners: little prose to learn from.
 _MIN_DOCSTRING_CHARS = 500
@@ -115,7 +117,8 @@ def open_source(source: SourceConfig) -> _SourceIndex:
     if source.kind == "hf":
         return _HFIndex(source)
     raise BurnoutError(
-        f"data source '{source.name}': unknown kind '{source.kind}'; use stdlib_docs, stdlib_code, text, jsonl, parquet or hf"
+        f"data source '{source.name}': unknown kind '{source.kind}'; "
+        f"use stdlib_docs, stdlib_code, text, jsonl, parquet or hf"
     )
 
 
@@ -211,7 +214,8 @@ def _take_documents(
         if remaining <= 0:
             break
     if not kept_any:
-        raise BurnoutError(f"data source '{source.name}': cleaning removed every document; relax data.clean / min_chars")
+        raise BurnoutError(f"data source '{source.name}': cleaning removed every document; "
+                           f"relax data.clean / min_chars")
     return docs
 
 
@@ -375,7 +379,8 @@ class _ParquetIndex(_SourceIndex):
         rows = table.column(0).to_pylist()
         for row in rows:
             if row is not None and not isinstance(row, str):
-                raise BurnoutError(f"data file '{path}': column '{self.text_field}' holds {type(row).__name__}, expected strings")
+                raise BurnoutError(f"data file '{path}': column '{self.text_field}' holds {type(row).__name__}, "
+                                   f"expected strings")
         return rows
 
     def natural(self) -> Iterator[str | None]:
@@ -426,13 +431,15 @@ class _HFIndex(_SourceIndex):
                 text = record[field_name]
                 if text is not None and not isinstance(text, str):
                     raise BurnoutError(
-                        f"data source '{self.source.name}': field '{field_name}' is {type(text).__name__}, expected a string"
+                        f"data source '{self.source.name}': field '{field_name}' is {type(text).__name__}, "
+                        f"expected a string"
                     )
                 yield text
         except BurnoutError:
             raise
         except Exception as exc:
-            raise BurnoutError(f"data source '{self.source.name}': reading '{self.source.dataset}' failed: {first_line(exc)}") from None
+            raise BurnoutError(f"data source '{self.source.name}': reading '{self.source.dataset}' failed: "
+                               f"{first_line(exc)}") from None
 
     def natural(self) -> Iterator[str | None]:
         yield from self._texts(self._load())
@@ -515,7 +522,8 @@ def _resolve_files(source: SourceConfig) -> list[Path]:
     if _GLOB_CHARS & set(raw):
         files = sorted(Path(p) for p in glob.glob(raw, recursive=True) if Path(p).is_file())
         if not files:
-            raise BurnoutError(f"data source '{source.name}': the pattern '{raw}' matches no files; check data.sources path")
+            raise BurnoutError(f"data source '{source.name}': the pattern '{raw}' matches no files; "
+                               f"check data.sources path")
         return files
     path = Path(raw)
     if not path.exists() and source.url:
@@ -527,7 +535,8 @@ def _resolve_files(source: SourceConfig) -> list[Path]:
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(wanted))
         if not files:
             raise BurnoutError(
-                f"data source '{source.name}': folder '{path}' has no {'/'.join(suffixes)} files; add some or fix the path"
+                f"data source '{source.name}': folder '{path}' has no {'/'.join(suffixes)} files; "
+                f"add some or fix the path"
             )
         return files
     raise BurnoutError(f"data source '{source.name}': path '{path}' does not exist; fix data.sources path")
@@ -582,7 +591,8 @@ def _decompress(path: Path) -> bytes:
     except BurnoutError:
         raise
     except Exception as exc:  # gzip.BadGzipFile, OSError, EOFError, zstd.ZstdError ...
-        raise BurnoutError(f"data file '{path}' is not valid {path.suffix[1:]} data ({exc}); re-download or recompress it") from None
+        raise BurnoutError(f"data file '{path}' is not valid {path.suffix[1:]} data ({exc}); "
+                           f"re-download or recompress it") from None
 
 
 def _read_user_file(path: Path) -> str:
@@ -614,7 +624,8 @@ def _parse_jsonl_record(line: str, where: str, text_field: str) -> str:
     except json.JSONDecodeError as exc:
         raise BurnoutError(f"data file '{where}' is not valid JSON ({exc.msg}); fix or remove that line") from None
     if not isinstance(record, dict) or text_field not in record:
-        raise BurnoutError(f"data file '{where}' has no field '{text_field}'; set the source's text_field to the right key")
+        raise BurnoutError(f"data file '{where}' has no field '{text_field}'; "
+                           f"set the source's text_field to the right key")
     text = record[text_field]
     if not isinstance(text, str):
         raise BurnoutError(f"data file '{where}': field '{text_field}' is {type(text).__name__}, expected a string")

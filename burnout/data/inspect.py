@@ -45,7 +45,8 @@ def inspect_data(
     cleaning = meta.get("cleaning")
     if cleaning and cleaning.get("documents_in"):
         dropped = {k: cleaning[k]["dropped_documents"] for k in ("clean", "min_chars", "dedup", "junk")}
-        out(f"  cleaning ({cleaning['mode']}): {cleaning['documents_in']:,} documents in, {cleaning['documents_out']:,} kept; "
+        out(f"  cleaning ({cleaning['mode']}): {cleaning['documents_in']:,} documents in, "
+            f"{cleaning['documents_out']:,} kept; "
             f"dropped: " + ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
         for pattern, entry in cleaning["junk"]["patterns"].items():
             out(f"    junk {pattern!r}: {entry['documents']:,} documents")

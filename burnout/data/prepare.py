@@ -77,7 +77,8 @@ def prepare_data(
     if meta_path.exists():
         if not overwrite:
             raise BurnoutError(
-                f"'{out_dir}' already holds prepared data ({shards.META_FILE} exists); choose another output folder or overwrite it"
+                f"'{out_dir}' already holds prepared data ({shards.META_FILE} exists); "
+                f"choose another output folder or overwrite it"
             )
         # Unfinished from here on: if this run dies half way, the old meta must not vouch for new files.
         meta_path.unlink()
@@ -150,7 +151,8 @@ def tokenizer_sample(data_cfg: DataConfig) -> MixedCorpus:
     return mix_corpus(data_cfg, transform=cleaner if cleaner.active else None)
 
 
-def train_recipe_tokenizer(data_cfg: DataConfig, tok_cfg: TokenizerConfig, sample: MixedCorpus | None = None) -> Tokenizer:
+def train_recipe_tokenizer(data_cfg: DataConfig, tok_cfg: TokenizerConfig,
+                           sample: MixedCorpus | None = None) -> Tokenizer:
     """The tokenizer a recipe asks for: GPT-2's read from its files, or one trained on the sample."""
     if tok_cfg.kind == "gpt2":
         return build_tokenizer(tok_cfg)
@@ -275,7 +277,8 @@ class _SplitWriter:
     (shards the manifest already lists are still not written again).
     """
 
-    def __init__(self, cfg: DataConfig, manifest: dict, out_dir: Path, encoder: Encoder, eot: int, dtype: np.dtype) -> None:
+    def __init__(self, cfg: DataConfig, manifest: dict, out_dir: Path, encoder: Encoder, eot: int,
+                 dtype: np.dtype) -> None:
         self.cfg, self.manifest, self.out_dir, self.eot, self.dtype = cfg, manifest, out_dir, eot, dtype
         self.budgets = _budgets(cfg, manifest["total_tokens"])
         self.cleaner = Cleaner(cfg)
@@ -293,8 +296,10 @@ class _SplitWriter:
         """Start the mix from the first document; returns where each split's writer starts."""
         for stale in self.out_dir.glob(".*.partial"):
             stale.unlink()
-        self.stats = {split: {name: {"tokens": 0, "documents": 0, "chars": 0} for name in self.names} for split in shards.SPLITS}
-        self.remaining = np.array([self.budgets[n] if self.streams[i] else 0 for i, n in enumerate(self.names)], dtype=np.int64)
+        self.stats = {split: {name: {"tokens": 0, "documents": 0, "chars": 0} for name in self.names}
+                      for split in shards.SPLITS}
+        self.remaining = np.array([self.budgets[n] if self.streams[i] else 0 for i, n in enumerate(self.names)],
+                                  dtype=np.int64)
         self.taken = np.zeros(len(self.names), dtype=np.int64)
         self.taken_val = np.zeros(len(self.names), dtype=np.int64)
         return {split: (0, 0) for split in shards.SPLITS}
@@ -304,7 +309,8 @@ class _SplitWriter:
         returns where each split's writer starts: [shard index, tokens filled]."""
         _restore_streams(self.streams, point["fills"], point["taken_docs"])
         self.stats = point["stats"]
-        self.remaining, self.taken, self.taken_val = (np.array(point[key], dtype=np.int64) for key in ("remaining", "taken", "taken_val"))
+        self.remaining, self.taken, self.taken_val = (np.array(point[key], dtype=np.int64)
+                                                      for key in ("remaining", "taken", "taken_val"))
         self.rng.bit_generator.state = point["rng"]
         return point["writers"]
 
@@ -316,7 +322,8 @@ class _SplitWriter:
         self.manifest["resume"] = {
             "fills": self.fill_log, "taken_docs": [stream.taken if stream else 0 for stream in self.streams],
             "rng": self.rng.bit_generator.state, "remaining": self.remaining.tolist(), "taken": self.taken.tolist(),
-            "taken_val": self.taken_val.tolist(), "stats": json.loads(json.dumps(self.stats)),  # a copy: it goes on counting
+            "taken_val": self.taken_val.tolist(),
+            "stats": json.loads(json.dumps(self.stats)),  # a copy: it goes on counting
             "writers": {split: [writer.index, writer.filled] for split, writer in self.writers.items()},
         }
         shards.save_manifest(self.out_dir, self.manifest)
@@ -324,7 +331,8 @@ class _SplitWriter:
     def run(self, progress: bool) -> dict:
         """Write both splits to the end of the budget; returns their part of the meta."""
         remaining = self.remaining
-        with tqdm(total=int(remaining.sum()), desc="tokenizing", unit="tok", unit_scale=True, disable=not progress) as bar:
+        with tqdm(total=int(remaining.sum()), desc="tokenizing", unit="tok", unit_scale=True,
+                  disable=not progress) as bar:
             while remaining.sum() > 0:
                 if any(writer.finished_any for writer in self.writers.values()):
                     self._save_resume_point()
@@ -388,7 +396,8 @@ class _SplitWriter:
             tokens = sum(s["tokens"] for s in done)
             if tokens == 0:
                 raise BurnoutError(
-                    f"the {split} split came out empty; raise data.max_tokens (or data.max_chars) or add text to the sources"
+                    f"the {split} split came out empty; "
+                    f"raise data.max_tokens (or data.max_chars) or add text to the sources"
                 )
             documents = sum(e["documents"] for e in self.stats[split].values())
             splits[split] = {"tokens": tokens, "documents": documents, "shards": done}

@@ -54,7 +54,8 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Da
         apply_override(raw, item)
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
-        raise BurnoutError(f"{path}: unknown top-level key '{unknown[0]}'; a recipe has description, data and tokenizer")
+        raise BurnoutError(f"{path}: unknown top-level key '{unknown[0]}'; "
+                           f"a recipe has description, data and tokenizer")
     data = from_dict(DataConfig, raw.get("data") or {}, "data")
     tok = from_dict(TokenizerConfig, raw.get("tokenizer") or {}, "tokenizer")
     if base is not None:

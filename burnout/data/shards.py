@@ -78,7 +78,8 @@ class ShardWriter:
         if self.index < len(self.done):
             entry = self.done[self.index]
             path = self.out_dir / name
-            if entry["file"] == name and path.is_file() and path.stat().st_size == entry["tokens"] * self.dtype.itemsize:
+            if (entry["file"] == name and path.is_file()
+                    and path.stat().st_size == entry["tokens"] * self.dtype.itemsize):
                 self._skip = True
                 return
             del self.done[self.index :]  # a listed shard is damaged: it and everything after are redone
@@ -126,7 +127,8 @@ class ShardWriter:
     def finish(self) -> list[dict]:
         if self._skip and self.filled < self.done[self.index]["tokens"]:
             # Replay produced less than the listed shard held: it cannot be from these settings.
-            raise BurnoutError(f"'{self.out_dir}': shard {shard_name(self.split, self.index)} does not match a replay; prepare with overwrite")
+            raise BurnoutError(f"'{self.out_dir}': shard {shard_name(self.split, self.index)} does not match a replay; "
+                               f"prepare with overwrite")
         self._close()
         end = self.index + (1 if self.filled else 0)
         for extra in self.done[end:]:
@@ -193,14 +195,16 @@ def read_meta(data_dir: str | Path) -> dict:
         raise BurnoutError(f"'{meta_path}' is not valid JSON ({exc}); prepare the data again") from None
     if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, *LEGACY_FORMATS):
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise BurnoutError(f"'{meta_path}' has format {found!r}, expected '{FORMAT}'; prepare the data again with this version")
+        raise BurnoutError(f"'{meta_path}' has format {found!r}, expected '{FORMAT}'; "
+                           f"prepare the data again with this version")
     try:
         for info in meta["splits"].values():
             if "shards" not in info:  # v1: one file per split
                 info["shards"] = [{"file": info["file"], "tokens": info["tokens"], "sha256": info["sha256"]}]
         _check_token_files(data_dir, meta)
     except (KeyError, TypeError, ValueError) as exc:
-        raise BurnoutError(f"'{meta_path}' is malformed ({type(exc).__name__}: {exc}); prepare the data again") from None
+        raise BurnoutError(f"'{meta_path}' is malformed ({type(exc).__name__}: {exc}); "
+                           f"prepare the data again") from None
     return meta
 
 
@@ -211,7 +215,8 @@ def _check_token_files(data_dir: Path, meta: dict) -> None:
                            f"{meta['dtype']} token ids; the folder is damaged or mixed up, prepare the data again")
     for split, info in meta["splits"].items():
         if sum(s["tokens"] for s in info["shards"]) != info["tokens"]:
-            raise BurnoutError(f"'{data_dir / META_FILE}': the {split} shards do not add up to {info['tokens']} tokens; prepare the data again")
+            raise BurnoutError(f"'{data_dir / META_FILE}': the {split} shards do not add up to "
+                               f"{info['tokens']} tokens; prepare the data again")
         for shard in info["shards"]:
             path = data_dir / shard["file"]
             expected = shard["tokens"] * itemsize
@@ -235,7 +240,8 @@ def verify_checksums(data_dir: str | Path) -> None:
                 while chunk := f.read(1 << 24):
                     digest.update(chunk)
             if digest.hexdigest() != shard["sha256"]:
-                raise BurnoutError(f"'{data_dir / shard['file']}' does not match its sha256 in {META_FILE}; prepare the data again")
+                raise BurnoutError(f"'{data_dir / shard['file']}' does not match its sha256 in {META_FILE}; "
+                                   f"prepare the data again")
 
 
 def read_tokens(data_dir: str | Path, split: str) -> np.ndarray:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, first_line
+from burnout.common import EOT_TOKEN, first_line, tokenizer_file
 from burnout.config import TokenizerConfig
 from burnout.errors import BurnoutError
 
@@ -45,7 +45,8 @@ def build_tokenizer(cfg: TokenizerConfig, texts: Iterable[str] | None = None) ->
     return train_tokenizer(texts if texts is not None else [], cfg)
 
 
-def gpt2_tokenizer(vocab_path: str | Path, merges_path: str | Path, special_tokens: Iterable[str] = (EOT_TOKEN,)) -> Tokenizer:
+def gpt2_tokenizer(vocab_path: str | Path, merges_path: str | Path,
+                   special_tokens: Iterable[str] = (EOT_TOKEN,)) -> Tokenizer:
     """GPT-2's byte-level BPE, offline, from its vocab.json (encoder.json) and merges.txt (vocab.bpe).
 
     Same ids as tiktoken's "gpt2" encoding: "Hello world" -> [15496, 995], <|endoftext|> = 50256.
@@ -53,7 +54,8 @@ def gpt2_tokenizer(vocab_path: str | Path, merges_path: str | Path, special_toke
     """
     for key, path in (("vocab_path", vocab_path), ("merges_path", merges_path)):
         if not path or not Path(path).is_file():
-            raise BurnoutError(f"tokenizer.{key}: file '{path}' does not exist; give the path of GPT-2's {Path(str(path)).name or key}")
+            raise BurnoutError(f"tokenizer.{key}: file '{path}' does not exist; "
+                               f"give the path of GPT-2's {Path(str(path)).name or key}")
     try:
         model = models.BPE.from_file(str(vocab_path), str(merges_path))
     except Exception as exc:  # the Rust side raises a bare Exception for any parse failure
@@ -116,11 +118,7 @@ def _train_char(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer saved at `path` (a tokenizer.json, or a folder holding one)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / TOKENIZER_FILE
-    if not path.is_file():
-        raise BurnoutError(f"tokenizer file '{path}' does not exist; give the path of a tokenizer.json")
+    path = tokenizer_file(path)
     try:
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises a bare Exception for any parse failure
@@ -134,7 +132,8 @@ def tokenizer_sha256(tok: Tokenizer) -> str:
 def eot_id(tok: Tokenizer) -> int:
     token_id = tok.token_to_id(EOT_TOKEN)
     if token_id is None:
-        raise BurnoutError(f"the tokenizer has no '{EOT_TOKEN}' token; retrain it with '{EOT_TOKEN}' in tokenizer.special_tokens")
+        raise BurnoutError(f"the tokenizer has no '{EOT_TOKEN}' token; "
+                           f"retrain it with '{EOT_TOKEN}' in tokenizer.special_tokens")
     return token_id
 
 

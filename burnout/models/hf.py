@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, write_atomic
+from burnout.common import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, write_atomic
 from burnout.config import ModelConfig
 from burnout.errors import BurnoutError
 from burnout.models.transformer import Transformer
@@ -132,7 +132,8 @@ def model_config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     if model_type == "gpt2":
         act = hf.get("activation_function", "gelu_new")
         if act not in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
-            raise BurnoutError(f"HF gpt2 config: activation_function '{act}' is not supported; only tanh-GELU (gelu_new)")
+            raise BurnoutError(f"HF gpt2 config: activation_function '{act}' is not supported; "
+                               f"only tanh-GELU (gelu_new)")
         if hf.get("scale_attn_by_inverse_layer_idx", False) or not hf.get("scale_attn_weights", True):
             raise BurnoutError("HF gpt2 config: non-standard attention scaling is not supported")
         if hf.get("add_cross_attention", False):
@@ -344,7 +345,8 @@ def from_hf_state_dict(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> dict[st
                     raise BurnoutError(f"HF checkpoint: missing tensor '{name}'")
                 want = (size, cfg.d_model) if kind == "weight" else (size,)
                 if tuple(sd[name].shape) != want:
-                    raise BurnoutError(f"HF checkpoint: tensor '{name}' has shape {tuple(sd[name].shape)}, expected {want}")
+                    raise BurnoutError(f"HF checkpoint: tensor '{name}' has shape {tuple(sd[name].shape)}, "
+                                       f"expected {want}")
                 parts.append(sd[name])
             dtype = sd[f"{prefix}q_proj.weight"].dtype
             out[our_name] = torch.cat([p.to(dtype) for p in parts], dim=0)
@@ -385,11 +387,7 @@ def save_hf(
     special: dict[str, str] = {}
     tokenizer_src = None
     if tokenizer_path is not None:
-        tokenizer_src = Path(tokenizer_path)
-        if tokenizer_src.is_dir():
-            tokenizer_src = tokenizer_src / TOKENIZER_FILE
-        if not tokenizer_src.is_file():
-            raise BurnoutError(f"tokenizer file '{tokenizer_src}' does not exist; give the path of a tokenizer.json")
+        tokenizer_src = tokenizer_file(tokenizer_path)
         try:
             tok_json = json.loads(tokenizer_src.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

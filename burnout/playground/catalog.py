@@ -102,7 +102,8 @@ def stream_text(loaded: Loaded, prompt: str, max_new_tokens: int, **sampling) ->
     if not prompt.strip():
         raise BurnoutError("the prompt is empty; type some text to continue")
     if len(prompt) > MAX_PROMPT_CHARS:
-        raise BurnoutError(f"the prompt is {len(prompt):,} characters; the playground takes at most {MAX_PROMPT_CHARS:,}")
+        raise BurnoutError(f"the prompt is {len(prompt):,} characters; "
+                           f"the playground takes at most {MAX_PROMPT_CHARS:,}")
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise BurnoutError(f"max new tokens {max_new_tokens} is outside 1–{MAX_NEW_TOKENS}")
     # Made before the first yield: the sampler checks its settings and the prompt's length right here.

@@ -126,8 +126,10 @@ def overlay_blocks(runs: list[RunLog], log_scale: bool) -> tuple[str, list[Block
 
 def _launch_table(run: RunLog) -> Block:
     if not run.launches:
-        return Block("p", f"No `launches.jsonl` in `{run.path}`: the run was started by a burnout that did not record launches.")
-    rows = [[launch["time"], launch["step"], shlex.join(launch["argv"]), launch.get("git_commit") or "not a git checkout",
+        return Block("p", f"No `launches.jsonl` in `{run.path}`: "
+                          f"the run was started by a burnout that did not record launches.")
+    rows = [[launch["time"], launch["step"], shlex.join(launch["argv"]),
+             launch.get("git_commit") or "not a git checkout",
              launch["device"] + (f" × {launch['world_size']}" if launch.get("world_size", 1) > 1 else ""),
              launch["versions"]["torch"]] for launch in run.launches]
     return Block("table", columns=["started", "from step", "command", "git commit", "device", "torch"], rows=rows)

@@ -102,7 +102,8 @@ def phase_rows(run: RunLog) -> list[dict]:
         last = records[-1]
         seconds = last["elapsed_s"] - prev["elapsed_s"]
         tokens = last["tokens"] - prev["tokens"]
-        row = {"phase": summary["phase"] + (" (in progress)" if summary.get("in_progress") else ""), "steps": f"{prev['step']}–{last['step']}", "tokens": tokens,
+        row = {"phase": summary["phase"] + (" (in progress)" if summary.get("in_progress") else ""),
+               "steps": f"{prev['step']}–{last['step']}", "tokens": tokens,
                "train_loss": _last_finite(records, "train_loss"), "val_loss": _last_finite(records, "val_loss"),
                "time_s": seconds, "tokens_per_s": tokens / seconds if seconds > 0 else None}
         mfu = [r["mfu"] for r in records if _finite(r.get("mfu"))]

@@ -77,7 +77,8 @@ class Checkpointer:
             if model_state is not None:  # FSDP: the gathered weights in a plain module
                 weights = Transformer(self.cfg.model)
                 weights.load_state_dict(model_state)
-            info = {"step": step, "tokens": tokens, "train_loss": train_loss, "val_loss": val_loss, "elapsed_s": elapsed}
+            info = {"step": step, "tokens": tokens, "train_loss": train_loss, "val_loss": val_loss,
+                    "elapsed_s": elapsed}
             path = save_checkpoint(self.run_dir, self.cfg, weights, state, info, self.tokenizer_path, tc.keep_last,
                                    self.keep_steps)
             if self.mirror is not None:

@@ -76,7 +76,8 @@ PRELOAD_MAX_BYTES = 4 * 2**30
 def loader_mode(data_dir: Path) -> str:
     """'preload' when the train and val token files fit comfortably in RAM, else 'mmap'."""
     meta = read_meta(data_dir)
-    size = sum(s["tokens"] for info in meta["splits"].values() for s in info["shards"]) * np.dtype(meta["dtype"]).itemsize
+    size = (sum(s["tokens"] for info in meta["splits"].values() for s in info["shards"])
+            * np.dtype(meta["dtype"]).itemsize)
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

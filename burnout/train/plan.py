@@ -59,7 +59,8 @@ def format_plan(plan: dict) -> str:
         f"{plan['seq_len']}), {plan['tokens_per_step']:,} tokens/step",
         f"{plan['devices']} × {plan['hardware_name']}: peak {plan['peak_flops'] / 1e12:,.1f} TFLOP/s "
         f"({plan['precision']}), assumed MFU {plan['mfu']:.0%} → {plan['tokens_per_s']:,.0f} tokens/s"
-        + (f", ${price:.2f}/device-hour" + (f" ({plan['price_note']})" if plan["price_note"] not in ("table", "given") else "")
+        + (f", ${price:.2f}/device-hour"
+           + (f" ({plan['price_note']})" if plan["price_note"] not in ("table", "given") else "")
            if price is not None else ", no price"),
         "",
         f"{'phase':<21}{'steps':>16}{'tokens':>10}{'hours':>10}{'dollars':>10}{'budget':>10}",

@@ -46,8 +46,10 @@ def test_gpt2_from_config_and_errors(shared_data, tmp_path):
 
 def test_prepare_with_gpt2_and_inspect(shared_data, tmp_path):
     folder = shared_data / "gpt2_tokenizer"
-    tok_cfg = TokenizerConfig(kind="gpt2", vocab_path=str(folder / "vocab.json"), merges_path=str(folder / "merges.txt"))
-    source = SourceConfig(name="s", kind="text", path=str(shared_data / "tinyshakespeare" / "input.txt"), split_by="paragraph")
+    tok_cfg = TokenizerConfig(kind="gpt2", vocab_path=str(folder / "vocab.json"),
+                              merges_path=str(folder / "merges.txt"))
+    source = SourceConfig(name="s", kind="text", path=str(shared_data / "tinyshakespeare" / "input.txt"),
+                          split_by="paragraph")
     meta = prepare_data(DataConfig(sources=[source], max_tokens=50_000, shard_tokens=10_000), tok_cfg, tmp_path)
     assert meta["vocab_size"] == 50257 and meta["dtype"] == "uint16" and meta["eot_id"] == 50256
     assert meta["splits"]["train"]["tokens"] + meta["splits"]["val"]["tokens"] == 50_000
@@ -55,7 +57,8 @@ def test_prepare_with_gpt2_and_inspect(shared_data, tmp_path):
     report = inspect_data(tmp_path, sample_tokens=50, out=lines.append)
     assert "50,257" in lines[0] and any("source s" in line for line in lines)
     assert len(report["sample_ids"]) == 50 and report["sample_text"]
-    assert gpt2_tokenizer(folder / "vocab.json", folder / "merges.txt").decode(report["sample_ids"]) == report["sample_text"]
+    assert (gpt2_tokenizer(folder / "vocab.json", folder / "merges.txt").decode(report["sample_ids"])
+            == report["sample_text"])
 
 
 def test_builtin_recipes_load():

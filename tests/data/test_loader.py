@@ -96,7 +96,8 @@ def test_eval_batches_stop_when_the_split_runs_out(data_dir):
     windows = (loader.num_tokens - 1) // T
     batches = list(loader.iter_eval_batches(10**6))
     assert sum(len(x) for x, _ in batches) == windows
-    ranks = [list(TokenLoader(data_dir, "val", B, T, seed=0, rank=r, world_size=2).iter_eval_batches(10**6)) for r in range(2)]
+    ranks = [list(TokenLoader(data_dir, "val", B, T, seed=0, rank=r, world_size=2).iter_eval_batches(10**6))
+             for r in range(2)]
     assert len(ranks[0]) == len(ranks[1])
     assert not torch.equal(ranks[0][0][0], ranks[1][0][0])
 

@@ -29,7 +29,7 @@ def test_files_match_meta(prepared):
     assert meta["format"] == "burnout-tokens-v2" and meta["dtype"] == "uint16"
     assert meta["vocab_size"] == 512 and meta["tokenizer_kind"] == "bpe"
     assert meta["tokenizer_sha256"] == tokenizer_sha256(load_tokenizer(out / "tokenizer.json"))
-    for split, info in meta["splits"].items():
+    for _split, info in meta["splits"].items():
         (shard,) = info["shards"]
         raw = (out / shard["file"]).read_bytes()
         assert len(raw) == 2 * info["tokens"] == 2 * shard["tokens"]
@@ -66,7 +66,8 @@ def test_split_decodes_to_the_source_documents(tmp_path):
     docs = [f"document {i}: " + "some words here " * (i % 7 + 1) for i in range(60)]
     for i, doc in enumerate(docs):
         (folder / f"{i:02d}.txt").write_text(doc, encoding="utf-8")
-    cfg = DataConfig(sources=[SourceConfig(name="t", kind="text", path=str(folder))], max_tokens=10**6, val_fraction=0.1)
+    cfg = DataConfig(sources=[SourceConfig(name="t", kind="text", path=str(folder))], max_tokens=10**6,
+                     val_fraction=0.1)
     meta = prepare_data(cfg, TOK_CFG, tmp_path / "out", workers=2)
     tok = load_tokenizer(tmp_path / "out")
     decoded = {}

@@ -32,7 +32,10 @@ def _jsonl_bytes(records) -> bytes:
 def test_text_split_modes(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("one\ntwo\n\n\nthree\r\n  \nfour\n", encoding="utf-8")
-    docs = lambda mode: list(iter_documents(SourceConfig(name="t", kind="text", path=str(path), split_by=mode)))
+
+    def docs(mode):
+        return list(iter_documents(SourceConfig(name="t", kind="text", path=str(path), split_by=mode)))
+
     assert docs("file") == ["one\ntwo\n\n\nthree\r\n  \nfour\n"]
     assert docs("paragraph") == ["one\ntwo", "three", "four"]
     assert docs("line") == ["one", "two", "three", "four"]
@@ -90,9 +93,11 @@ def test_hf_source_streams_local_files_through_datasets(tmp_path, builder):
     meta = prepare_data(DataConfig(sources=[source], max_tokens=300), TOK, tmp_path / "out")
     assert meta["sources"]["per_source"]["h"]["kind"] == "hf"
     with pytest.raises(BurnoutError, match="no field 'body'"):
-        list(iter_documents(SourceConfig(name="h", kind="hf", dataset=builder, data_files=str(files), text_field="body")))
+        list(iter_documents(SourceConfig(name="h", kind="hf", dataset=builder, data_files=str(files),
+                                         text_field="body")))
     with pytest.raises(BurnoutError, match="cannot stream dataset 'json'.*missing.jsonl"):
-        list(iter_documents(SourceConfig(name="h", kind="hf", dataset="json", data_files=str(tmp_path / "missing.jsonl"))))
+        list(iter_documents(SourceConfig(name="h", kind="hf", dataset="json",
+                                         data_files=str(tmp_path / "missing.jsonl"))))
 
 
 @pytest.mark.parametrize("kind,name,content,message", [
@@ -143,20 +148,23 @@ def test_clean_modes():
 def test_cleaner_filters_report_what_they_removed():
     cfg = DataConfig(clean="lenient", min_chars=10, dedup=True, junk_patterns=[r"(?i)lorem ipsum"], drop_junk=True)
     cleaner = Cleaner(cfg)
-    docs = ["short", "a long enough document", "a long enough document", "Lorem ipsum dolor sit amet, junk", "fine text here"]
+    docs = ["short", "a long enough document", "a long enough document", "Lorem ipsum dolor sit amet, junk",
+            "fine text here"]
     assert [cleaner(d) for d in docs] == [None, "a long enough document", None, None, "fine text here"]
     report = cleaner.report()
     assert report["documents_in"] == 5 and report["documents_out"] == 2
     assert report["min_chars"]["dropped_documents"] == 1 and report["dedup"]["dropped_documents"] == 1
     assert report["junk"]["dropped_documents"] == 1
-    assert report["junk"]["patterns"]["(?i)lorem ipsum"] == {"documents": 1, "examples": ["Lorem ipsum dolor sit amet, junk"]}
+    assert report["junk"]["patterns"]["(?i)lorem ipsum"] == {"documents": 1,
+                                                             "examples": ["Lorem ipsum dolor sit amet, junk"]}
 
 
 def test_cleaning_report_is_in_meta(tmp_path):
     folder = tmp_path / "t"
     folder.mkdir()
     for i in range(30):
-        (folder / f"{i}.txt").write_text("duplicate text of some length" if i % 3 == 0 else f"unique document {i} BUY NOW", encoding="utf-8")
+        text = "duplicate text of some length" if i % 3 == 0 else f"unique document {i} BUY NOW"
+        (folder / f"{i}.txt").write_text(text, encoding="utf-8")
     cfg = DataConfig(sources=[SourceConfig(name="t", kind="text", path=str(folder))], max_tokens=10**5,
                      dedup=True, junk_patterns=["BUY NOW"])
     meta = prepare_data(cfg, TOK, tmp_path / "out")
@@ -225,7 +233,8 @@ def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, m
         prepare_data(cfg, tok, tmp_path / "run", workers=workers)
     monkeypatch.setattr(ShardWriter, "_close", real_close)
     manifest = json.loads((tmp_path / "run" / MANIFEST_FILE).read_text())
-    finished = {s["file"]: (tmp_path / "run" / s["file"]).stat().st_mtime_ns for v in manifest["shards"].values() for s in v}
+    finished = {s["file"]: (tmp_path / "run" / s["file"]).stat().st_mtime_ns
+                for v in manifest["shards"].values() for s in v}
     assert len(finished) == 4 and not (tmp_path / "run" / "meta.json").exists()
     with pytest.raises(BurnoutError, match="never finished"):
         read_meta(tmp_path / "run")

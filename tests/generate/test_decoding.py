@@ -107,7 +107,8 @@ def test_stop_sequences_and_streaming(tiny_bpe_data):
     pieces = list(stream_text(model, tokenizer, prompt, 30, temperature=0))
     assert "".join(pieces) == continuation and len(pieces) > 1
     # Batched text generation applies the same stop.
-    assert generate_texts(model, tokenizer, [prompt, "The "], 30, temperature=0, stop=[stop])[0] == prompt + continuation[:first]
+    assert (generate_texts(model, tokenizer, [prompt, "The "], 30, temperature=0, stop=[stop])[0]
+            == prompt + continuation[:first])
 
 
 def test_bad_sampling_settings_are_burnout_errors():

@@ -45,7 +45,8 @@ def test_stream_text_grows_from_the_prompt_and_bounds_requests(sampled_runs):
     with pytest.raises(BurnoutError, match="top-p"):
         next(stream_text(loaded, "The ", 5, top_p=1.5))
 
-    for prompt, n, match in (("  ", 5, "empty"), ("x " * 500, 5, "context"), ("a" * (MAX_PROMPT_CHARS + 1), 5, "at most"),
+    for prompt, n, match in (("  ", 5, "empty"), ("x " * 500, 5, "context"),
+                             ("a" * (MAX_PROMPT_CHARS + 1), 5, "at most"),
                              ("The ", MAX_NEW_TOKENS + 1, "outside"), ("The ", 0, "outside")):
         with pytest.raises(BurnoutError, match=match):
             next(stream_text(loaded, prompt, n))

@@ -43,10 +43,12 @@ def test_report_of_one_run_holds_its_logged_numbers(sampled_runs, tmp_path):
     assert f"| tokens | {last['tokens']:,} |" in md
     assert f"{runs[0].model['params_total']:,}" in md
     # One phase (the run logged none) spanning the whole run.
-    assert f"| all | 0–{last['step']} | {last['tokens']:,} | {fmt(last['train_loss'])} | {fmt(last['val_loss'])} |" in md
+    assert (f"| all | 0–{last['step']} | {last['tokens']:,} | "
+            f"{fmt(last['train_loss'])} | {fmt(last['val_loss'])} |") in md
     for ckpt in (8, 16, 24):
         info = json.loads((run / "checkpoints" / f"step_{ckpt:07d}" / "info.json").read_text())
-        assert f"| step_{ckpt:07d} | {ckpt} | {info['tokens']:,} | {fmt(info['train_loss'])} | {fmt(info['val_loss'])} |" in md
+        assert (f"| step_{ckpt:07d} | {ckpt} | {info['tokens']:,} | "
+                f"{fmt(info['train_loss'])} | {fmt(info['val_loss'])} |") in md
     samples = [r for r in records if r.get("sample")]
     assert [r["step"] for r in samples] == [8, 16, 24]
     for r in samples:
@@ -86,11 +88,13 @@ def test_report_shows_phases_evals_compare_and_anomalies(sampled_runs, tmp_path)
 
     write_report([run])
     md = (run / "report" / "report.md").read_text()
-    header = "| phase | steps | tokens | train loss | val loss | time | tokens/s | MFU | budget $ | predicted $ | actual $ |"
+    header = ("| phase | steps | tokens | train loss | val loss | time | tokens/s | MFU | "
+              "budget $ | predicted $ | actual $ |")
     assert header in md
     rows = [line for line in md.splitlines() if line.startswith(("| smoke |", "| proof (in progress) |"))]
     assert rows[0].startswith("| smoke | 0–12 | 1,536 |") and rows[0].endswith("| 0.2500 | 0.5000 | – | 0.1200 |")
-    assert rows[1].startswith("| proof (in progress) | 12–24 | 1,536 |") and rows[1].endswith("| 0.2500 | – | 0.1200 | 0.1200 |")
+    assert (rows[1].startswith("| proof (in progress) | 12–24 | 1,536 |")
+            and rows[1].endswith("| 0.2500 | – | 0.1200 | 0.1200 |"))
     assert "| file | step | val.loss | val.ppl |" in md and "| step_0000024 | 24 | 5.2500 | 190.6000 |" in md
     assert "| 8 | The a\\|b |" in md
     assert f"step {records[7]['step']}: train loss is not finite" in md

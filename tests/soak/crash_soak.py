@@ -196,14 +196,16 @@ class Soak:
             proc.join(10)
             raise AssertionError(f"round {self.rounds} ({argv}) hung for {ROUND_TIMEOUT_S}s:\n{self._tail(log_path)}")
         if os.environ.get("SOAK_DEBUG"):
-            self.log(f"round {self.rounds} {argv[1]} {kind} {k} {after_s}: {time.monotonic() - start:.2f}s exit {proc.exitcode}")
+            self.log(f"round {self.rounds} {argv[1]} {kind} {k} {after_s}: "
+                     f"{time.monotonic() - start:.2f}s exit {proc.exitcode}")
         leftover = self._reap_group(proc.pid)
         assert not leftover, f"round {self.rounds}: processes outlived the killed run: {leftover}"
         record = json.loads(record_path.read_text().splitlines()[-1]) if record_path.exists() else None
         if record is not None:
             record["seconds"] = round(time.monotonic() - start, 3)
         if proc.exitcode not in (0, -signal.SIGKILL):
-            raise AssertionError(f"round {self.rounds} ({' '.join(argv)}) exited {proc.exitcode}:\n{self._tail(log_path)}")
+            raise AssertionError(f"round {self.rounds} ({' '.join(argv)}) exited {proc.exitcode}:\n"
+                                 f"{self._tail(log_path)}")
         return proc.exitcode, record
 
     @staticmethod
@@ -241,7 +243,8 @@ class Soak:
         shutil.rmtree(self.ref, ignore_errors=True)
         t0 = time.monotonic()
         code, counts = self._round(["train", str(ref_config), "--out", str(self.ref)], self.ref)
-        assert code == 0 and counts, f"the uninterrupted run failed:\n{self._tail(self.work / 'logs' / 'round-0001.log')}"
+        assert code == 0 and counts, (
+            f"the uninterrupted run failed:\n{self._tail(self.work / 'logs' / 'round-0001.log')}")
         self.ref_seconds = time.monotonic() - t0
         self.counts = counts
         n_ckpts = self.steps // 4
@@ -301,7 +304,7 @@ class Soak:
         manifest_path = data / "manifest.json"
         if manifest_path.exists():
             manifest = json.loads(manifest_path.read_text())  # written atomically: never torn
-            for split, shards in manifest["shards"].items():
+            for _split, shards in manifest["shards"].items():
                 for shard in shards:
                     blob = (data / shard["file"]).read_bytes()
                     assert len(blob) == 2 * shard["tokens"], f"{where}: {shard['file']} is half-written"
