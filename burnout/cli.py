@@ -91,8 +91,10 @@ group("model", help="inspect model presets: parameters, FLOPs, memory", descript
 
 
 @command("model", "info", help="parameters, FLOPs per token and memory of a preset",
-         description="Parameters, FLOPs per token and memory of a preset (built on the meta "
-                     "device: costs no memory). Extra KEY=VALUE arguments change model fields.")
+         description="Parameters, FLOPs per token and the memory to train a preset: fp32 weights, "
+                     "gradients and AdamW state, and one micro-batch's activations measured by tracing "
+                     "the model on fake tensors (nothing is allocated). Extra KEY=VALUE arguments change "
+                     "model fields; `burnout plan` gives a GPU's verdict.")
 def cmd_model_info(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("preset")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -110,7 +112,8 @@ def cmd_model_info(p: argparse.ArgumentParser) -> Handler:
         cfg = load_model_preset(args.preset, raw)
         from burnout.models.info import format_model_info, model_info  # imports torch: after the cheap checks
 
-        info = model_info(cfg, batch_size=args.batch_size, seq_len=args.seq_len, precision=args.precision)
+        info = model_info(cfg, batch_size=args.batch_size, seq_len=args.seq_len, precision=args.precision,
+                          measure_memory=True)
         print(json.dumps(info, indent=2) if args.json else format_model_info(args.preset, info))
     return run
 
@@ -322,15 +325,19 @@ def cmd_bench(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-@command("plan", help="predicted hours and dollars per phase on a given GPU",
+@command("plan", help="predicted hours, dollars and peak memory on a given GPU: will it fit?",
          description="Predict time and cost per phase from FLOPs per token, tokens per phase, the "
-                     "GPU's peak and price (burnout/configs/hardware.yaml) and an assumed MFU.")
+                     "GPU's peak and price (burnout/configs/hardware.yaml) and an assumed MFU; and the "
+                     "peak memory per GPU at the configured micro-batch (eager and compiled, with and "
+                     "without activation checkpointing, DDP or FSDP over --gpus), whether it fits the "
+                     "GPU's memory, the largest micro-batch that does and what would make it fit.")
 def cmd_plan(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("config", help="run config YAML or a built-in name (e.g. gpuburnout-1b)")
     p.add_argument("--gpu", default="a100-80gb", help="a burnout/configs/hardware.yaml entry or cpu (measured peak)")
     p.add_argument("--mfu", type=float, default=0.4, help="assumed model FLOPs utilization (default 0.4)")
     p.add_argument("--price", type=float, default=None, help="dollars per device-hour (default: the table's)")
-    p.add_argument("--gpus", type=int, default=1, help="devices training together (default 1)")
+    p.add_argument("--gpus", type=int, default=1,
+                   help="devices training together (default 1); train.distributed picks DDP or FSDP")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None,
                    help="default: the config's, or bf16 on a GPU")
     p.add_argument("--json", action="store_true", help="machine-readable output")

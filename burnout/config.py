@@ -231,6 +231,9 @@ class TrainConfig:
     compile: bool = False
     # Recompute each block's activations in backward: less memory, about a third more compute.
     activation_checkpointing: bool = False
+    # On CUDA, refuse to start a run whose predicted peak memory (as `burnout plan` predicts it) exceeds the
+    # GPU's; false starts it anyway, e.g. when the prediction's margins are too cautious for a tight fit.
+    memory_check: bool = True
     # Under torchrun: ddp replicates the model; fsdp shards weights, grads and optimizer state (FSDP2).
     distributed: Literal["ddp", "fsdp"] = "ddp"
     batch_size: int = 16

@@ -18,7 +18,8 @@ per rung, each rung keeping the ones before it:
     sdpa       scaled_dot_product_attention (flash / memory-efficient kernels where available)
 
 A rung whose feature is missing here (no C++ compiler for compile, ...) is reported as unavailable and
-the ladder goes on without it.
+the ladder goes on without it. A rung whose step runs out of memory (explicit attention at a 1B's batch)
+is reported as skipped and the ladder goes on from its setup: the later rungs only lower memory.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 from burnout.models.info import flops_per_token, matmul_parameters
-from burnout.train.hardware import detect, hardware_table, measure_cpu_peak
+from burnout.train.hardware import detect, hardware_table, measure_cpu_peak, measure_gpu_peak
 from burnout.train.loop import loader_mode
+from burnout.train.probe import oom_message
 from burnout.train.schedule import total_steps
 from burnout.train.step import TrainStep, build_model
 
@@ -119,23 +121,9 @@ class PythonBatcher:
 
 
 def measure_peak(device: torch.device, precision: str) -> float:
-    """Best observed matmul FLOP/s on `device` in `precision`, measured now."""
-    if device.type == "cpu":
-        return measure_cpu_peak(precision)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    n = 8192
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    torch.mm(a, b)
-    torch.cuda.synchronize(device)
-    best = float("inf")
-    for _ in range(10):
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - t0)
-    del a, b
-    return 2 * n**3 / best
+    """Best observed matmul FLOP/s on `device` in `precision`: the measurement training makes for a CPU
+    or a GPU missing from hardware.yaml, so bench and training MFU share one denominator."""
+    return measure_cpu_peak(precision) if device.type == "cpu" else measure_gpu_peak(device, precision)
 
 
 def table_peak(device: torch.device, precision: str) -> tuple[str, float] | None:
@@ -162,8 +150,9 @@ def peak_rss_mb() -> float:
 
 
 def effective_precision(precision: str, device: torch.device) -> str:
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return "fp16"
+    """The ladder's bf16 rung on a GPU without bf16 tensor cores runs fp16, as `precision: auto` would."""
+    if precision == "bf16" and device.type == "cuda":
+        return resolve_precision("auto", device)
     return precision
 
 
@@ -221,6 +210,8 @@ def measure(cfg: RunConfig, data_dir: Path, setup: Setup, steps: int, warmup: in
     t_start = time.perf_counter()
     try:
         one_step(0)
+    except torch.OutOfMemoryError:
+        raise  # the setup does not fit; eager would need more memory, not less
     except Exception as exc:  # noqa: BLE001 - a compiler missing or failing: fall back to eager, say why
         if not setup.compile:
             raise
@@ -298,15 +289,20 @@ def bench(cfg: RunConfig, data_dir: Path, steps: int = 10, warmup: int = 2) -> d
     """Training speed of `cfg` as `burnout train` would run it."""
     device = resolve_device(cfg.train.device)
     setup = default_setup(cfg, data_dir, device)
-    result = _add_mfu(measure(cfg, data_dir, setup, steps, warmup, device), device)
+    try:
+        result = _add_mfu(measure(cfg, data_dir, setup, steps, warmup, device), device)
+    except torch.OutOfMemoryError:
+        raise BurnoutError(oom_message(cfg.train, cfg.train.seq_len or cfg.model.context_length)) from None
     return {"device": _device_line(device), "torch": torch.__version__, "model": _model_line(cfg),
             "batch": _batch_line(cfg), **result}
 
 
 def ablate(cfg: RunConfig, data_dir: Path, steps: int = 10, warmup: int = 2, on_rung=None,
            skip: tuple[str, ...] = ()) -> dict:
-    """The ladder: each rung's tokens/s and its speedup over the previous rung and over the baseline.
-    Rungs named in `skip` (not the baseline) are left out: their change is not applied."""
+    """The ladder: each rung's tokens/s and its speedup over the previous measured rung and over the
+    first (the baseline, unless it ran out of memory); `on_rung` is called with each measured rung.
+    Rungs named in `skip` (not the baseline) are left out: their change is not applied. A rung that runs
+    out of memory keeps its change but has `skipped` set instead of measurements (None when it ran)."""
     unknown = set(skip) - {key for key, _, _ in RUNGS[1:]}
     if unknown:
         raise BurnoutError(f"--skip: unknown rung '{sorted(unknown)[0]}'; choose from "
@@ -318,17 +314,26 @@ def ablate(cfg: RunConfig, data_dir: Path, steps: int = 10, warmup: int = 2, on_
         if key in skip:
             continue
         setup = dataclasses.replace(setup, **change)
-        r = measure(cfg, data_dir, setup, steps, warmup, device)
+        skipped = None
+        try:
+            r = measure(cfg, data_dir, setup, steps, warmup, device)
+        except torch.OutOfMemoryError as exc:
+            skipped = f"out of memory at this rung: {first_line(exc, 120)}"
+        if skipped is not None:
+            rungs.append({"rung": key, "label": label, "setup": dataclasses.asdict(setup), "skipped": skipped})
+            continue
         if r["note"] is not None and setup.compile:
             setup = dataclasses.replace(setup, compile=False)  # later rungs go on without it
-        r = {"rung": key, "label": label, **r}
-        r["speedup_prev"] = r["tokens_per_s"] / rungs[-1]["tokens_per_s"] if rungs else 1.0
-        r["speedup_total"] = r["tokens_per_s"] / rungs[0]["tokens_per_s"] if rungs else 1.0
+        r = {"rung": key, "label": label, "skipped": None, **r}
+        ran = [x for x in rungs if x["skipped"] is None] + [r]
+        r["speedup_prev"] = r["tokens_per_s"] / ran[-2]["tokens_per_s"] if len(ran) > 1 else 1.0
+        r["speedup_total"] = r["tokens_per_s"] / ran[0]["tokens_per_s"]
         rungs.append(r)
         if on_rung is not None:
             on_rung(r)
     for r in rungs:
-        _add_mfu(r, device)
+        if r["skipped"] is None:
+            _add_mfu(r, device)
     return {"device": _device_line(device), "torch": torch.__version__, "model": _model_line(cfg),
             "batch": _batch_line(cfg), "rungs": rungs}
 
@@ -369,11 +374,18 @@ def format_ablation(r: dict) -> str:
     lines = [f"{r['model']}; {r['batch']}; {r['device']}, torch {r['torch']}",
              f"{'rung':<68} {'tokens/s':>10} {'ms/step':>9} {'data':>6} {'×prev':>6} {'×base':>6} {'MFU':>6}"]
     for x in r["rungs"]:
+        if x["skipped"]:
+            label = x["label"] + " (skipped: out of memory)"
+            lines.append(f"{label:<68} {'-':>10} {'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>6}")
+            continue
         label = x["label"] + (" (unavailable: ran eager)" if x["note"] else "")
         lines.append(f"{label:<68} {x['tokens_per_s']:>10,.0f} {x['step_s'] * 1000:>9.1f} "
                      f"{x['split_fraction']['data']:>6.1%} {x['speedup_prev']:>5.2f}x {x['speedup_total']:>5.2f}x "
                      f"{x['mfu_measured']:>6.1%}")
-    notes = [f"{x['rung']}: {x['note']}" for x in r["rungs"] if x["note"]]
+    notes = [f"{x['rung']}: {x['skipped'] or x['note']}" for x in r["rungs"] if x["skipped"] or x["note"]]
+    ran = [x["rung"] for x in r["rungs"] if not x["skipped"]]
+    if r["rungs"][0]["skipped"] and ran:
+        notes.append(f"×base is over {ran[0]}, the first rung that fit; ×prev over the last rung that ran")
     return "\n".join(lines + notes)
 
 

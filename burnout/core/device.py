@@ -40,17 +40,35 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
+# Compute capability from which a GPU has bf16 tensor cores (Ampere). Below it torch still accepts bf16
+# (torch.cuda.is_bf16_supported() counts emulation) but runs it without tensor cores or flash attention.
+BF16_CAPABILITY = (8, 0)
+LOW_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def resolve_precision(name: str, device: torch.device) -> str:
-    """bf16 autocast where the GPU supports it; fp32 on CPU until a measurement shows bf16 pays off."""
+    """The precision `name` (auto, fp32, bf16, fp16) means on `device`.
+
+    auto: bf16 autocast on GPUs with bf16 tensor cores; fp16 (training adds a grad scaler) on older ones;
+    fp32 on CPU until a measurement shows bf16 pays off. bf16 asked for on an older GPU is an error.
+    """
+    if device.type != "cuda":
+        return "fp32" if name == "auto" else name
+    capability = torch.cuda.get_device_capability(device)
     if name == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if capability >= BF16_CAPABILITY else "fp16"
+    if name == "bf16" and capability < BF16_CAPABILITY:
+        raise BurnoutError(
+            f"train.precision=bf16: {torch.cuda.get_device_name(device)} has compute capability "
+            f"{capability[0]}.{capability[1]}; bf16 needs 8.0 (Ampere) or newer; use train.precision=fp16 or auto"
+        )
     return name
 
 
 def autocast(device: torch.device, precision: str):
-    if precision in ("bf16", "fp16"):
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-        return torch.autocast(device_type=device.type, dtype=dtype)
+    """Autocast to bf16 or fp16 on `device`; nothing for fp32."""
+    if precision in LOW_PRECISION_DTYPES:
+        return torch.autocast(device_type=device.type, dtype=LOW_PRECISION_DTYPES[precision])
     return contextlib.nullcontext()
 
 

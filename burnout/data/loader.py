@@ -6,7 +6,9 @@ replays exactly the batches an uninterrupted run would have seen, with no loader
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
@@ -77,6 +79,43 @@ class TokenLoader:
     def _to_xy(self, offsets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = torch.from_numpy(self.data.windows(offsets, self.seq_len + 1))  # (B, T+1) int64
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+class Prefetcher:
+    """Training batches read ahead on a background thread, in the order the train step asks for them.
+
+    `indices` yields the batch numbers this rank reads, in order. With `pin` (training on CUDA) each
+    batch lands in page-locked memory, so the step's `.to(device, non_blocking=True)` copies while the
+    GPU computes instead of blocking on a pageable copy; the reads (random mmap pages of a corpus far
+    larger than RAM) happen while the main thread waits for the GPU. Batches are the loader's own,
+    so training sees exactly what it would without read-ahead.
+    """
+
+    def __init__(self, loader: TokenLoader, indices: Iterator[int], pin: bool = False, depth: int = 2):
+        self.loader, self.indices, self.pin = loader, indices, pin
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-prefetch")
+        self._ahead: deque[tuple[int, Future]] = deque()
+        for _ in range(depth):
+            self._read_ahead()
+
+    def get_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        expected, batch = self._ahead.popleft()
+        if expected != index:
+            raise RuntimeError(f"prefetcher: batch {index} asked for, {expected} read ahead; "
+                               "batches must be asked for in the order of `indices`")
+        self._read_ahead()
+        return batch.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _read_ahead(self) -> None:
+        index = next(self.indices)
+        self._ahead.append((index, self._pool.submit(self._read, index)))
+
+    def _read(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.loader.get_batch(index)
+        return (x.pin_memory(), y.pin_memory()) if self.pin else (x, y)
 
 
 class _ShardedTokens:

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from burnout.common import write_atomic
 from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint
-from burnout.core.device import resolve_device
+from burnout.core.device import autocast, configure_backends, resolve_device, resolve_precision
 from burnout.core.model_files import load_model
 from burnout.data.loader import TokenLoader
 from burnout.data.shards import read_meta
@@ -89,11 +89,17 @@ def evaluate_val(model: Transformer, tokenizer: Tokenizer, data_dir: str | Path,
     windows = min(windows, limit) if limit else windows
     byte_lengths = token_byte_lengths(tokenizer)
     device = model.tok_emb.weight.device
+    # On a GPU, bf16 (fp16 before Ampere) with TF32 for what stays fp32, as training computes its val loss:
+    # plain fp32 there gets neither tensor cores nor flash attention. On CPU it is fp32, as before.
+    precision = resolve_precision("auto", device)
+    configure_backends(device)
     total_nats, count, text_nats, text_bytes = 0.0, 0, 0.0, 0
     for x, y in loader.iter_eval_batches(math.ceil(windows / batch_size)):
         left = windows - count // seq_len
         x, y = x[:left], y[:left]
-        logits = model(x.to(device)).float()
+        with autocast(device, precision):
+            logits = model(x.to(device))
+        logits = logits.float()
         nats = F.cross_entropy(logits.view(-1, logits.size(-1)), y.to(device).view(-1), reduction="none").cpu().double()
         total_nats += float(nats.sum())
         count += y.numel()

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from burnout.common import EOT_TOKEN, first_line
+from burnout.core.device import autocast, configure_backends, resolve_precision
 from burnout.errors import BurnoutError
 from burnout.eval.tasks import Example
 from burnout.models import Transformer
@@ -117,12 +118,19 @@ def loglikelihoods(
     groups = shared_prefix_groups(encoded, window)
     # Longest rows first, as lm-eval orders its requests: neighbours have similar lengths, so little padding.
     groups.sort(key=lambda g: -(len(g[0]) + sum(len(encoded[i][1]) - 1 for i in g[1])))
+    device = model.tok_emb.weight.device
+    # On a GPU, bf16 (fp16 before Ampere) with TF32: tensor cores for the matmuls, and half the bytes for
+    # activations and for the attention scores a masked row materializes. On CPU it is fp32, so the scores
+    # there equal lm-eval's exactly.
+    precision = resolve_precision("auto", device)
+    configure_backends(device)
     was_training = model.training
     model.eval()
     results: list[tuple[float, bool] | None] = [None] * len(encoded)
     try:
         for batch in _batches(groups, batch_size):
-            lls, greedy = _score_batch(model, [(prefix, [encoded[i][1] for i in group]) for prefix, group in batch])
+            rows = [(prefix, [encoded[i][1] for i in group]) for prefix, group in batch]
+            lls, greedy = _score_batch(model, rows, precision)
             members = [i for _, group in batch for i in group]
             for i, ll, g in zip(members, lls, greedy):
                 results[i] = (ll, g)
@@ -146,8 +154,10 @@ def _batches(groups: list, batch_size: int):
         yield batch
 
 
-def _score_batch(model: Transformer, rows: list[tuple[list[int], list[list[int]]]]) -> tuple[list, list]:
-    """Summed log-probs and greedy flags of each row's continuations, rows being (prefix, continuations)."""
+def _score_batch(model: Transformer, rows: list[tuple[list[int], list[list[int]]]],
+                 precision: str) -> tuple[list, list]:
+    """Summed log-probs and greedy flags of each row's continuations, rows being (prefix, continuations);
+    the layers run under autocast in `precision`."""
     device = model.tok_emb.weight.device
     tokens, positions, branches = [], [], []
     head_at, target_row, targets, lengths = [], [], [], []  # flat positions the head reads; per target token
@@ -176,9 +186,13 @@ def _score_batch(model: Transformer, rows: list[tuple[list[int], list[list[int]]
     branch = torch.tensor(branches, device=device)
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
     mask = causal & ((branch[:, None, :] == 0) | (branch[:, None, :] == branch[:, :, None]))  # (B, query, key)
-    hidden = model.hidden_states(torch.tensor(tokens, device=device), positions=torch.tensor(positions, device=device),
-                                 mask=mask)
-    logprobs = F.log_softmax(model.lm_head(hidden.flatten(0, 1)[torch.tensor(head_at, device=device)]).float(), -1)
+    with autocast(device, precision):
+        hidden = model.hidden_states(torch.tensor(tokens, device=device),
+                                     positions=torch.tensor(positions, device=device), mask=mask)
+    # The head runs outside autocast, in fp32: it reads only the positions that predict a continuation token,
+    # so this costs little, while bf16 logits would each be rounded by up to 2^-9 of their size.
+    logits = model.lm_head(hidden.flatten(0, 1)[torch.tensor(head_at, device=device)].float())
+    logprobs = F.log_softmax(logits, -1)
     rows_t, target = torch.tensor(target_row, device=device), torch.tensor(targets, device=device)
     token_lp = logprobs[rows_t, target]
     # Greedy means the target is the argmax, the first of equal maxima. A full argmax over the vocabulary

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from burnout.common import EOT_TOKEN
+from burnout.core.device import autocast, configure_backends, resolve_precision
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 
@@ -96,6 +97,8 @@ def stream_batch(
     for p in prompts:
         check_sampling(model, p, temperature, top_k, top_p, repetition_penalty)
     device = model.tok_emb.weight.device
+    precision = resolve_precision("auto", device)
+    configure_backends(device)
     generators = []
     for _ in prompts:
         generator = torch.Generator(device=device)
@@ -120,7 +123,12 @@ def stream_batch(
     plain_greedy = temperature == 0 and repetition_penalty == 1.0
     try:
         for _ in range(steps):
-            logits = model(step_input, cache=cache)[:, -1]  # (B, V)
+            # The prompt runs under autocast on a GPU (bf16, fp16 before Ampere): many tokens at once, where
+            # tensor cores and flash attention pay. A one-token step is bound by reading the weights, and
+            # autocast would cast each of them anew at every step (its cast cache lasts one autocast region),
+            # so those steps stay fp32 (TF32).
+            with autocast(device, precision if step_input.size(1) > 1 else "fp32"):
+                logits = model(step_input, cache=cache)[:, -1]  # (B, V)
             if plain_greedy:
                 next_ids = logits.argmax(dim=-1)
                 tokens = next_ids.tolist()

@@ -1,7 +1,9 @@
 """What a model costs before it is built: parameters, FLOPs per token, memory.
 
 The model is instantiated on the meta device, so even llama-3b costs no memory here. Counts come
-from the real module tree; FLOPs and activation memory are formulas, stated below, not measurements.
+from the real module tree; FLOPs are a formula, stated below. Training memory uses burnout/models/memory.py's
+accounting, the one `burnout plan` uses: fp32 weights, gradients and AdamW state derived from the counts,
+activations measured by tracing the model on fake tensors.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from burnout.config import ModelConfig
+from burnout.models.memory import measure_step, param_counts, static_bytes
 from burnout.models.transformer import Transformer
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -46,30 +49,25 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, matmul_params: int) -> dict[
             "flops_per_token_attention": attention, "forward_flops_per_token": (dense + attention) // 3}
 
 
-def activation_bytes(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str) -> int:
-    """Estimate of the tensors autograd keeps for backward, with a flash-style attention kernel.
-
-    Per layer and token: the two norms' inputs and outputs (4·C), q/k/v before and q/k after RoPE,
-    the attention output (C), the MLP's hidden tensors (2·F for GELU, 4·F for SwiGLU); then the final
-    norm and the logits kept in fp32 for the loss. Dropout masks and allocator slack are not counted.
-    """
-    C, D, H, K, F = cfg.d_model, cfg.head_dim, cfg.n_head, cfg.n_kv_head, cfg.ffn_hidden
-    per_layer = 4 * C + (H + 2 * K) * D + (H + K) * D + C + (2 * F if cfg.family == "gpt2" else 4 * F)
-    tokens = batch_size * seq_len
-    bytes_ = BYTES_PER_ELEMENT[precision]
-    return tokens * (cfg.n_layer * per_layer * bytes_ + 2 * C * bytes_ + cfg.vocab_size * (bytes_ + 4))
-
-
-def model_info(cfg: ModelConfig, batch_size: int = 1, seq_len: int | None = None, precision: str = "bf16") -> dict:
+def model_info(cfg: ModelConfig, batch_size: int = 1, seq_len: int | None = None, precision: str = "bf16",
+               measure_memory: bool = False) -> dict:
+    """Counts, FLOPs and the derived memory of training (fp32 weights, gradients, AdamW); with
+    `measure_memory`, also one eager micro-batch's activations traced at batch_size × seq_len under
+    `precision` autocast with CUDA's attention kernels (a second or two for the largest presets)."""
     cfg = cfg.resolved()
     seq_len = seq_len or cfg.context_length
     with torch.device("meta"):
         model = Transformer(cfg)
     params = count_parameters(model)
     matmul = matmul_parameters(model)
-    weight_bytes = params["params_total"] * BYTES_PER_ELEMENT[precision]
-    # AdamW keeps fp32 master weights' gradients plus two fp32 moments per parameter.
-    grad_and_adam_bytes = params["params_total"] * 4 * 3
+    memory = static_bytes(param_counts(cfg))
+    if measure_memory:
+        step = measure_step(cfg, batch_size, seq_len, precision, target="cuda")
+        memory.update(activations=step.saved, weight_copies=step.weight_copies, working=step.working)
+        memory["total"] = sum(memory.values())
+    # Inference keeps the weights in their own dtype, and so the cache.
+    memory["kv_cache_per_sequence"] = 2 * cfg.n_layer * cfg.n_kv_head * cfg.head_dim * seq_len * \
+        BYTES_PER_ELEMENT[precision]
     return {
         "family": cfg.family,
         **params,
@@ -78,31 +76,34 @@ def model_info(cfg: ModelConfig, batch_size: int = 1, seq_len: int | None = None
         "batch_size": batch_size,
         "precision": precision,
         **flops_per_token(cfg, seq_len, matmul),
-        "memory_bytes": {
-            "weights": weight_bytes,
-            "grads_and_adamw_state": grad_and_adam_bytes,
-            "activations_estimate": activation_bytes(cfg, batch_size, seq_len, precision),
-            "kv_cache_per_sequence": 2 * cfg.n_layer * cfg.n_kv_head * cfg.head_dim * seq_len
-            * BYTES_PER_ELEMENT[precision],
-        },
+        "memory_bytes": memory,
         "config": cfg.__dict__.copy(),
     }
 
 
 def format_model_info(name: str, info: dict) -> str:
     mem = info["memory_bytes"]
+    autocast = "" if info["precision"] == "fp32" else " autocast"
     lines = [
         f"{name} ({info['family']})",
         f"  parameters        {info['params_total']:>16,}",
         f"  non-embedding     {info['params_non_embedding']:>16,}",
         f"  FLOPs/token       {info['flops_per_token']:>16,}  (train, fwd+bwd, seq_len {info['seq_len']};"
         f" attention {info['flops_per_token_attention'] / info['flops_per_token']:.1%})",
-        f"  memory at batch {info['batch_size']} × {info['seq_len']}, {info['precision']}:",
-        f"    weights         {_gib(mem['weights'])}",
-        f"    grads + AdamW   {_gib(mem['grads_and_adamw_state'])}  (fp32)",
-        f"    activations     {_gib(mem['activations_estimate'])}  (estimate, flash attention)",
-        f"    KV cache/seq    {_gib(mem['kv_cache_per_sequence'])}",
+        f"  memory to train at batch {info['batch_size']} × {info['seq_len']}, {info['precision']}{autocast}, AdamW:",
+        f"    weights         {_gib(mem['weights'])}  fp32 (derived)",
+        f"    gradients       {_gib(mem['gradients'])}  fp32 (derived)",
+        f"    AdamW state     {_gib(mem['optimizer'])}  2 × fp32 (derived)",
     ]
+    if "total" in mem:
+        lines += [
+            f"    activations     {_gib(mem['activations'])}  kept for backward (measured, eager, CUDA kernels)",
+            f"    weight copies   {_gib(mem['weight_copies'])}  autocast's casts kept for backward (measured)",
+            f"    backward work   {_gib(mem['working'])}  above what forward keeps (measured)",
+            f"    total           {_gib(mem['total'])}  before the CUDA context and allocator slack: "
+            "`burnout plan` adds them, compiled and checkpointed variants and a GPU's verdict",
+        ]
+    lines.append(f"  KV cache/seq      {_gib(mem['kv_cache_per_sequence'])}  (inference, {info['precision']})")
     return "\n".join(lines)
 
 

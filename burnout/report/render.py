@@ -75,6 +75,10 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
     for key, label in (("mfu", "last MFU"), ("dollars", "dollars spent")):
         if run.last_value(key) is not None:
             summary.append([label, _fmt(run.last_value(key))])
+    first_steps = run.series("first_step_s")[2]  # compile and warm-up: what tokens/s leaves out
+    if first_steps:
+        summary.append(["first step of each session", ", ".join(f"{s:.1f} s" for s in first_steps)
+                        + " (compilation, warm-up; not in tokens/s)"])
     blocks = [
         Block("p", f"Run folder `{run.path}`. Every number below comes from its config.yaml, metrics.jsonl, "
                    "checkpoints and eval files."),

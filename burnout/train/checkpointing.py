@@ -10,19 +10,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+from torch.utils.serialization import config as serialization_config
+
 from burnout.common import TOKENIZER_FILE
 from burnout.config import RunConfig
 from burnout.core.checkpoint import Checkpoint, CheckpointMirror, list_checkpoints, load_checkpoint, save_checkpoint
 from burnout.core.rng import restore_rng_state, rng_state
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
-from burnout.train.distributed import DistContext, barrier, full_state, load_optimizer_state
+from burnout.train.distributed import DistContext, barrier, full_state, gather_to_main, load_optimizer_state
 from burnout.train.step import TrainStep
 
 
-def load_for_resume(run_dir: Path, cfg: RunConfig, tokenizer_path: Path) -> Checkpoint:
-    """The run's latest checkpoint (on the CPU), after checking it was trained with this model and tokenizer."""
-    ckpt = load_checkpoint(list_checkpoints(run_dir)[-1], "cpu")
+def load_for_resume(run_dir: Path, cfg: RunConfig, tokenizer_path: Path, dist: DistContext) -> Checkpoint:
+    """The run's latest checkpoint (on the CPU), after checking it was trained with this model and tokenizer.
+
+    Under FSDP only rank 0 reads state.pt's optimizer state (it sends each rank its shards); the other
+    ranks map the file, so of its gigabytes they read only the step and their RNG states."""
+    mmap = dist.enabled and not dist.is_main and cfg.train.distributed == "fsdp"
+    with serialization_config.patch("load.mmap", mmap):
+        ckpt = load_checkpoint(list_checkpoints(run_dir)[-1], "cpu")
     if ckpt.config.model != cfg.model:
         raise BurnoutError(f"--resume: the model in {ckpt.path} differs from this config's model section")
     if (ckpt.path / TOKENIZER_FILE).read_bytes() != tokenizer_path.read_bytes():
@@ -52,12 +60,17 @@ class Checkpointer:
         load_optimizer_state(ts.model, ts.optimizer, ckpt.state["optimizer"], self.cfg.train.distributed, self.dist)
         if ts.scaler is not None and "scaler" in ckpt.state:
             ts.scaler.load_state_dict(ckpt.state["scaler"])
-        restore_rng_state(ckpt.state, ts.device)
+        # Each rank draws its own dropout masks, so each takes back its own generators; a rank the
+        # checkpoint has none for (more ranks than it was saved with) keeps its fresh per-rank seed.
+        states = ckpt.state.get("rng_by_rank", [ckpt.state])
+        if self.dist.rank < len(states):
+            restore_rng_state(states[self.dist.rank], ts.device)
 
     def save(self, step: int, elapsed: float, skipped: int, train_loss: float, val_loss: float) -> Path:
         """Write step_N (rank 0); under FSDP every rank takes part in gathering the weights."""
         ts, tc = self.train_step, self.cfg.train
         model_state, optim_state = full_state(ts.model, ts.optimizer, tc.distributed, self.dist)
+        rngs = gather_to_main(rng_state(ts.device), self.dist)
         path = self.run_dir / "checkpoints" / f"step_{step:07d}"
         if self.dist.is_main:
             tokens = step * self.tokens_per_step
@@ -69,14 +82,13 @@ class Checkpointer:
                 "micro_batches_seen": step * tc.grad_accum * self.dist.world_size,
                 "elapsed_s": elapsed,
                 "skipped_steps": skipped,
-                **rng_state(ts.device),
+                **rngs[0],
             }
+            if self.dist.enabled:
+                state["rng_by_rank"] = rngs
             if ts.scaler is not None:
                 state["scaler"] = ts.scaler.state_dict()
-            weights = self.model
-            if model_state is not None:  # FSDP: the gathered weights in a plain module
-                weights = Transformer(self.cfg.model)
-                weights.load_state_dict(model_state)
+            weights = self.model if model_state is None else module_from_state(self.cfg, model_state)
             info = {"step": step, "tokens": tokens, "train_loss": train_loss, "val_loss": val_loss,
                     "elapsed_s": elapsed}
             path = save_checkpoint(self.run_dir, self.cfg, weights, state, info, self.tokenizer_path, tc.keep_last,
@@ -90,3 +102,19 @@ class Checkpointer:
     def close(self) -> None:
         if self.mirror is not None:
             self.mirror.close()
+
+
+def module_from_state(cfg: RunConfig, state: dict) -> Transformer:
+    """A Transformer whose parameters are the tensors of `state` (FSDP's gathered weights), made without
+    allocating or initializing weights of its own (the 1B's would cost 4 GB and seconds of random init).
+    Its RoPE tables stay on the meta device: they are not persistent, so not saved, and a loaded
+    checkpoint computes them from the config."""
+    with torch.device("meta"):
+        module = Transformer(cfg.model)
+    # A tied matrix is gathered once per name, as two equal tensors: one tensor for all its names keeps
+    # the tie, and safetensors then stores it once.
+    first_name: dict[int, str] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        state[name] = state[first_name.setdefault(id(param), name)]
+    module.load_state_dict(state, assign=True)
+    return module

@@ -8,6 +8,8 @@ CPU), reads its own micro-batches and averages gradients; only rank 0 writes log
 from __future__ import annotations
 
 import contextlib
+import datetime
+import inspect
 import os
 from dataclasses import dataclass
 
@@ -15,6 +17,17 @@ import torch
 import torch.distributed as dist
 
 from burnout.train.optim import Optimizers
+
+# How long a collective waits for the slowest rank. Rank 0 alone evaluates and writes each checkpoint
+# while the others wait in the next collective: the 1B's 12.5 GB checkpoint (weights and AdamW's moments)
+# takes ~4 minutes at a network volume's 50 MB/s and passes NCCL's 10-minute default at 20 MB/s. 30 minutes
+# (gloo's default) still covers 7 MB/s, and a hung job still ends within the hour.
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
+
+# DDP's gradient buckets, in MB. torch.compile splits the graph at each bucket boundary (DDPOptimizer), so
+# the default 25 MB cut the 1B into ~70 graphs; 256 MB is about one of its blocks (243 MB of fp32
+# gradients): ~17 graphs, and each block's all-reduce still overlaps the backward of the block before it.
+DDP_BUCKET_MB = 256
 
 
 @dataclass
@@ -45,7 +58,7 @@ def init_distributed(device: torch.device) -> tuple[DistContext, torch.device]:
     owns = not dist.is_initialized()
     if owns:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
-                                device_id=device if device.type == "cuda" else None)
+                                device_id=device if device.type == "cuda" else None, timeout=COLLECTIVE_TIMEOUT)
     return DistContext(rank, world_size, local_rank, owns), device
 
 
@@ -54,20 +67,34 @@ def shutdown(ctx: DistContext) -> None:
         dist.destroy_process_group()
 
 
-def wrap_model(model: torch.nn.Module, ctx: DistContext, strategy: str, device: torch.device) -> torch.nn.Module:
+def wrap_model(model: torch.nn.Module, ctx: DistContext, strategy: str, device: torch.device,
+               precision: str) -> torch.nn.Module:
     """DDP or FSDP2 around `model` (FSDP shards each block, then the rest); unchanged at world size 1."""
     if not ctx.enabled:
         return model
     if strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        # Gather bf16/fp16 weights (half the traffic) and compute in them; without this autocast's casts
+        # of the gathered weights, kept for backward, add up to a full low-precision replica on every
+        # rank. Gradients are reduced and accumulated in fp32 and the fp32 shards stay the master
+        # weights, so the optimizer and fp16's grad scaler see fp32 gradients, as under autocast alone.
+        low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        policy = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32 if low else None)
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
         return model
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # The only buffers, RoPE's tables, are computed from the config, alike on every rank: re-sending them
+    # before each forward is waste. torch 2.13 renamed broadcast_buffers (deprecated there) forward_sync_buffers.
+    renamed = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    no_buffer_sync = {"forward_sync_buffers" if renamed else "broadcast_buffers": False}
+    # gradient_as_bucket_view: gradients live in the all-reduce buckets instead of beside them (one fp32
+    # copy of all gradients less: 4.15 GB on the 1B).
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                   gradient_as_bucket_view=True, bucket_cap_mb=DDP_BUCKET_MB, **no_buffer_sync)
 
 
 def grad_sync(model: torch.nn.Module, sync: bool):
@@ -88,13 +115,22 @@ def mean_across_ranks(value: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     return value
 
 
-def any_rank(flags: list[bool], ctx: DistContext, device: torch.device) -> list[bool]:
-    """Each flag true on every rank if it is true on any: ranks must agree on when to stop."""
+def min_across_ranks(value: int, ctx: DistContext, device: torch.device) -> int:
+    """The smallest of every rank's `value`: what all of them can do."""
     if not ctx.enabled:
-        return flags
-    t = torch.tensor([int(f) for f in flags], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return [bool(v) for v in t.tolist()]
+        return value
+    t = torch.tensor([value], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+def gather_to_main(obj, ctx: DistContext) -> list | None:
+    """Every rank's `obj`, in rank order, on rank 0 (None elsewhere); [obj] in one process."""
+    if not ctx.enabled:
+        return [obj]
+    gathered = [None] * ctx.world_size if ctx.is_main else None
+    dist.gather_object(obj, gathered, dst=0)
+    return gathered
 
 
 def barrier(ctx: DistContext) -> None:
@@ -120,9 +156,12 @@ def full_state(model: torch.nn.Module, optimizer: Optimizers, strategy: str, ctx
 
 def load_optimizer_state(model, optimizer: Optimizers, state: dict | list[dict], strategy: str,
                          ctx: DistContext) -> None:
+    """Put a checkpoint's optimizer state back. A DDP rank holds the whole state, read from the file; an
+    FSDP rank holds its shards, sent from rank 0 tensor by tensor (`state` is used on rank 0 only)."""
     if ctx.enabled and strategy == "fsdp":
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        set_optimizer_state_dict(model, optimizer.optimizers, state, options=StateDictOptions(full_state_dict=True))
+        set_optimizer_state_dict(model, optimizer.optimizers, state if ctx.is_main else {},
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     else:
         optimizer.load_state_dict(state)

@@ -1,7 +1,8 @@
 """Peak throughput and price of the hardware a run uses: the denominators of MFU and the cost columns.
 
-GPUs come from burnout/configs/hardware.yaml (editable). A CPU has no datasheet figure that means much, so its
-peak is measured: the best of a few large matrix multiplies in the run's precision.
+GPUs come from burnout/configs/hardware.yaml (editable), matched on the name torch reports. A CPU has no
+datasheet figure that means much, and a GPU missing from the table has none at hand, so their peak is
+measured: the best of a few large matrix multiplies in the run's precision.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from burnout.config import CONFIG_DIR, read_yaml
 from burnout.errors import BurnoutError
 
 HARDWARE_FILE = CONFIG_DIR / "hardware.yaml"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -34,50 +37,108 @@ def hardware_table(path: Path = HARDWARE_FILE) -> dict[str, dict]:
 
 
 def get_hardware(key: str, precision: str, price_per_hour: float | None = None,
-                 device: torch.device | None = None) -> Hardware:
-    """`key` is a table entry, `cpu`, or `auto` (the GPU torch sees on `device`, else the CPU)."""
+                 device: torch.device | None = None, say: Callable[[str], None] | None = None) -> Hardware:
+    """`key` is a table entry, `cpu`, or `auto` (the GPU torch sees on `device`, else the CPU).
+
+    A GPU that the table does not list still trains: its peak is measured now, and `say` hears so.
+    """
     table = hardware_table()
-    if key == "auto":
-        key = detect(table, device)
     precision = "fp32" if precision == "auto" else precision
-    if key == "cpu":
+    if key == "auto":
+        key = match_gpu(table, torch.cuda.get_device_name(device)) if _is_gpu(device) else "cpu"
+    if key is None:
+        gpu = torch.cuda.get_device_name(device)
+        hw = Hardware("measured", gpu, measure_gpu_peak(device, precision), None, "")
+        if say is not None:
+            say(f"hardware: '{gpu}' is not in {HARDWARE_FILE}, so MFU is over a {precision} matmul peak measured "
+                f"now ({hw.peak_flops / 1e12:,.1f} TFLOP/s)"
+                + ("" if price_per_hour is not None else " and no price is known (set train.price_per_hour)"))
+    elif key == "cpu":
         hw = Hardware("cpu", f"CPU ({torch.get_num_threads()} threads)", measure_cpu_peak(precision), None, "")
     else:
-        if key not in table:
-            raise BurnoutError(f"hardware '{key}' is not in {HARDWARE_FILE}; choose one of: cpu, "
-                               f"{', '.join(table)} (or add an entry there)")
-        entry = table[key]
-        price, note = entry.get("price_per_hour"), "table"
-        if price is None and "units_per_hour" in entry:
-            price = entry["units_per_hour"] * entry["dollars_per_unit"]
-            note = f"{entry['units_per_hour']:g} units/h × ${entry['dollars_per_unit']:g}/unit"
-        hw = Hardware(key, entry["name"], float(entry["peak_tflops"][precision]) * 1e12, price, note)
+        hw = _table_hardware(table, key, precision)
     if price_per_hour is not None:
         hw.price_per_hour, hw.price_note = price_per_hour, "given"
     return hw
 
 
+def _table_hardware(table: dict[str, dict], key: str, precision: str) -> Hardware:
+    if key not in table:
+        raise BurnoutError(f"hardware '{key}' is not in {HARDWARE_FILE}; choose one of: cpu, "
+                           f"{', '.join(table)} (or add an entry there)")
+    entry = table[key]
+    peaks = entry["peak_tflops"]
+    if precision not in peaks:
+        # A card without bf16 tensor cores (T4, V100) lists no bf16 peak: bf16 would run emulated there.
+        raise BurnoutError(f"hardware '{key}' ({entry['name']}) has no {precision} peak in {HARDWARE_FILE}; "
+                           f"use {' or '.join(peaks)} (train.precision, or burnout plan --precision)")
+    price, note = entry.get("price_per_hour"), "table"
+    if price is None and "units_per_hour" in entry:
+        price = entry["units_per_hour"] * entry["dollars_per_unit"]
+        note = f"{entry['units_per_hour']:g} units/h × ${entry['dollars_per_unit']:g}/unit"
+    return Hardware(key, entry["name"], float(peaks[precision]) * 1e12, price, note)
+
+
+def match_gpu(table: dict[str, dict], name: str) -> str | None:
+    """The entry for a GPU named `name` (as torch.cuda.get_device_name says it), or None if none matches.
+
+    Each entry's `match` strings are looked for as whole words, longest first: "NVIDIA H100 PCIe" must find
+    the PCIe entry, not the SXM one that "H100" alone names.
+    """
+    patterns = sorted(((m, key) for key, entry in table.items() for m in entry.get("match") or []),
+                      key=lambda pattern: -len(pattern[0]))
+    for pattern, key in patterns:
+        if re.search(rf"\b{re.escape(pattern)}\b", name):
+            return key
+    return None
+
+
 def detect(table: dict[str, dict], device: torch.device | None) -> str:
-    if device is None or device.type != "cuda":
+    """The table entry of the GPU on `device` ('cpu' off a GPU); a GPU the table does not list is an error."""
+    if not _is_gpu(device):
         return "cpu"
     name = torch.cuda.get_device_name(device)
-    for key, entry in table.items():
-        if any(re.search(rf"\b{re.escape(m)}\b", name) for m in entry.get("match", [])):
-            return key
-    raise BurnoutError(f"train.hardware: GPU '{name}' is not in {HARDWARE_FILE}; add it there or set "
-                       "train.hardware to the closest entry")
+    key = match_gpu(table, name)
+    if key is None:
+        raise BurnoutError(f"GPU '{name}' is not in {HARDWARE_FILE}; add it there with its datasheet peak")
+    return key
+
+
+def _is_gpu(device: torch.device | None) -> bool:
+    return device is not None and device.type == "cuda"
 
 
 @functools.cache
 def measure_cpu_peak(precision: str, size: int = 1024, repeats: int = 5) -> float:
     """Best observed FLOP/s of a size×size matrix multiply on the CPU, in the given precision."""
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    a = torch.randn(size, size, dtype=dtype)
-    b = torch.randn(size, size, dtype=dtype)
+    dtype = DTYPES[precision]
+    # A private generator: this runs after a resume restored the run's RNG states, and must not move them.
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, dtype=dtype, generator=g)
+    b = torch.randn(size, size, dtype=dtype, generator=g)
     torch.mm(a, b)  # first call pays for kernel selection
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
         torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * size**3 / best
+
+
+def measure_gpu_peak(device: torch.device, precision: str, size: int = 8192, repeats: int = 10) -> float:
+    """Best observed FLOP/s of a size×size matrix multiply on the GPU `device`, in the given precision
+    (fp32 on TF32 tensor cores once configure_backends allowed them, as training runs it)."""
+    dtype = DTYPES[precision]
+    g = torch.Generator(device=device).manual_seed(0)  # leaves the run's CUDA RNG state where it is
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=g)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=g)
+    torch.mm(a, b)  # first call pays for cuBLAS's setup and kernel selection
+    torch.cuda.synchronize(device)
+    best = float("inf")
+    for _ in range(repeats):
+        # The launch returns at once: only the synchronize makes the interval cover the multiply.
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - t0)
     return 2 * size**3 / best

@@ -32,7 +32,7 @@ from burnout.config import RunConfig
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.device import configure_backends, resolve_device, resolve_precision
 from burnout.core.rng import seed_everything
-from burnout.data.loader import TokenLoader, check_compatible
+from burnout.data.loader import Prefetcher, TokenLoader, check_compatible
 from burnout.data.shards import read_meta
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
@@ -40,14 +40,14 @@ from burnout.eval.loss import evaluate_loss
 from burnout.generate.sampling import generate_text
 from burnout.models.info import flops_per_token, matmul_parameters
 from burnout.train.checkpointing import Checkpointer, load_for_resume
-from burnout.train.distributed import DistContext, init_distributed, shutdown, wrap_model
+from burnout.train.distributed import DistContext, init_distributed, min_across_ranks, shutdown, wrap_model
 from burnout.train.hardware import get_hardware
 from burnout.train.metrics import MetricsLog, StepLogger
 from burnout.train.phases import current_phase, phase_summary
 from burnout.train.probe import largest_micro_batch, memory_probe, oom_message
 from burnout.train.provenance import record_launch
 from burnout.train.schedule import total_steps
-from burnout.train.step import StepResult, TrainStep, build_model
+from burnout.train.step import StepResult, TrainStep, batch_indices, build_model
 from burnout.train.stopping import StopConditions
 
 
@@ -176,6 +176,8 @@ class Trainer:
         tc = cfg.train
         seqs = tc.batch_size * tc.grad_accum
         b = largest_micro_batch(seqs, memory_probe(cfg, self.device, self.precision, self.seq_len))
+        # Each rank probed its own device; all must run one shape, or their collectives stop pairing up.
+        b = min_across_ranks(b, self.dist, self.device)
         if b != tc.batch_size:
             self.emit(f"auto-batch: micro-batch {b} × accumulation {seqs // b} (was {tc.batch_size} × {tc.grad_accum})")
         return dataclasses.replace(cfg, train=dataclasses.replace(tc, batch_size=b, grad_accum=seqs // b))
@@ -188,16 +190,18 @@ class Trainer:
         self.loaders = {split: TokenLoader(self.data_dir, split, tc.batch_size, self.seq_len, tc.seed, mode=mode)
                         for split in ("train", "val")}
         seed_everything(tc.seed)
-        model = build_model(cfg, self.device)
+        model = build_model(cfg, self.device)  # the same weights on every rank: FSDP shards them as built
+        if self.dist.enabled:  # then each rank its own dropout masks (one process keeps its usual stream)
+            torch.manual_seed(tc.seed + self.dist.rank)
         self.flops_per_token = flops_per_token(cfg.model, self.seq_len, matmul_parameters(model))["flops_per_token"]
         self.step, self.elapsed_before, self.skipped, self.bad_in_row = 0, 0.0, 0, 0
-        ckpt = load_for_resume(self.run_dir, cfg, tokenizer_path) if from_checkpoint else None
+        ckpt = load_for_resume(self.run_dir, cfg, tokenizer_path, self.dist) if from_checkpoint else None
         if ckpt is not None:
             model.load_state_dict(ckpt.model.state_dict())
             self.step, self.elapsed_before = ckpt.state["step"], ckpt.state["elapsed_s"]
             self.skipped = ckpt.state.get("skipped_steps", 0)
         self.elapsed = self.elapsed_before
-        wrapped = wrap_model(model, self.dist, tc.distributed, self.device)
+        wrapped = wrap_model(model, self.dist, tc.distributed, self.device, self.precision)
         self.train_step = TrainStep(wrapped, tc, self.device, self.precision, self.end_of_run, self.dist)
         self.checkpointer = Checkpointer(self.run_dir, cfg, model, self.train_step, self.dist, tokenizer_path,
                                          self.tokens_per_step, self._say)
@@ -212,7 +216,8 @@ class Trainer:
         tc, dist = self.tc, self.dist
         self.phase = current_phase(tc, self.step)
         self.stop_at = min(self.phase.steps, self.end_of_run) if self.phase else self.end_of_run
-        hw = get_hardware(tc.hardware, self.precision, tc.price_per_hour, self.device) if dist.is_main else None
+        hw = (get_hardware(tc.hardware, self.precision, tc.price_per_hour, self.device, say=self.emit)
+              if dist.is_main else None)
         self.price = hw.price_per_hour * dist.world_size if hw and hw.price_per_hour is not None else None
         if dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -235,14 +240,16 @@ class Trainer:
 
     def train(self) -> TrainResult:
         ckpt_path, result = None, None
-        stop = StopConditions(self.stop_at, self.end_of_run, self.tc.max_minutes, self.dist, self.device)
+        stop = StopConditions(self.stop_at, self.end_of_run, self.tc.max_minutes)
+        batches = Prefetcher(self.loaders["train"], batch_indices(self.step, self.tc.grad_accum, self.dist),
+                             pin=self.device.type == "cuda")
         t_start = time.perf_counter()
         try:
             with stop:
                 while self.step < self.stop_at:
                     t0 = time.perf_counter()
                     try:
-                        result = self.train_step(self.loaders["train"], self.step)
+                        result = self.train_step(batches, self.step, flags=stop.local_flags)
                     except torch.OutOfMemoryError:
                         raise BurnoutError(oom_message(self.tc, self.seq_len)) from None
                     self._count_skipped(result)
@@ -250,7 +257,7 @@ class Trainer:
                     self.logger.count(time.perf_counter() - t0)
                     self.elapsed = self.elapsed_before + time.perf_counter() - t_start
                     self.bar.update(1)
-                    final = stop.final(self.step)
+                    final = stop.final(self.step, result.flags)
                     if self.logger.due(self.step, final):
                         record = self.logger.record(self.step, result.loss, result.lr, result.grad_norm,
                                                     self.elapsed, self.skipped)
@@ -263,6 +270,7 @@ class Trainer:
                     if final:
                         break
         finally:
+            batches.close()
             self.bar.close()
             self.checkpointer.close()
             self.logger.close()

@@ -11,7 +11,7 @@ from burnout.common import METRICS_FILE, append_jsonl, format_duration, read_jso
 from burnout.config import TrainConfig
 
 # Keys that measure the machine rather than the training: they differ between a run and its exact replay.
-TIMING_KEYS = ("elapsed_s", "tokens_per_s", "mfu", "eta_s", "dollars", "dollars_projected")
+TIMING_KEYS = ("elapsed_s", "tokens_per_s", "mfu", "eta_s", "dollars", "dollars_projected", "first_step_s")
 
 
 class MetricsLog:
@@ -75,7 +75,11 @@ class ExternalLoggers:
 class StepLogger:
     """Due every train.log_interval steps, at every evaluation and at a session's last step. A record
     holds the loss, LR, gradient norm, tokens/s since the previous record and, on rank 0, MFU, ETA to
-    `stop_at` and dollars (from the logged elapsed_s, so the log reproduces them)."""
+    `stop_at` and dollars (from the logged elapsed_s, so the log reproduces them).
+
+    A session's first step is left out of tokens/s, MFU and ETA: it carries torch.compile's tracing and
+    compilation and the allocator's warm-up, which no later step repeats. Its seconds are logged once,
+    as `first_step_s` in the session's first record, so the cost of starting shows on its own."""
 
     def __init__(self, run_dir: Path | None, tc: TrainConfig, tokens_per_step: int, flops_per_token: float,
                  peak_flops: float | None, price: float | None, stop_at: int, bar, emit: Callable[[str], None],
@@ -86,9 +90,14 @@ class StepLogger:
         self.metrics = MetricsLog(run_dir) if self.main else None
         self.external = ExternalLoggers(run_dir, tc.tensorboard, tc.wandb, config) if self.main else None
         self.train_time, self.train_tokens = 0.0, 0  # since the last record, for tokens/s
+        self.first_step_s: float | None = None  # the session's first step, until a record takes it
+        self.started = False  # whether this session has counted its first step
 
     def count(self, seconds: float) -> None:
         """One more step of `seconds` of training time."""
+        if not self.started:
+            self.started, self.first_step_s = True, seconds
+            return
         self.train_time += seconds
         self.train_tokens += self.tokens_per_step
 
@@ -97,18 +106,28 @@ class StepLogger:
         return step % tc.log_interval == 0 or step % tc.eval_interval == 0 or final
 
     def record(self, step: int, loss: float, lr: float, grad_norm: float, elapsed: float, skipped: int) -> dict:
-        rate = self.train_tokens / self.train_time
+        """The record of `step`. Where the window since the last record is the session's first step alone
+        (train.log_interval=1, or a record due right after a resume), no rate was measured: tokens_per_s,
+        MFU, ETA and dollars_projected are left out rather than computed from a step that includes
+        compilation (an ETA from a 40 s compile step would read hours); the next record has them."""
+        rate = self.train_tokens / self.train_time if self.train_tokens else None
         self.train_time, self.train_tokens = 0.0, 0
+        measured = {"tokens_per_s": rate} if rate else {}
         record = {"step": step, "tokens": step * self.tokens_per_step, "train_loss": loss, "lr": lr,
-                  "grad_norm": grad_norm, "tokens_per_s": rate, "elapsed_s": round(elapsed, 3),
-                  "skipped_steps": skipped}
-        if self.main:
-            eta = (self.stop_at - step) * self.tokens_per_step / rate
+                  "grad_norm": grad_norm, **measured, "elapsed_s": round(elapsed, 3), "skipped_steps": skipped}
+        if self.first_step_s is not None:
+            record["first_step_s"] = round(self.first_step_s, 3)
+            self.first_step_s = None
+        if not self.main:
+            return record
+        eta = (self.stop_at - step) * self.tokens_per_step / rate if rate else None
+        if rate:
             record["mfu"] = rate * self.flops_per_token / self.peak_flops
             record["eta_s"] = round(eta, 1)
-            if self.price is not None:
-                record["dollars"] = record["elapsed_s"] / 3600 * self.price
-                record["dollars_projected"] = (record["elapsed_s"] + eta) / 3600 * self.price
+        if self.price is not None:
+            record["dollars"] = record["elapsed_s"] / 3600 * self.price
+        if self.price is not None and rate:
+            record["dollars_projected"] = (record["elapsed_s"] + eta) / 3600 * self.price
         return record
 
     def write(self, record: dict) -> None:
@@ -116,10 +135,15 @@ class StepLogger:
             return
         self.metrics.write(record)
         self.external.write(record)
-        self.bar.set_postfix(loss=f"{record['train_loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}",
-                             mfu=f"{record['mfu']:.1%}")
-        line = (f"step {record['step']}/{self.stop_at} loss {record['train_loss']:.4f} lr {record['lr']:.2e} "
-                f"{record['tokens_per_s']:.0f} tok/s mfu {record['mfu']:.1%} eta {format_duration(record['eta_s'])}")
+        line = f"step {record['step']}/{self.stop_at} loss {record['train_loss']:.4f} lr {record['lr']:.2e}"
+        postfix = {"loss": f"{record['train_loss']:.3f}"}
+        if "tokens_per_s" in record:
+            postfix.update(tok_s=f"{record['tokens_per_s']:.0f}", mfu=f"{record['mfu']:.1%}")
+            line += (f" {record['tokens_per_s']:.0f} tok/s mfu {record['mfu']:.1%} "
+                     f"eta {format_duration(record['eta_s'])}")
+        if "first_step_s" in record:
+            line += f" first step {record['first_step_s']:.1f} s"
+        self.bar.set_postfix(postfix)
         if self.price is not None:
             line += f" ${record['dollars']:.2f}"
         if "val_loss" in record:

@@ -66,7 +66,7 @@ def hidden_matrices(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in inner.blocks.parameters() if p.requires_grad and p.dim() == 2]
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> Optimizers:
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> Optimizers:
     """AdamW with weight decay on matrices only (not on norms' gains or biases); under
     train.optimizer=muon, Muon takes the blocks' matrices and AdamW keeps embeddings, head, norms, biases."""
     muon_params = hidden_matrices(model) if cfg.optimizer == "muon" else []
@@ -76,7 +76,10 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    adamw = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
+    # Fused (one kernel over all tensors) on every device: on the CPU it updates as foreach does
+    # (tests/train/test_compile.py) and 4.4× faster than the per-tensor loop PyTorch picks there by
+    # default (0.33 vs 1.46 ms per update of the shakespeare-fast model with AdamW alone).
+    adamw = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
     if not muon_params:
         return Optimizers(adamw)
     muon = torch.optim.Muon(muon_params, lr=cfg.muon_lr, momentum=cfg.muon_momentum, weight_decay=cfg.weight_decay)

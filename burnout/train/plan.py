@@ -1,24 +1,59 @@
-"""`burnout plan`: predicted hours and dollars per phase before a GPU is rented.
+"""`burnout plan`: predicted hours, dollars and peak memory before a GPU is rented.
 
 time = tokens × FLOPs per token / (peak FLOP/s × MFU × devices), FLOPs per token from
 burnout.models.info (6·N for the matmuls plus attention), the peak and price from burnout/configs/hardware.yaml.
 The MFU is an assumption the plan states; the run's metrics.jsonl later gives the measured one.
+
+Memory per GPU at the configured micro-batch, line by line (each line says whether it is derived, measured or
+assumed): fp32 weights, fp32 gradients and the optimizer's state (parameter counts × bytes); the activations
+saved for backward, autocast's weight copies and backward's working memory, measured by tracing the model's
+forward and backward on fake tensors (burnout/models/memory.py); under FSDP the sharded part divided by the
+GPUs plus the unsharded blocks; and on CUDA an assumed constant and margin for what PyTorch's allocator does
+not see. The verdict compares the total with the GPU's memory (`memory_gb` in hardware.yaml, read as GiB).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+
+import torch
 
 from burnout.config import RunConfig
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
-from burnout.train.hardware import get_hardware
+from burnout.models.memory import FP32, compiled_saved, measure_step, param_counts, static_bytes
+from burnout.train.hardware import get_hardware, hardware_table
 from burnout.train.schedule import total_steps
+
+GIB = 2**30
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Outside PyTorch's allocator, so torch.cuda.max_memory_allocated never shows it: the CUDA context with the
+# cuBLAS/cuDNN handles and loaded kernels (0.5–1 GiB on recent drivers) and NCCL's buffers. Assumed.
+CUDA_CONTEXT_BYTES = GIB
+# The caching allocator rounds each block up and leaves gaps between them: an assumed 5 % of the peak.
+ALLOCATOR_MARGIN = 0.05
+# FSDP2 keeps the root module's parameters (embeddings, head, final norm) gathered through forward and backward,
+# and gathers a block's while the next one's all-gather is already in flight: two blocks at once, each with its
+# unsharded gradients in backward (burnout/train/distributed.py gathers in the autocast dtype, reduces in fp32).
+FSDP_GATHERED_BLOCKS = 2
+FSDP_SIZES = (2, 4, 8, 16, 32, 64)  # GPUs tried when FSDP is the fix
+LINES = {  # key: (label, how the figure is known)
+    "weights": ("weights, fp32", "derived"),
+    "gradients": ("gradients, fp32", "derived"),
+    "optimizer": ("optimizer state", "derived"),
+    "activations": ("activations kept for backward", "measured"),
+    "weight_copies": ("autocast weight copies", "measured"),
+    "working": ("working memory at the peak", "measured"),
+    "fsdp_unsharded": ("FSDP gathered weights + grads", "derived"),
+    "overhead": ("CUDA context + allocator", "assumed"),
+}
 
 
 def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: float | None = None,
              devices: int = 1, precision: str | None = None) -> dict:
-    """Per-phase steps, tokens, FLOPs, hours and dollars (one phase 'run' when the config has none).
+    """Per-phase steps, tokens, FLOPs, hours and dollars (one phase 'run' when the config has none), and the
+    peak memory per device with its verdict (memory_plan).
 
     train.max_epochs is not applied: the plan does not read the data, so it knows no epoch length.
     """
@@ -49,7 +84,8 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: fl
     return {"hardware": hw.key, "hardware_name": hw.name, "precision": precision, "peak_flops": hw.peak_flops,
             "mfu": mfu, "devices": devices, "price_per_hour": hw.price_per_hour, "price_note": hw.price_note,
             "params": info["params_total"], "flops_per_token": fpt, "seq_len": seq_len,
-            "tokens_per_step": tokens_per_step, "tokens_per_s": rate / fpt, "phases": rows}
+            "tokens_per_step": tokens_per_step, "tokens_per_s": rate / fpt, "phases": rows,
+            "memory": memory_plan(cfg, hw.key, precision, devices)}
 
 
 def format_plan(plan: dict) -> str:
@@ -76,8 +112,211 @@ def format_plan(plan: dict) -> str:
     lines.append(f"{'total':<21}{'':>16}{sum(r['tokens'] for r in plan['phases']) / 1e9:>9.2f}B{total_h:>10.1f}"
                  f"{_money(total_d if price is not None else None):>10}"
                  f"{_money(sum(r['budget'] or 0 for r in plan['phases']) or None):>10}")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + format_memory(plan["memory"], plan["hardware_name"])
 
 
 def _money(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    compiled: bool
+    checkpointing: bool
+
+    @property
+    def name(self) -> str:
+        return ("compiled" if self.compiled else "eager") + (" + ckpt" if self.checkpointing else "")
+
+
+VARIANTS = (Variant(False, False), Variant(True, False), Variant(False, True), Variant(True, True))
+
+
+def memory_target(hardware: str) -> str:
+    """What burnout.models.memory traces for: the CPU, or a CUDA GPU with or without flash attention. bf16
+    tensor cores and PyTorch's flash kernel both begin with Ampere, so an entry without a bf16 peak predates it."""
+    if hardware == "cpu":
+        return "cpu"
+    return "cuda" if "bf16" in hardware_table()[hardware]["peak_tflops"] else "cuda-pre-ampere"
+
+
+def predict_memory(cfg: RunConfig, precision: str, target: str, devices: int, batch_size: int,
+                   variant: Variant) -> dict[str, int]:
+    """Peak bytes per GPU of a training step at micro-batch `batch_size`, line by line (LINES), and the total.
+
+    A compiled run keeps what torch.compile's partitioner saves (models.memory.compiled_saved) with eager's
+    working memory, an upper bound for inductor's fused kernels (benchmarks/bench_memory.py measured compiled
+    runs 9–17 % under this on CPU); under activation checkpointing the checkpoint decides what is kept (each
+    block's input), compiled or not, so both checkpointed variants are eager's.
+    """
+    tc = cfg.train
+    seq_len = tc.seq_len or cfg.model.context_length
+    counts = param_counts(cfg.model)
+    fsdp = devices > 1 and tc.distributed == "fsdp"
+    # DDP keeps a whole replica; its gradient buckets are the gradients (gradient_as_bucket_view=True).
+    lines = {key: -(-n // devices) if fsdp else n for key, n in static_bytes(counts, tc.optimizer).items()}
+    step = measure_step(cfg.model, batch_size, seq_len, precision, variant.checkpointing, target)
+    acts, copies = step.saved, step.weight_copies
+    if variant.compiled and not variant.checkpointing:
+        acts, copies = compiled_saved(cfg.model, batch_size, seq_len, precision, target)
+    lines.update(activations=acts, weight_copies=copies, working=step.working)
+    if fsdp:
+        # The gathered weights are already in the autocast dtype: autocast copies nothing, and a block's weights
+        # kept for backward are gathered again then. Per gathered parameter: the weight and its gradient in
+        # that dtype, and the gradient's fp32 copy for the reduce-scatter when that dtype is not fp32.
+        low = DTYPE_BYTES[precision]
+        per_param = 2 * low + (FP32 if low != FP32 else 0)
+        lines["weight_copies"] = 0
+        lines["fsdp_unsharded"] = per_param * (counts.outside_blocks + FSDP_GATHERED_BLOCKS * counts.per_block)
+    if target != "cpu":
+        lines["overhead"] = CUDA_CONTEXT_BYTES + round(ALLOCATOR_MARGIN * sum(lines.values()))
+    return {**lines, "total": sum(lines.values())}
+
+
+def largest_fitting(seqs_per_step: int, start: int, fits: Callable[[int], bool], start_fits: bool) -> int | None:
+    """The largest divisor of `seqs_per_step` (sequences per step per GPU, kept through grad_accum as
+    --auto-batch does) for which `fits` holds: a binary search above `start` if it fits, below it if not,
+    since memory grows with the micro-batch."""
+    divisors = [d for d in range(1, seqs_per_step + 1) if seqs_per_step % d == 0]
+    candidates = [d for d in divisors if d > start] if start_fits else [d for d in divisors if d < start]
+    best = start if start_fits else None
+    lo, hi = 0, len(candidates) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(candidates[mid]):
+            best, lo = candidates[mid], mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def memory_fixes(cfg: RunConfig, precision: str, target: str, devices: int, capacity: int,
+                 largest: int | None) -> list[tuple[str, int]]:
+    """Changes that make a plan fit, each with its predicted total: checkpointing, compiling, a smaller
+    micro-batch (checkpointed if need be), FSDP over more GPUs."""
+    tc = cfg.train
+    b, seqs = tc.batch_size, tc.batch_size * tc.grad_accum
+    configured = Variant(tc.compile, tc.activation_checkpointing)
+    found = []
+
+    def consider(change: str, cfg_: RunConfig, gpus: int, batch: int, variant: Variant) -> bool:
+        total = predict_memory(cfg_, precision, target, gpus, batch, variant)["total"]
+        if total <= capacity:
+            found.append((change, total))
+        return total <= capacity
+
+    if not tc.activation_checkpointing:
+        consider("train.activation_checkpointing=true", cfg, devices, b, Variant(tc.compile, True))
+    if not tc.compile:
+        consider("train.compile=true", cfg, devices, b, Variant(True, tc.activation_checkpointing))
+    if largest is not None:
+        consider(f"train.batch_size={largest} train.grad_accum={seqs // largest}", cfg, devices, largest, configured)
+    elif not tc.activation_checkpointing:
+        ckpt = Variant(tc.compile, True)
+        smaller = largest_fitting(seqs, b, lambda m: predict_memory(cfg, precision, target, devices, m, ckpt)
+                                  ["total"] <= capacity, start_fits=False)
+        if smaller is not None:
+            consider(f"train.activation_checkpointing=true train.batch_size={smaller} "
+                     f"train.grad_accum={seqs // smaller}", cfg, devices, smaller, ckpt)
+    if tc.optimizer != "muon" and target != "cpu":  # the config refuses Muon under FSDP
+        fsdp = dataclasses.replace(cfg, train=dataclasses.replace(tc, distributed="fsdp"))
+        for n in (n for n in FSDP_SIZES if n > devices or (n == devices and tc.distributed != "fsdp")):
+            if consider(f"--gpus {n} train.distributed=fsdp", fsdp, n, b, configured):
+                break
+    return found
+
+
+def memory_plan(cfg: RunConfig, hardware: str, precision: str, devices: int) -> dict:
+    """The memory table (every variant at the configured micro-batch), the verdict against the GPU's memory,
+    the largest micro-batch that fits and, when the plan does not fit, what would make it fit."""
+    tc = cfg.train
+    target = memory_target(hardware)
+    entry = hardware_table().get(hardware, {})
+    capacity = round(entry["memory_gb"] * GIB) if "memory_gb" in entry else None
+    configured = Variant(tc.compile, tc.activation_checkpointing)
+    variants = {v.name: predict_memory(cfg, precision, target, devices, tc.batch_size, v) for v in VARIANTS}
+    plan = {"target": target, "capacity_bytes": capacity, "micro_batch": tc.batch_size, "grad_accum": tc.grad_accum,
+            "seq_len": tc.seq_len or cfg.model.context_length, "precision": precision, "devices": devices,
+            "distributed": tc.distributed if devices > 1 else None, "optimizer": tc.optimizer,
+            "configured": configured.name, "variants": variants, "fits": None, "largest_micro_batch": None,
+            "fixes": []}
+    if capacity is None:  # the CPU: no fixed budget
+        return plan
+    plan["fits"] = variants[configured.name]["total"] <= capacity
+    plan["largest_micro_batch"] = largest_fitting(
+        tc.batch_size * tc.grad_accum, tc.batch_size,
+        lambda b: predict_memory(cfg, precision, target, devices, b, configured)["total"] <= capacity, plan["fits"])
+    if not plan["fits"]:
+        plan["fixes"] = memory_fixes(cfg, precision, target, devices, capacity, plan["largest_micro_batch"])
+        if not plan["fixes"]:
+            raise BurnoutError(_impossible(cfg, hardware, entry, variants[configured.name]["total"], capacity))
+    return plan
+
+
+def _impossible(cfg: RunConfig, hardware: str, entry: dict, total: int, capacity: int) -> str:
+    tc = cfg.train
+    return (f"train.batch_size: {tc.batch_size} × {tc.seq_len or cfg.model.context_length} tokens needs "
+            f"{total / GIB:.1f} GiB per GPU and {hardware} ({entry['name']}) has {capacity / GIB:.0f} GiB; not even "
+            f"micro-batch 1 with activation checkpointing fits, nor FSDP over {FSDP_SIZES[-1]} GPUs: choose a GPU "
+            "with more memory, a shorter train.seq_len or a smaller model")
+
+
+def check_fits(cfg: RunConfig, device: torch.device, world_size: int, precision: str,
+               memory_bytes: int | None = None, target: str | None = None) -> None:
+    """Refuse, before anything is allocated, a CUDA run whose predicted peak exceeds the GPU's memory.
+
+    `memory_bytes` and `target` default to what the device reports (total memory; flash attention from
+    compute capability 8.0). Off CUDA there is no fixed budget; train.memory_check=false skips the check.
+    """
+    tc = cfg.train
+    if device.type != "cuda" or not tc.memory_check:
+        return
+    if memory_bytes is None:
+        memory_bytes = torch.cuda.get_device_properties(device).total_memory
+    if target is None:
+        target = "cuda" if torch.cuda.get_device_capability(device) >= (8, 0) else "cuda-pre-ampere"
+    variant = Variant(tc.compile, tc.activation_checkpointing)
+    total = predict_memory(cfg, precision, target, world_size, tc.batch_size, variant)["total"]
+    if total <= memory_bytes:
+        return
+    seqs = tc.batch_size * tc.grad_accum
+    largest = largest_fitting(seqs, tc.batch_size, lambda b: predict_memory(
+        cfg, precision, target, world_size, b, variant)["total"] <= memory_bytes, start_fits=False)
+    fixes = memory_fixes(cfg, precision, target, world_size, memory_bytes, largest)
+    fix = f"try {fixes[0][0]} ({fixes[0][1] / GIB:.1f} GiB)" if fixes else \
+        "not even micro-batch 1 with activation checkpointing fits: use a smaller model or a shorter train.seq_len"
+    raise BurnoutError(f"predicted peak {total / GIB:.1f} GiB per GPU at micro-batch {tc.batch_size} ({variant.name}) "
+                       f"exceeds the GPU's {memory_bytes / GIB:.1f} GiB; {fix}, or set train.memory_check=false "
+                       "to start anyway")
+
+
+def format_memory(memory: dict, hardware_name: str) -> str:
+    """The memory table (GiB per GPU; the configured variant starred), the verdict and what would fit."""
+    m, names = memory, list(memory["variants"])
+    setup = f"{m['devices']} GPUs, {m['distributed'].upper()}" if m["distributed"] else "1 device"
+    lines = [f"peak memory per device at micro-batch {m['micro_batch']} × {m['seq_len']} tokens, {m['precision']}"
+             f"{'' if m['precision'] == 'fp32' else ' autocast'}, {m['optimizer']}, {setup} (GiB)",
+             f"{'':<32}{'':<10}" + "".join(f"{name + ('*' if name == m['configured'] else ''):>16}" for name in names)]
+    for key, (label, how) in LINES.items():
+        if key in m["variants"][names[0]]:
+            lines.append(f"{label:<32}{how:<10}" + "".join(f"{m['variants'][n][key] / GIB:>16.2f}" for n in names))
+    lines.append(f"{'total':<42}" + "".join(f"{m['variants'][n]['total'] / GIB:>16.2f}" for n in names))
+    lines.append("derived: parameter counts × bytes; measured: the model's forward and backward traced on fake tensors "
+                 "(compiled: what torch.compile's partitioner keeps, with eager's working memory); assumed: "
+                 f"{CUDA_CONTEXT_BYTES / GIB:g} GiB CUDA context + {ALLOCATOR_MARGIN:.0%} allocator margin")
+    total = m["variants"][m["configured"]]["total"]
+    if m["capacity_bytes"] is None:
+        lines.append(f"{m['configured']}: {total / GIB:.1f} GiB; a CPU has no fixed memory budget to check it against")
+        return "\n".join(lines)
+    capacity = m["capacity_bytes"]
+    verdict = (f"fits, {(capacity - total) / GIB:.1f} GiB ({(capacity - total) / capacity:.0%}) to spare" if m["fits"]
+               else f"does not fit, {(total - capacity) / GIB:.1f} GiB over")
+    lines.append(f"{m['configured']} (configured): {total / GIB:.1f} of {capacity / GIB:.0f} GiB on the "
+                 f"{hardware_name}: {verdict}")
+    seqs = m["micro_batch"] * m["grad_accum"]
+    largest = m["largest_micro_batch"]
+    lines.append(f"largest micro-batch that fits: {largest} × accumulation {seqs // largest} (same tokens per step)"
+                 if largest else "largest micro-batch that fits: none at this setting")
+    for change, fix_total in m["fixes"]:
+        lines.append(f"  fits with {change}: {fix_total / GIB:.1f} GiB")
+    return "\n".join(lines)

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from burnout.common import RESUMES_FILE, RUN_CONFIG_FILE, append_jsonl
+from burnout.common import RESUMES_FILE, RUN_CONFIG_FILE, append_jsonl, first_line, write_atomic
 from burnout.config import RunConfig, load_run_config
 from burnout.data.prepare import prepare_data
-from burnout.data.shards import read_meta
+from burnout.data.shards import META_FILE, read_meta
 from burnout.errors import BurnoutError
 from burnout.train.loop import TrainResult, refuse_existing_run, train
 
@@ -19,6 +19,11 @@ from burnout.train.loop import TrainResult, refuse_existing_run, train
 # state the checkpoint must hold).
 _RESUME_FIXED = ("model", "data", "tokenizer", "train.seed", "train.batch_size", "train.grad_accum", "train.seq_len",
                  "train.optimizer")
+
+# Under torchrun, rank 0 writes its error here (in the run folder) when preparing the data fails, so that
+# the ranks waiting for the data stop with it.
+PREPARE_FAILED_FILE = ".prepare-failed"
+WAIT_POLL_S = 1.0
 
 
 def start_training(cfg: RunConfig, run_dir: Path, data_dir: Path | None = None,
@@ -29,13 +34,49 @@ def start_training(cfg: RunConfig, run_dir: Path, data_dir: Path | None = None,
     data_dir = data_dir or (Path(cfg.data.prepared_dir) if cfg.data.prepared_dir else None)
     if data_dir is None:
         data_dir = Path(run_dir) / "data"
-        if not (data_dir / "meta.json").exists():
-            on_event(f"preparing data into {data_dir}")
-            prepare_data(cfg.data, cfg.tokenizer, data_dir, progress=progress is not False)
+        if not (data_dir / META_FILE).exists():
+            prepare_on_rank_0(cfg, data_dir, on_event, progress, int(os.environ.get("RANK", "0")),
+                              int(os.environ.get("WORLD_SIZE", "1")))
     read_meta(data_dir)
     # Recorded so that `--resume` and the saved config find the same tokens.
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, prepared_dir=str(Path(data_dir).resolve())))
     return train(cfg, run_dir, data_dir, resume=False, progress=progress, on_event=on_event, auto_batch=auto_batch)
+
+
+def prepare_on_rank_0(cfg: RunConfig, data_dir: Path, on_event: Callable[[str], None], progress: bool | None,
+                      rank: int, world_size: int) -> None:
+    """Prepare the data into RUN/data. Under torchrun rank 0 prepares (two ranks writing the same shards
+    collide) and the others wait for its meta.json, written last. They poll the folder rather than wait in
+    a collective: no process group exists yet, and a large prepare outlasts any collective's timeout.
+    Several nodes must therefore share the run folder (as --resume needs them to)."""
+    failed = data_dir.parent / PREPARE_FAILED_FILE
+    if rank == 0:
+        on_event(f"preparing data into {data_dir}")
+        failed.unlink(missing_ok=True)
+        try:
+            prepare_data(cfg.data, cfg.tokenizer, data_dir, progress=progress is not False)
+        except Exception as exc:
+            if world_size > 1:
+                failed.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(failed, first_line(exc))
+            raise
+        return
+    # A failure file already there is an earlier launch's; rank 0's is a new file (written atomically). Should
+    # rank 0 fail before this line, torchrun still stops this rank when rank 0 exits.
+    earlier = _identity(failed)
+    while not (data_dir / META_FILE).exists():
+        if _identity(failed) not in (None, earlier):
+            raise BurnoutError(f"rank {rank}: rank 0 failed to prepare the data into {data_dir}: "
+                               f"{failed.read_text()}")
+        time.sleep(WAIT_POLL_S)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
 
 
 def resume_training(run_dir: Path, overrides: list[str] = (), on_event: Callable[[str], None] = print,

@@ -9,9 +9,11 @@ the gradient is not finite.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +46,18 @@ def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
     return model
 
 
+def batch_index(step: int, micro: int, grad_accum: int, dist: DistContext) -> int:
+    """The stream batch that micro-batch `micro` of this rank reads at `step` (see accumulate_gradients)."""
+    return (step * dist.world_size + dist.rank) * grad_accum + micro
+
+
+def batch_indices(start_step: int, grad_accum: int, dist: DistContext) -> Iterator[int]:
+    """Every batch this rank reads from `start_step` on, in order: what a Prefetcher reads ahead."""
+    for step in itertools.count(start_step):
+        for micro in range(grad_accum):
+            yield batch_index(step, micro, grad_accum, dist)
+
+
 def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torch.device, precision: str,
                          dist: DistContext | None = None, scaler: torch.amp.GradScaler | None = None,
                          clock: Clock = _no_clock) -> torch.Tensor:
@@ -56,7 +70,7 @@ def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torc
     dist = dist or DistContext()
     loss_sum = torch.zeros((), device=device)
     for micro in range(grad_accum):
-        x, y = loader.get_batch((step * dist.world_size + dist.rank) * grad_accum + micro)
+        x, y = loader.get_batch(batch_index(step, micro, grad_accum, dist))
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         clock("data")
         with grad_sync(model, micro == grad_accum - 1):
@@ -75,6 +89,7 @@ class StepResult:
     grad_norm: float  # before clipping
     lr: float  # train.lr's schedule at this step (Muon's LR follows it in proportion)
     applied: bool  # False: the loss or the gradient was not finite and the update was skipped
+    flags: list[bool] = dataclasses.field(default_factory=list)  # the stop flags, agreed across ranks
 
 
 class TrainStep:
@@ -92,7 +107,7 @@ class TrainStep:
         self.precision = precision
         self.end_of_run = end_of_run
         self.dist = dist or DistContext()  # one process
-        self.optimizer = make_optimizer(model, tc, device)
+        self.optimizer = make_optimizer(model, tc)
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
         self.forward = torch.compile(model) if tc.compile else model
 
@@ -100,19 +115,25 @@ class TrainStep:
         """Drop torch.compile (bench falls back to eager where the compiler is missing or fails)."""
         self.forward = self.model
 
-    def __call__(self, loader, step: int, clock: Clock = _no_clock) -> StepResult:
+    def __call__(self, loader, step: int, clock: Clock = _no_clock,
+                 flags: Callable[[], list[bool]] | None = None) -> StepResult:
+        """One step. `flags()` (the loop's stop conditions) are asked for just before the loss is averaged
+        across ranks and ride on that all-reduce: StepResult.flags[i] is true if flag i is true on any rank."""
         tc = self.tc
         lr = lr_at(step, tc, self.end_of_run)
         self.optimizer.scale_lr(lr / tc.lr)
         loss_sum = accumulate_gradients(self.forward, loader, step, tc.grad_accum, self.device, self.precision,
                                         self.dist, self.scaler, clock)
-        loss_sum = mean_across_ranks(loss_sum, self.dist)
+        local = flags() if flags is not None else []
+        # NOTE: one collective per step carries the loss and the stop flags; a flag averaged over ranks is > 0
+        # when any rank raised it.
+        reduced = mean_across_ranks(torch.cat([loss_sum.reshape(1), loss_sum.new_tensor(local)]), self.dist)
         if self.scaler is not None:
             self.optimizer.unscale(self.scaler)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip or float("inf"))
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP's DTensor
         # One host sync per step: whether to apply the update depends on it.
-        loss, norm = loss_sum.item(), grad_norm.item()
+        loss, *agreed, norm = torch.cat([reduced, grad_norm.reshape(1).to(reduced.dtype)]).tolist()
         # Under fp16 an infinite gradient is the scaler's business (it skips and lowers the scale).
         applied = math.isfinite(loss) and (self.scaler is not None or math.isfinite(norm))
         if applied:
@@ -121,4 +142,4 @@ class TrainStep:
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         clock("optimizer")
-        return StepResult(loss, norm, lr, applied)
+        return StepResult(loss, norm, lr, applied, [value > 0 for value in agreed])

@@ -1,15 +1,12 @@
 """When a training session stops: the end of the current phase (or of the run), train.max_minutes, or
-SIGTERM / SIGINT. Every rank must stop at the same step, so the conditions are agreed across ranks."""
+SIGTERM / SIGINT. Every rank must stop at the same step, so the conditions are agreed across ranks (on
+the train step's own all-reduce)."""
 
 from __future__ import annotations
 
 import signal
 import threading
 import time
-
-import torch
-
-from burnout.train.distributed import DistContext, any_rank
 
 
 class StopConditions:
@@ -19,10 +16,8 @@ class StopConditions:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, stop_at: int, end_of_run: int, max_minutes: float | None, dist: DistContext,
-                 device: torch.device):
+    def __init__(self, stop_at: int, end_of_run: int, max_minutes: float | None):
         self.stop_at, self.end_of_run, self.max_minutes = stop_at, end_of_run, max_minutes
-        self.dist, self.device = dist, device
         self.received: int | None = None
         self.reason = "done"
         self._previous: dict = {}
@@ -43,11 +38,15 @@ class StopConditions:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
-    def final(self, step: int) -> bool:
-        """Whether `step` (just finished) is this session's last; if so `reason` says why: done (the run's
-        last step), phase (a phase ended), time (train.max_minutes) or signal."""
+    def local_flags(self) -> list[bool]:
+        """[time is up, a signal arrived] on this rank; the train step agrees them across ranks."""
         time_up = self.max_minutes is not None and time.perf_counter() - self._session_start > self.max_minutes * 60
-        time_up, interrupted = any_rank([time_up, self.received is not None], self.dist, self.device)
+        return [time_up, self.received is not None]
+
+    def final(self, step: int, agreed: list[bool]) -> bool:
+        """Whether `step` (just finished) is this session's last, given the agreed local_flags; if so `reason`
+        says why: done (the run's last step), phase (a phase ended), time (train.max_minutes) or signal."""
+        time_up, interrupted = agreed
         if step >= self.stop_at or time_up or interrupted:
             self.reason = ("signal" if interrupted else "time" if time_up
                            else "phase" if step < self.end_of_run else "done")

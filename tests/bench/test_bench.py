@@ -12,6 +12,7 @@ from burnout.bench.bench import PARTS, PythonBatcher, StepTimer, bench_step, def
 from burnout.cli import main
 from burnout.core.checkpoint import load_checkpoint
 from burnout.data.loader import TokenLoader
+from burnout.errors import BurnoutError
 from burnout.train.run import start_training
 
 CPU = torch.device("cpu")
@@ -108,3 +109,92 @@ def test_training_preloads_small_token_files(tiny_bpe_data, monkeypatch):
     assert loop.loader_mode(tiny_bpe_data) == "preload"
     monkeypatch.setattr(loop, "PRELOAD_MAX_BYTES", 0)
     assert loop.loader_mode(tiny_bpe_data) == "mmap"
+
+
+def fake_out_of_memory(monkeypatch, fails) -> list:
+    """Transformer.forward raises CUDA's out-of-memory error wherever `fails(model)`; torch.compile is
+    the identity (fast). Returns weak references to the models that failed; a later forward checks that
+    they were freed, as a GPU needs for the next rung to have the memory back."""
+    import weakref
+
+    from burnout.models import Transformer
+
+    failed, forward = [], Transformer.forward
+
+    def maybe_oom(self, idx, targets=None, cache=None):
+        assert all(ref() is None for ref in failed), "a rung that ran out of memory is still alive"
+        if fails(self):
+            failed.append(weakref.ref(self))
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+        return forward(self, idx, targets, cache)
+
+    monkeypatch.setattr(Transformer, "forward", maybe_oom)
+    monkeypatch.setattr(torch, "compile", lambda model, *args, **kwargs: model)
+    return failed
+
+
+def explicit_attention(model) -> bool:
+    return not model.blocks[0].attn.use_sdpa
+
+
+def test_ablate_goes_on_past_a_rung_that_runs_out_of_memory(tiny_run_config, tiny_bpe_data, monkeypatch):
+    failed = fake_out_of_memory(monkeypatch, lambda m: explicit_attention(m) and torch.is_autocast_enabled("cpu"))
+    r = ablate(tiny_run_config(), tiny_bpe_data, steps=1, warmup=1)
+    assert len(failed) == 1
+    assert [x["rung"] for x in r["rungs"]] == [key for key, _, _ in RUNGS]
+    bf16, sdpa = r["rungs"][4], r["rungs"][5]
+    assert bf16["skipped"] == "out of memory at this rung: CUDA out of memory. Tried to allocate 8.00 GiB"
+    assert "tokens_per_s" not in bf16 and bf16["setup"]["precision"] == "bf16"
+    # The ladder goes on from the skipped rung's setup, and ×prev skips over it.
+    assert sdpa["skipped"] is None and sdpa["setup"]["precision"] == "bf16" and sdpa["setup"]["compile"]
+    assert sdpa["speedup_prev"] == sdpa["tokens_per_s"] / r["rungs"][3]["tokens_per_s"]
+    text = format_ablation(r)
+    assert "+ bf16 autocast (skipped: out of memory)" in text
+    assert "bf16: out of memory at this rung: CUDA out of memory" in text and "first rung that fit" not in text
+
+
+def test_cli_ablate_when_only_sdpa_fits(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch, capsys):
+    """The 1B's case: explicit attention runs out of memory at every rung that has it."""
+    import yaml
+
+    fake_out_of_memory(monkeypatch, explicit_attention)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(batch_size=2, seq_len=16).to_dict()))
+    args = ["bench", str(config), "--ablate", "--steps", "1", "--warmup", "1", "--data", str(tiny_bpe_data)]
+    assert main(args + ["--json"]) == 0
+    rungs = json.loads(capsys.readouterr().out)["rungs"]
+    assert [x["rung"] for x in rungs if x["skipped"]] == [key for key, _, _ in RUNGS[:-1]]
+    assert all(x["skipped"].startswith("out of memory at this rung: ") for x in rungs[:-1])
+    sdpa = rungs[-1]
+    assert sdpa["setup"] == {"loader": "preload", "batching": "vectorized", "compile": True, "precision": "bf16",
+                             "attention": "sdpa"}
+    assert sdpa["speedup_prev"] == sdpa["speedup_total"] == 1.0 and sdpa["tokens_per_s"] > 0
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert text.count("(skipped: out of memory)") == 5 and "baseline: out of memory at this rung" in text
+    assert "×base is over sdpa, the first rung that fit" in text
+
+
+def test_out_of_memory_in_a_compiled_step_is_not_a_compile_failure(tiny_run_config, tiny_bpe_data, monkeypatch):
+    """A compiled step that runs out of memory is not retried eager (which needs more memory) and
+    reported as a compiler failure: the rung did not fit."""
+    def compiled_out_of_memory(model, *args, **kwargs):
+        def step(*a, **k):
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return step
+
+    monkeypatch.setattr(torch, "compile", compiled_out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError):
+        measure(tiny_run_config(), tiny_bpe_data, Setup(compile=True), steps=1, warmup=1)
+
+
+def test_bench_out_of_memory_is_one_line_with_the_fix(tiny_run_config, tiny_bpe_data, monkeypatch, capsys):
+    from burnout.models import Transformer
+
+    def oom(self, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(Transformer, "forward", oom)
+    cfg = tiny_run_config()
+    with pytest.raises(BurnoutError, match=r"out of GPU memory at micro-batch train.batch_size=4 .* try "):
+        bench(cfg, tiny_bpe_data, steps=1, warmup=1)

@@ -13,14 +13,12 @@ from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.train.optim import make_optimizer
 
-CPU = torch.device("cpu")
-
 
 def _trained_state(cfg, seed=0):
     """A model after one optimizer step and the state dict the loop would checkpoint with it."""
     torch.manual_seed(seed)
     model = Transformer(cfg.model)
-    optimizer = make_optimizer(model, cfg.train, CPU)
+    optimizer = make_optimizer(model, cfg.train)
     x = torch.randint(0, cfg.model.vocab_size, (2, 16))
     model(x, x).backward()
     optimizer.step()
@@ -66,7 +64,7 @@ def test_round_trip_keeps_weights_config_info_and_state(tiny_run_config, tiny_bp
     assert ckpt.state.keys() == raw.keys() == state.keys()
     assert raw["step"] == 7 and raw["python_rng"] == state["python_rng"]
     assert torch.equal(raw["torch_rng"], state["torch_rng"])
-    fresh = make_optimizer(Transformer(cfg.model), cfg.train, CPU)
+    fresh = make_optimizer(Transformer(cfg.model), cfg.train)
     fresh.load_state_dict(raw["optimizer"])
     (saved,), (original,) = raw["optimizer"], state["optimizer"]  # one state dict per optimizer
     for key, value in original["state"].items():

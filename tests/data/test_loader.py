@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from burnout.config import DataConfig, TokenizerConfig
-from burnout.data.loader import TokenLoader, check_compatible
+from burnout.data.loader import Prefetcher, TokenLoader, check_compatible
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_tokens
 from burnout.errors import BurnoutError
@@ -122,3 +122,23 @@ def test_unknown_split_or_mode(data_dir):
         TokenLoader(data_dir, "test", B, T, seed=0)
     with pytest.raises(BurnoutError, match="mode 'gpu'"):
         TokenLoader(data_dir, "train", B, T, seed=0, mode="gpu")
+
+
+def test_the_prefetcher_reads_ahead_exactly_the_batches_the_train_step_asks_for(tiny_bpe_data):
+    from burnout.train.distributed import DistContext
+    from burnout.train.step import batch_index, batch_indices
+
+    loader = TokenLoader(tiny_bpe_data, "train", batch_size=4, seq_len=32, seed=5)
+    rank = DistContext(rank=1, world_size=2)  # rank 1 of 2, accumulating 3: resumed at step 4
+    prefetcher = Prefetcher(loader, batch_indices(4, 3, rank))
+    try:
+        for step in range(4, 7):
+            for micro in range(3):
+                index = batch_index(step, micro, 3, rank)
+                x, y = prefetcher.get_batch(index)
+                expected_x, expected_y = loader.get_batch(index)
+                assert torch.equal(x, expected_x) and torch.equal(y, expected_y)
+        with pytest.raises(RuntimeError, match="order"):
+            prefetcher.get_batch(0)
+    finally:
+        prefetcher.close()

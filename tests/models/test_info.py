@@ -85,11 +85,15 @@ def test_llama_gqa_flops_and_kv_cache():
     info = model_info(load_model_preset("llama-1b"), precision="bf16")
     assert info["params_matmul"] == matmul
     assert info["flops_per_token"] == 6 * matmul + 12 * L * T * H * D
-    assert info["memory_bytes"]["weights"] == 1_038_692_352 * 2
-    assert info["memory_bytes"]["grads_and_adamw_state"] == 1_038_692_352 * 12
+    # Training keeps fp32 weights under autocast too (its bf16 copies are activations, measured on request);
+    # gradients are fp32 and AdamW keeps two fp32 moments.
+    P = 1_038_692_352
+    assert {k: info["memory_bytes"][k] for k in ("weights", "gradients", "optimizer")} == \
+        {"weights": P * 4, "gradients": P * 4, "optimizer": P * 8}
     assert info["memory_bytes"]["kv_cache_per_sequence"] == 2 * L * K * D * T * 2
     fp32 = model_info(load_model_preset("llama-1b"), precision="fp32")
-    assert fp32["memory_bytes"]["weights"] == 1_038_692_352 * 4
+    assert fp32["memory_bytes"]["weights"] == P * 4
+    assert fp32["memory_bytes"]["kv_cache_per_sequence"] == 2 * L * K * D * T * 4
 
 
 def test_model_info_builds_on_meta(monkeypatch):
@@ -127,6 +131,21 @@ def test_cli_model_info_text(capsys):
     out = capsys.readouterr().out
     assert out.startswith("llama-tiny (llama)")
     assert "4,196,608" in out and "3,148,032" in out
+    assert "weights              0.016 GiB  fp32 (derived)" in out  # 4,196,608 × 4 bytes
+    assert "activations" in out and "(measured, eager, CUDA kernels)" in out
+
+
+def test_cli_model_info_memory_adds_up(capsys):
+    """The measured lines come from burnout.models.memory and the total is the sum that `burnout plan` uses."""
+    from burnout.models.memory import measure_step
+
+    assert main(["model", "info", "llama-tiny", "--batch-size", "8", "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)["memory_bytes"]
+    step = measure_step(load_model_preset("llama-tiny"), 8, 256, "bf16", target="cuda")
+    assert (mem["activations"], mem["weight_copies"], mem["working"]) == (step.saved, step.weight_copies,
+                                                                          step.working)
+    assert mem["total"] == sum(mem[k] for k in ("weights", "gradients", "optimizer", "activations",
+                                                "weight_copies", "working"))
 
 
 @pytest.mark.parametrize("override", ["n_layer=2", "model.n_layer=2", "--n_layer=2"])

@@ -45,11 +45,11 @@ import yaml
 
 import burnout.cli  # noqa: F401  (preloaded by the fork server: rounds start with everything imported)
 import burnout.train.run  # noqa: F401
+from burnout.train.metrics import TIMING_KEYS
 
 FS_EVENTS = {"open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree", "shutil.copyfile",
              "shutil.copytree", "os.truncate"}
 KINDS = ("prep", "ckpt-write", "ckpt", "any")
-TIMING_KEYS = ("elapsed_s", "tokens_per_s", "mfu", "eta_s", "dollars", "dollars_projected")
 ROUND_TIMEOUT_S = 300
 
 TINY_MODEL = {"family": "llama", "vocab_size": 512, "n_layer": 2, "d_model": 64, "n_head": 4, "n_kv_head": 2,

@@ -1,10 +1,10 @@
 """The engine around the loop: crash/kill/signal resume, phases and their summaries, stop conditions,
-non-finite steps, milestones and the mirror, auto-batch, DDP equivalence, schedules and `burnout plan`."""
+non-finite steps, milestones and the mirror, auto-batch, schedules and `burnout plan` (torchrun's runs are
+in test_distributed.py)."""
 
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -300,37 +300,6 @@ def test_resume_records_safe_overrides_and_refuses_another_tokenizer(tiny_run, t
     (run_b / "config.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(BurnoutError, match="is not the tokenizer"):
         resume_training(run_b, ["train.max_steps=30"], on_event=_quiet, progress=False)
-
-
-# ----------------------------------------------------------------------------------------------
-# DDP
-
-
-def test_two_process_ddp_on_cpu_matches_one_process_with_the_same_global_batch(tiny_run, tmp_path):
-    """torchrun, 2 gloo ranks × batch 4 × accumulation 1 = tiny_run's 1 process × batch 4 × accumulation 2."""
-    raw = tiny_run.cfg.to_dict()
-    raw["train"]["grad_accum"] = 1
-    config = tmp_path / "ddp.yaml"
-    config.write_text(yaml.safe_dump(raw))
-    run = tmp_path / "ddp"
-    with socket.socket() as s:  # a free port for the rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-         "-m", "burnout", "train", str(config), "--out", str(run), "--data", str(tiny_run.data_dir)],
-        env=_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [p.name for p in list_checkpoints(run)] == [p.name for p in list_checkpoints(tiny_run.run_dir)]
-    ours, theirs = read_metrics(run), read_metrics(tiny_run.run_dir)
-    assert [r["tokens"] for r in ours] == [r["tokens"] for r in theirs]  # same global batch
-    for a, b in zip(ours, theirs):
-        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
-        if "val_loss" in b:
-            assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
-    a, b = _weights(list_checkpoints(run)[-1]), _weights(list_checkpoints(tiny_run.run_dir)[-1])
-    for key in b:
-        torch.testing.assert_close(a[key], b[key], rtol=1e-3, atol=1e-4, msg=key)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -206,7 +206,7 @@ def test_weight_decay_on_matrices_only(tiny_run_config, family):
     over = ["model.family=gpt2", "model.n_kv_head=null"] if family == "gpt2" else []
     cfg = tiny_run_config(over, weight_decay=0.1)
     model = Transformer(cfg.model)
-    decayed, plain = make_optimizer(model, cfg.train, CPU).param_groups
+    decayed, plain = make_optimizer(model, cfg.train).param_groups
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     ids = {name: id(p) for name, p in model.named_parameters()}  # tied weights listed once
     decayed_ids = {id(p) for p in decayed["params"]}
@@ -255,7 +255,7 @@ def test_muon_takes_the_blocks_matrices_and_adamw_the_rest(tiny_run_config, fami
     over += ["model.family=gpt2", "model.n_kv_head=null"] if family == "gpt2" else []
     cfg = tiny_run_config(over, optimizer="muon", muon_lr=0.05, weight_decay=0.1)
     model = Transformer(cfg.model)
-    muon, adamw = make_optimizer(model, cfg.train, CPU).optimizers
+    muon, adamw = make_optimizer(model, cfg.train).optimizers
     assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
     (matrices,) = muon.param_groups
     decayed, plain = adamw.param_groups
@@ -279,11 +279,11 @@ def test_muon_takes_the_blocks_matrices_and_adamw_the_rest(tiny_run_config, fami
 
 def test_the_schedule_scales_each_optimizers_own_peak_lr(tiny_run_config):
     cfg = tiny_run_config(optimizer="muon", lr=3e-3, muon_lr=0.05, warmup_steps=4)
-    optimizer = make_optimizer(Transformer(cfg.model), cfg.train, CPU)
+    optimizer = make_optimizer(Transformer(cfg.model), cfg.train)
     optimizer.scale_lr(lr_at(0, cfg.train) / cfg.train.lr)  # a quarter of the way up the warmup
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.05 / 4, 3e-3 / 4, 3e-3 / 4])
     # A checkpoint's LRs (whatever the schedule had set) do not replace the peaks the config gives.
-    fresh = make_optimizer(Transformer(cfg.model), cfg.train, CPU)
+    fresh = make_optimizer(Transformer(cfg.model), cfg.train)
     fresh.load_state_dict(optimizer.state_dict())
     fresh.scale_lr(1.0)
     assert [g["lr"] for g in fresh.param_groups] == pytest.approx([0.05, 3e-3, 3e-3])
@@ -298,7 +298,7 @@ def test_an_adamw_state_saved_before_the_optimizer_choice_still_loads(tiny_run_c
     x = torch.randint(0, cfg.model.vocab_size, (2, 16))
     model(x, x).backward()
     old.step()
-    fresh = make_optimizer(model, cfg.train, CPU)
+    fresh = make_optimizer(model, cfg.train)
     fresh.load_state_dict(old.state_dict())  # a single dict, as checkpoints held it
     (adamw,) = fresh.optimizers
     assert torch.equal(adamw.state[model.tok_emb.weight]["exp_avg"], old.state[model.tok_emb.weight]["exp_avg"])

@@ -1,0 +1,333 @@
+"""Training memory of a model, measured by running its real forward and backward on fake tensors.
+
+Fake tensors (torch's FakeTensorMode) carry shapes, dtypes and storages over meta storage, so nothing is
+allocated and llama-3b at micro-batch 64 × 2048 traced in 3 s on a 2-core CPU. They are CPU tensors, so CPU
+autocast applies: it casts the same ops this model runs (linears and attention to bf16/fp16; norms,
+residual stream and loss stay fp32), which on meta alone it would not. Measured per micro-batch:
+
+- saved: bytes of the tensors autograd keeps for backward, from `saved_tensors_hooks` around the forward,
+  deduplicated by storage (keyed by the storage's identity): a tensor saved twice, or several views of one
+  storage, count once, and a view counts its whole storage, which it keeps alive; parameters left out;
+- weight_copies: autocast's low-precision copies of the weights still alive when forward has ended
+  (the saved ones: a linear keeps its cast weight for backward);
+- peak: the most bytes alive at any moment of forward and backward (every op's output storage, counted
+  from creation until freed), the batch itself included and the gradients left out: they are allocated
+  beforehand, as at every micro-batch after a step's first, and accounted for as static memory.
+
+Not visible to the trace: workspaces a kernel allocates inside itself (cuBLAS, flash attention's),
+allocator rounding and fragmentation; on a "cpu" target the one such allocation that matters, a pointwise
+op's promoted copy of a mixed-dtype input, is added (see LiveBytes). The planner (burnout/train/plan.py) adds its
+stated margin for those on CUDA.
+
+Attention: on a CUDA `target` the SDPA call runs the kernel CUDA would pick (flash for bf16/fp16 without
+a mask from Ampere on, "cuda"; else memory-efficient without GQA; else math; "cuda-pre-ampere" has no
+flash) as its own op, so its saved tensors are that kernel's. On "cpu" the CPU's own choice runs.
+
+The whole model is traced, however deep (llama-1b: 1–2 s on 2 cores, little more at a larger batch).
+The peak is not linear in depth (where it falls moves: the loss's backward in a shallow model, the end of
+forward in a deep checkpointed one, where autocast still caches a bf16 copy of every weight).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import weakref
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.checkpoint import checkpoint
+
+from burnout.config import ModelConfig
+from burnout.models.transformer import Transformer
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Training keeps the weights, their gradients and AdamW's two moments in fp32; Muon keeps one momentum.
+FP32 = 4
+ADAMW_STATE_BYTES = 2 * FP32
+MUON_STATE_BYTES = FP32
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamCounts:
+    total: int
+    muon: int  # the blocks' 2-D weights: Muon's share under train.optimizer=muon (burnout/train/optim.py)
+    per_block: int
+    outside_blocks: int  # embeddings, an untied head, the final norm: FSDP's root module
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMemory:
+    """Bytes of one micro-batch's forward and backward at (batch_size, seq_len); see the module docstring."""
+    saved: int  # activations kept for backward, weight copies excluded
+    weight_copies: int
+    peak: int
+
+    @property
+    def working(self) -> int:
+        """Peak above what forward leaves saved: wherever the peak falls, backward's gradients of activations,
+        a recomputed block, the loss's chunks, autocast's cache of weight copies until forward ends."""
+        return self.peak - self.saved - self.weight_copies
+
+
+def checkpoint_blocks(model: Transformer) -> Transformer:
+    """Recompute each block's activations in backward (train.activation_checkpointing), as training does."""
+    for block in model.blocks:
+        # An instance attribute: the module tree, and so the checkpoint's tensor names, stay unchanged.
+        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+    return model
+
+
+def param_counts(cfg: ModelConfig) -> ParamCounts:
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    total = sum(p.numel() for p in model.parameters())
+    blocks = sum(p.numel() for p in model.blocks.parameters())
+    muon = sum(p.numel() for p in model.blocks.parameters() if p.dim() == 2)
+    return ParamCounts(total, muon, blocks // cfg.n_layer, total - blocks)
+
+
+def static_bytes(counts: ParamCounts, optimizer: str = "adamw") -> dict[str, int]:
+    """fp32 weights and gradients, and the optimizer's state: AdamW's two moments, or Muon's momentum for
+    the blocks' matrices beside AdamW for the rest."""
+    muon = counts.muon if optimizer == "muon" else 0
+    return {"weights": FP32 * counts.total, "gradients": FP32 * counts.total,
+            "optimizer": ADAMW_STATE_BYTES * (counts.total - muon) + MUON_STATE_BYTES * muon}
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes of the storages that ops create, from creation until the storage is freed; their peak.
+
+    `cpu_casts`: also count, for the length of the op, the copy that a CPU pointwise op makes of an input
+    whose dtype differs from the result's (CPU's TensorIterator promotes inputs into temporaries; CUDA's
+    kernels cast as they read, with no copy)."""
+
+    def __init__(self, params: list[torch.Tensor], cpu_casts: bool = False):
+        super().__init__()
+        self.params = {p.untyped_storage()._cdata for p in params}
+        self.cpu_casts = cpu_casts
+        self.sizes: dict[int, int] = {}
+        self.copies: set[int] = set()  # storages that are a cast of a parameter
+        self.now = self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        # A view's, an in-place op's or an out= op's result lives in an input's storage: nothing new.
+        inputs = {t.untyped_storage()._cdata for t in tensors}
+        copy = func is torch.ops.aten._to_copy.default and args[0].untyped_storage()._cdata in self.params
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in inputs:
+                self._track(t.untyped_storage(), copy)
+        if self.cpu_casts and torch.Tag.pointwise in func.tags and isinstance(out, torch.Tensor):
+            # One-element operands are read as scalars, never copied.
+            cast = sum(t.numel() * out.element_size() for t in tensors if t.dtype != out.dtype and t.numel() > 1)
+            self.peak = max(self.peak, self.now + cast)
+        return out
+
+    def _track(self, storage: torch.UntypedStorage, copy: bool) -> None:
+        key = storage._cdata
+        if key in self.sizes:  # an output already seen, e.g. returned twice
+            return
+        self.sizes[key] = storage.nbytes()
+        if copy:
+            self.copies.add(key)
+        self.now += self.sizes[key]
+        self.peak = max(self.peak, self.now)
+        weakref.finalize(storage, self._freed, key)
+
+    def _freed(self, key: int) -> None:
+        self.now -= self.sizes.pop(key)
+        self.copies.discard(key)
+
+    def copy_bytes(self) -> int:
+        return sum(self.sizes[k] for k in self.copies)
+
+
+class CudaAttention(TorchFunctionMode):
+    """F.scaled_dot_product_attention as the kernel CUDA picks, called as its own op so that autograd
+    saves what that kernel saves (flash: q, k, v, output and a row logsumexp)."""
+
+    def __init__(self, flash: bool):
+        super().__init__()
+        self.flash = flash
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is not F.scaled_dot_product_attention:
+            return func(*args, **(kwargs or {}))
+        return cuda_attention(*args, **(kwargs or {}), flash=self.flash)
+
+
+def cuda_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+                   flash=True):
+    aten = torch.ops.aten
+    half = q.dtype in (torch.bfloat16, torch.float16)
+    if flash and half and attn_mask is None and q.size(-1) <= 256:
+        return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, scale=scale)[0]
+    if k.size(-3) == q.size(-3):  # the memory-efficient kernel has no grouped-query attention
+        return aten._scaled_dot_product_efficient_attention(q, k, v, attn_mask, True, dropout_p, is_causal,
+                                                            scale=scale)[0]
+    return aten._scaled_dot_product_attention_math(q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale,
+                                                   enable_gqa=True)[0]
+
+
+def _autocast(precision: str):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=DTYPES[precision])
+
+
+def _fake_mode():
+    """Fake tensors; a data-dependent scalar (`.item()`) becomes a symbol rather than an error, since no
+    size this model allocates depends on one."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+
+
+def _fake_model(cfg: ModelConfig, checkpointing: bool, target: str) -> Transformer:
+    """Inside a FakeTensorMode: the model with gradients already allocated (see the module docstring)."""
+    model = Transformer(cfg)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    if target != "cpu":
+        for block in model.blocks:
+            # Per call, not around the whole trace: a checkpointed block's recomputation in backward runs
+            # without the function modes that were active in forward.
+            block.attn.forward = _under(functools.partial(CudaAttention, flash=target == "cuda"), block.attn.forward)
+    return checkpoint_blocks(model) if checkpointing else model
+
+
+def _under(mode: Callable[[], TorchFunctionMode], forward):
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        with mode():
+            return forward(*args, **kwargs)
+    return run
+
+
+def _trace(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
+           target: str) -> StepMemory:
+    """One micro-batch as burnout/train/step.py runs it: forward under autocast, then backward outside it."""
+    with _fake_mode():
+        model = _fake_model(cfg, checkpointing, target)
+        live = LiveBytes(list(model.parameters()), cpu_casts=target == "cpu")
+        saved: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storage = t.untyped_storage()
+            if storage._cdata not in live.params:
+                saved[storage._cdata] = storage.nbytes()
+            return t
+
+        with live:
+            x = torch.zeros(batch_size, seq_len, dtype=torch.long)
+            y = torch.zeros(batch_size, seq_len, dtype=torch.long)
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _autocast(precision):
+                loss = model(x, y)
+            # Autocast has let go of its cache of weight copies: those left are the ones saved for backward.
+            copies = live.copy_bytes()
+            saved_copies = sum(n for key, n in saved.items() if key in live.copies)
+            loss.backward()
+    return StepMemory(sum(saved.values()) - saved_copies, copies, live.peak)
+
+
+@functools.lru_cache(maxsize=64)
+def _measure_step_cached(cfg_items: tuple, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
+                         target: str) -> StepMemory:
+    return _trace(ModelConfig(**dict(cfg_items)), batch_size, seq_len, precision, checkpointing, target)
+
+
+def measure_step(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str = "bf16",
+                 checkpointing: bool = False, target: str = "cuda") -> StepMemory:
+    """Eager training memory of one micro-batch (cached: the planner asks for the same shapes repeatedly)."""
+    cfg = cfg.resolved()
+    items = tuple(sorted(dataclasses.asdict(cfg).items()))
+    return _measure_step_cached(items, batch_size, seq_len, precision, checkpointing, target)
+
+
+# Ops whose result is another view of their input's storage, followed back to find a weight's cast.
+_VIEW_OPS = {torch.ops.aten.t.default, torch.ops.aten.view.default, torch.ops.aten.transpose.int,
+             torch.ops.aten.permute.default, torch.ops.aten.expand.default, torch.ops.aten.unsqueeze.default,
+             torch.ops.aten.slice.Tensor, torch.ops.aten.alias.default}
+
+
+def _saved_by_partition(fw_graph, num_fwd_outputs: int) -> tuple[int, int]:
+    """(activations, weight copies): the forward graph's outputs past the loss are what backward gets."""
+    output = next(n for n in fw_graph.nodes if n.op == "output").args[0]
+    acts: dict[int, int] = {}
+    copies: dict[int, int] = {}
+    for node in output[num_fwd_outputs:]:
+        value = node.meta.get("val")
+        if node.op == "placeholder" or not isinstance(value, torch.Tensor):  # a parameter or the batch: no new memory
+            continue
+        base = node
+        while base.op == "call_function" and base.target in _VIEW_OPS:
+            base = base.args[0]
+        is_copy = (base.op == "call_function" and base.target is torch.ops.aten._to_copy.default
+                   and base.args[0].op == "placeholder")
+        storage = value.untyped_storage()
+        (copies if is_copy else acts)[storage._cdata] = storage.nbytes()
+    return sum(acts.values()), sum(copies.values())
+
+
+def _partition(cfg: ModelConfig, seq_len: int, precision: str, target: str) -> tuple[int, int]:
+    """What torch.compile saves for backward at micro-batch 1: dynamo captures the training forward (fake
+    tensors pass through it as real ones would), AOTAutograd traces the joint forward and backward graph and
+    splits it with the min-cut partitioner inductor uses, which recomputes cheap pointwise ops and the
+    checkpointed regions (the loss's chunks) in backward. The forward graph then runs as it is, on fake
+    tensors: nothing is compiled. Summed over the graphs, should dynamo break the forward into several."""
+    import torch._dynamo
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    found: list[tuple[int, int]] = []
+
+    def partition(joint, inputs, **kwargs):
+        fw, bw = min_cut_rematerialization_partition(joint, inputs, compiler="inductor", **kwargs)
+        found.append(_saved_by_partition(fw.graph, kwargs["num_fwd_outputs"]))
+        return fw, bw
+
+    backend = aot_autograd(fw_compiler=lambda graph, example_inputs: graph.forward, partition_fn=partition)
+    mode = _fake_mode()
+    with mode:
+        model = _fake_model(cfg, False, target)
+        x = torch.zeros(1, seq_len, dtype=torch.long)
+    try:
+        with mode, _autocast(precision):
+            torch.compile(model, backend=backend)(x, x.clone())
+    finally:
+        # Forget the graphs compiled for this fake model; nothing else is compiled before training starts.
+        torch._dynamo.reset()
+    return tuple(sum(column) for column in zip(*found))
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_cached(cfg_items: tuple, seq_len: int, precision: str, target: str) -> tuple[int, int]:
+    cfg = ModelConfig(**dict(cfg_items))
+    if cfg.n_layer <= 2:
+        return _partition(cfg, seq_len, precision, target)
+    one = _partition(dataclasses.replace(cfg, n_layer=1), seq_len, precision, target)
+    two = _partition(dataclasses.replace(cfg, n_layer=2), seq_len, precision, target)
+    return tuple(a + (cfg.n_layer - 1) * (b - a) for a, b in zip(one, two))
+
+
+def compiled_saved(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str = "bf16",
+                   target: str = "cuda") -> tuple[int, int]:
+    """(activations, weight copies) that a torch.compile'd training forward keeps for backward.
+
+    Partitioned at micro-batch 1 with one and two blocks, since dynamo's capture costs seconds per block, then
+    scaled: activations by the micro-batch (the same graph over more rows: the same cut), and each further
+    block adding what the second did (identical blocks are cut alike). Inductor's reuse of buffers inside its
+    fused kernels is not modelled: the planner keeps eager's working memory for compiled runs, an upper bound.
+    """
+    cfg = cfg.resolved()
+    acts, copies = _compiled_cached(tuple(sorted(dataclasses.asdict(cfg).items())), seq_len, precision, target)
+    return acts * batch_size, copies

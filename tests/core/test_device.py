@@ -1,0 +1,168 @@
+"""Precision: what `auto` means on each GPU generation, the error for bf16 on a GPU without it, and that
+evaluation, scoring and generation compute in the resolved precision (on CPU: fp32, as before).
+
+No GPU is needed: a GPU's capability and name are faked (torch.device("cuda", 0) allocates nothing), and the
+autocast paths run on CPU with the resolved precision forced to bf16, hooks recording where autocast was on.
+"""
+
+import pytest
+import torch
+
+from burnout.config import ModelConfig
+from burnout.core.device import autocast, resolve_precision
+from burnout.data.tokenizer import load_tokenizer
+from burnout.errors import BurnoutError
+from burnout.eval import evaluate, scoring
+from burnout.generate import sampling
+from burnout.models import Transformer
+
+CPU = torch.device("cpu")
+GPU = torch.device("cuda", 0)
+
+
+@pytest.fixture
+def gpu_with(monkeypatch):
+    """Factory: make torch report a GPU of this compute capability and name."""
+
+    def fake(capability: tuple[int, int], name: str = "Tesla T4"):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+
+    return fake
+
+
+@pytest.mark.parametrize("capability,expected", [((7, 0), "fp16"), ((7, 5), "fp16"), ((8, 0), "bf16"),
+                                                 ((8, 9), "bf16"), ((9, 0), "bf16")])
+def test_auto_is_bf16_from_ampere_and_fp16_before(gpu_with, capability, expected):
+    gpu_with(capability)
+    assert resolve_precision("auto", GPU) == expected
+
+
+def test_auto_on_cpu_is_fp32_and_explicit_choices_stand(gpu_with):
+    gpu_with((7, 5))
+    assert resolve_precision("auto", CPU) == "fp32"
+    assert resolve_precision("bf16", CPU) == "bf16"
+    assert [resolve_precision(p, GPU) for p in ("fp16", "fp32")] == ["fp16", "fp32"]
+    gpu_with((8, 6))
+    assert resolve_precision("bf16", GPU) == "bf16"
+
+
+def test_bf16_below_ampere_is_one_error_line(gpu_with):
+    gpu_with((7, 5), "Tesla T4")
+    with pytest.raises(BurnoutError) as err:
+        resolve_precision("bf16", GPU)
+    assert str(err.value) == ("train.precision=bf16: Tesla T4 has compute capability 7.5; bf16 needs 8.0 (Ampere) "
+                              "or newer; use train.precision=fp16 or auto")
+
+
+@pytest.mark.parametrize("precision,dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_autocast_enters_the_precision(precision, dtype):
+    with autocast(CPU, precision):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == dtype
+    with autocast(CPU, "fp32"):
+        assert not torch.is_autocast_enabled("cpu")
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation, scoring and generation run in resolve_precision("auto", their device)
+
+
+def tiny_model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(family="llama", vocab_size=512, n_layer=2, d_model=64, n_head=4, n_kv_head=2,
+                                   context_length=64, ffn_multiple_of=32)).eval()
+
+
+def record_autocast(model: Transformer) -> list[tuple[str, int, torch.dtype | None, torch.dtype]]:
+    """(module, tokens per row or rows, autocast dtype or None, input dtype) at each call of the first block
+    and of the LM head."""
+    calls = []
+
+    def hook(name):
+        def record(module, args):
+            x = args[0]
+            autocast_dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+            calls.append((name, x.size(-2), autocast_dtype, x.dtype))
+        return record
+
+    model.blocks[0].register_forward_pre_hook(hook("block"))
+    model.lm_head.register_forward_pre_hook(hook("head"))
+    return calls
+
+
+@pytest.fixture
+def force_bf16(monkeypatch):
+    """Once called: each module resolves 'auto' to bf16 (what a GPU would say); returns what they asked for
+    and which devices they configured."""
+    asked, configured = [], []
+
+    def fake(name, device):
+        asked.append((name, device))
+        return "bf16"
+
+    def apply():
+        for module in (evaluate, scoring, sampling):
+            monkeypatch.setattr(module, "resolve_precision", fake)
+            monkeypatch.setattr(module, "configure_backends", configured.append)
+        return asked, configured
+
+    return apply
+
+
+def test_val_loss_runs_in_the_resolved_precision(tiny_bpe_data, force_bf16):
+    tokenizer, model = load_tokenizer(tiny_bpe_data), tiny_model()
+    fp32 = evaluate.evaluate_val(model, tokenizer, tiny_bpe_data, seq_len=32, limit=4)
+    asked, configured = force_bf16()
+    calls = record_autocast(model)
+    bf16 = evaluate.evaluate_val(model, tokenizer, tiny_bpe_data, seq_len=32, limit=4)
+    assert (asked, configured) == ([("auto", CPU)], [CPU])
+    assert calls and all(autocast_dtype == torch.bfloat16 for _, _, autocast_dtype, _ in calls)
+    assert bf16["loss"] == pytest.approx(fp32["loss"], rel=1e-2) and bf16["tokens"] == fp32["tokens"]
+
+
+def test_val_loss_on_cpu_stays_fp32(tiny_bpe_data):
+    model = tiny_model()
+    calls = record_autocast(model)
+    evaluate.evaluate_val(model, load_tokenizer(tiny_bpe_data), tiny_bpe_data, seq_len=32, limit=4)
+    assert calls and all(autocast_dtype is None for _, _, autocast_dtype, _ in calls)
+
+
+REQUESTS = [("def main():\n    return", " 1"), ("def main():\n    return", " None"), ("import os", "\nimport sys")]
+
+
+def test_scoring_runs_the_layers_in_the_resolved_precision_and_the_head_in_fp32(tiny_bpe_data, force_bf16):
+    tokenizer, model = load_tokenizer(tiny_bpe_data), tiny_model()
+    fp32 = scoring.loglikelihoods(model, tokenizer, REQUESTS)
+    asked, configured = force_bf16()
+    calls = record_autocast(model)
+    bf16 = scoring.loglikelihoods(model, tokenizer, REQUESTS)
+    assert (asked, configured) == ([("auto", CPU)], [CPU])
+    assert [(name, autocast_dtype) for name, _, autocast_dtype, _ in calls] == [("block", torch.bfloat16),
+                                                                                ("head", None)]
+    assert calls[1][3] == torch.float32  # the head reads fp32 hidden states, so its logits are fp32
+    for (ll_bf16, _), (ll_fp32, _) in zip(bf16, fp32):
+        assert ll_bf16 == pytest.approx(ll_fp32, abs=0.05)
+
+
+def test_scoring_on_cpu_stays_fp32(tiny_bpe_data):
+    model = tiny_model()
+    calls = record_autocast(model)
+    scoring.loglikelihoods(model, load_tokenizer(tiny_bpe_data), REQUESTS)
+    assert calls and all(autocast_dtype is None for _, _, autocast_dtype, _ in calls)
+
+
+def test_generation_runs_the_prompt_in_the_resolved_precision_and_one_token_steps_in_fp32(force_bf16):
+    model = tiny_model()
+    asked, configured = force_bf16()
+    calls = record_autocast(model)
+    tokens = list(sampling.stream_tokens(model, [3, 14, 15, 9, 26], 4, temperature=0))
+    assert len(tokens) == 4 and (asked, configured) == ([("auto", CPU)], [CPU])
+    blocks = [(tokens_per_row, autocast_dtype) for name, tokens_per_row, autocast_dtype, _ in calls if name == "block"]
+    assert blocks == [(5, torch.bfloat16), (1, None), (1, None), (1, None)]
+
+
+def test_generation_on_cpu_stays_fp32():
+    model = tiny_model()
+    calls = record_autocast(model)
+    list(sampling.stream_tokens(model, [3, 14, 15], 2, temperature=0))
+    assert calls and all(autocast_dtype is None for _, _, autocast_dtype, _ in calls)

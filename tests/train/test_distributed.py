@@ -1,0 +1,345 @@
+"""torchrun on the CPU (gloo): DDP, FSDP2 and two nodes equal one process with the same global batch, a
+killed FSDP run resumes bitwise, ranks agree on the auto-batch, and the README's command prepares its data
+once; in this process (a gloo group of one), how the model is wrapped, compiled and saved."""
+
+import dataclasses
+import datetime
+import functools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+import torch.distributed as dist
+import yaml
+
+from burnout.common import write_atomic
+from burnout.config import ModelConfig, load_run_config
+from burnout.core.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from burnout.core.device import autocast
+from burnout.errors import BurnoutError
+from burnout.models import Transformer
+from burnout.train.checkpointing import load_for_resume, module_from_state
+from burnout.train.distributed import DDP_BUCKET_MB, DistContext, init_distributed, wrap_model
+from burnout.train.metrics import TIMING_KEYS, read_metrics
+from burnout.train.probe import RandomBatches
+from burnout.train.run import PREPARE_FAILED_FILE, prepare_on_rank_0
+from burnout.train.step import TrainStep
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CPU = torch.device("cpu")
+TINY = {"family": "llama", "vocab_size": 512, "n_layer": 2, "d_model": 64, "n_head": 4, "n_kv_head": 2,
+        "context_length": 64, "ffn_multiple_of": 32}
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(args, cwd):
+    """`torchrun --nproc_per_node 2 ARGS` on a free port."""
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(_free_port()), *map(str, args)], env=_env(), capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def _config(tmp_path, cfg, name, **train):
+    """`cfg` (a RunConfig) as a YAML file, with train.* changed."""
+    raw = cfg.to_dict()
+    raw["train"].update(train)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _weights(checkpoint):
+    return safetensors.torch.load_file(checkpoint / "model.safetensors")
+
+
+def _without_timing(records):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+def _assert_matches(run, reference):
+    """Same checkpoints and tokens; per logged step the losses within 1e-5 (relative), and the final weights
+    within 1e-5 + 1e-4 × |w| (observed: ~1e-7; the reduction order is all that differs)."""
+    assert [p.name for p in list_checkpoints(run)] == [p.name for p in list_checkpoints(reference)]
+    ours, theirs = read_metrics(run), read_metrics(reference)
+    assert [r["tokens"] for r in ours] == [r["tokens"] for r in theirs]  # the same global batch
+    for a, b in zip(ours, theirs):
+        assert a.keys() == b.keys()
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5), a["step"]
+        if "val_loss" in b:
+            assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5), a["step"]
+    a, b = _weights(list_checkpoints(run)[-1]), _weights(list_checkpoints(reference)[-1])
+    assert a.keys() == b.keys()  # a tied matrix stored once, as one process stores it
+    for key in b:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2 ranks on gloo equal 1 process: DDP, FSDP, two nodes
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_ranks_match_one_process_with_the_same_global_batch(tiny_run, tmp_path, strategy):
+    """2 gloo ranks × batch 4 × accumulation 1 = tiny_run's 1 process × batch 4 × accumulation 2."""
+    config = _config(tmp_path, tiny_run.cfg, strategy, grad_accum=1, distributed=strategy)
+    run = tmp_path / strategy
+    proc = _torchrun(["-m", "burnout", "train", config, "--out", run, "--data", tiny_run.data_dir], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _assert_matches(run, tiny_run.run_dir)
+
+
+def test_two_nodes_train_together_and_match_one_process(tiny_run, tmp_path):
+    """Two launchers, one process each, meet at 127.0.0.1 as two machines would (each is local rank 0)."""
+    config = _config(tmp_path, tiny_run.cfg, "nodes", grad_accum=1)
+    run, port = tmp_path / "nodes", str(_free_port())
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node), "--nproc_per_node",
+         "1", "--master_addr", "127.0.0.1", "--master_port", port, "-m", "burnout", "train", str(config), "--out",
+         str(run), "--data", str(tiny_run.data_dir)],
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path) for node in (0, 1)]
+    for node in nodes:
+        _, err = node.communicate(timeout=300)
+        assert node.returncode == 0, err[-3000:]
+    _assert_matches(run, tiny_run.run_dir)
+
+
+# ----------------------------------------------------------------------------------------------
+# FSDP: killed mid-run, resumed bitwise (dropout on: each rank's own generators come back)
+
+KILLER = """
+    import os, signal, sys
+    from burnout.config import load_run_config
+    from burnout.train.run import start_training
+
+    def on_event(line):  # rank 0's lines
+        if line.startswith("step 10/"):  # past the checkpoint at 8: the launcher, then this rank (rank 1
+            os.kill(os.getppid(), signal.SIGKILL)  # then fails in its next collective, writing nothing)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    start_training(load_run_config(sys.argv[1]), sys.argv[2], data_dir=sys.argv[3], on_event=on_event, progress=False)
+"""
+
+
+def test_fsdp_killed_mid_run_then_resumed_is_bitwise_identical(tiny_run_config, tiny_bpe_data, tmp_path):
+    # Dropout on: the masks depend on every rank's generator being restored, and on nothing after the
+    # restore drawing from it (the CPU peak behind MFU is measured then, with a private generator).
+    cfg = tiny_run_config(["model.dropout=0.1"], distributed="fsdp", ckpt_interval=4)
+    config = _config(tmp_path, cfg, "fsdp")
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    proc = _torchrun(["-m", "burnout", "train", config, "--out", whole, "--data", tiny_bpe_data], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = torch.load(list_checkpoints(whole)[-1] / "state.pt", weights_only=True)["rng_by_rank"]
+    assert not torch.equal(ranks[0]["torch_rng"], ranks[1]["torch_rng"])  # each rank its own dropout masks
+
+    (tmp_path / "killer.py").write_text(textwrap.dedent(KILLER))
+    proc = _torchrun(["killer.py", config, killed, tiny_bpe_data], tmp_path)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert [p.name for p in list_checkpoints(killed)] == ["step_0000004", "step_0000008"]
+    assert read_metrics(killed)[-1]["step"] == 10
+
+    proc = _torchrun(["-m", "burnout", "train", "--resume", killed], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [p.name for p in list_checkpoints(killed)] == [p.name for p in list_checkpoints(whole)]
+    a, b = _weights(list_checkpoints(killed)[-1]), _weights(list_checkpoints(whole)[-1])
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    assert _without_timing(read_metrics(killed)) == _without_timing(read_metrics(whole))
+
+
+# ----------------------------------------------------------------------------------------------
+# Auto-batch: every rank runs the smallest micro-batch any rank found
+
+AUTO_BATCH = """
+    import os, sys
+    import burnout.train.loop
+    from burnout.cli import main
+
+    largest = 8 if os.environ["RANK"] == "0" else 2  # rank 1's device is the smaller one
+    burnout.train.loop.memory_probe = lambda cfg, device, precision, seq_len: lambda b: b <= largest
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ranks_agree_on_the_smallest_auto_batch(tiny_run_config, tiny_bpe_data, tmp_path):
+    (tmp_path / "auto.py").write_text(textwrap.dedent(AUTO_BATCH))
+    config = _config(tmp_path, tiny_run_config(batch_size=1, grad_accum=8, max_steps=1), "auto")
+    run = tmp_path / "run"
+    proc = _torchrun(["auto.py", "train", config, "--out", run, "--data", tiny_bpe_data, "--auto-batch"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "auto-batch: micro-batch 2 × accumulation 4 (was 1 × 8)" in proc.stdout
+    saved = load_run_config(run / "config.yaml").train
+    assert (saved.batch_size, saved.grad_accum) == (2, 4)
+
+
+# ----------------------------------------------------------------------------------------------
+# The README's command on a fresh folder: rank 0 prepares the data, the other ranks wait for it
+
+QUICK = ["train.max_steps=2", "data.max_chars=40000", "tokenizer.vocab_size=300", "model.n_layer=1",
+         "model.d_model=32", "model.n_head=2", "model.n_kv_head=1", "train.batch_size=2", "train.seq_len=32",
+         "train.eval_batches=1", "train.sample_tokens=4", "train.device=cpu"]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_the_readme_torchrun_command_prepares_the_data_once(tmp_path, strategy):
+    run = tmp_path / "runs" / "ddp"
+    proc = _torchrun(["-m", "burnout", "train", "quickstart", "--out", run, *QUICK, f"train.distributed={strategy}"],
+                     tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("preparing data into") == 1
+    assert (run / "data" / "meta.json").is_file() and list_checkpoints(run)[-1].name == "step_0000002"
+
+
+def test_a_waiting_rank_stops_with_rank_0s_error_not_an_earlier_launchs(tiny_run_config, tmp_path, monkeypatch):
+    monkeypatch.setattr("burnout.train.run.WAIT_POLL_S", 0.01)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_atomic(run / PREPARE_FAILED_FILE, "an earlier launch's error")
+    cfg = tiny_run_config(["data.sources=[{name: notes, kind: text, path: missing.txt}]"])
+    waited = []
+
+    def rank_1():
+        try:
+            prepare_on_rank_0(cfg, run / "data", waited.append, False, rank=1, world_size=2)
+        except BurnoutError as exc:
+            waited.append(str(exc))
+
+    waiter = threading.Thread(target=rank_1, daemon=True)
+    waiter.start()
+    time.sleep(0.2)  # rank 1 is waiting, and has seen the earlier launch's file
+    with pytest.raises(BurnoutError) as info:
+        prepare_on_rank_0(cfg, run / "data", lambda line: None, False, rank=0, world_size=2)
+    waiter.join(timeout=30)
+    assert (run / PREPARE_FAILED_FILE).read_text() == str(info.value)
+    assert waited == [f"rank 1: rank 0 failed to prepare the data into {run / 'data'}: {info.value}"]
+
+
+# ----------------------------------------------------------------------------------------------
+# In this process: a gloo group of one, in which DDP and FSDP2 wrap, run and compile as on many ranks
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    """The context wrap_model gets under torchrun (it wraps only for more than one rank), inside a real
+    one-process gloo group."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    yield DistContext(rank=0, world_size=2)
+    dist.destroy_process_group()
+
+
+def test_ddp_keeps_gradients_in_its_buckets_and_leaves_buffers_alone(two_ranks):
+    model = Transformer(ModelConfig(**TINY))
+    ddp = wrap_model(model, two_ranks, "ddp", CPU, "fp32")
+    x = torch.randint(0, 512, (2, 16))
+    ddp(x, x).backward()
+    # The tiny model fits DDP's first bucket: every gradient is a view of that one bucket, no copy beside it.
+    assert len({p.grad.untyped_storage().data_ptr() for p in model.parameters()}) == 1
+    assert ddp.bucket_bytes_cap == DDP_BUCKET_MB * 2**20
+    assert not ddp.will_sync_module_buffers()  # RoPE's tables are not re-sent before each forward
+
+
+@pytest.mark.parametrize("precision, compute", [("bf16", torch.bfloat16), ("fp16", torch.float16),
+                                                ("fp32", torch.float32)])
+def test_fsdp_gathers_and_computes_in_the_run_precision_and_reduces_in_fp32(two_ranks, precision, compute):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    model = Transformer(ModelConfig(**TINY))
+    seen = []
+    model.blocks[0].attn.qkv.register_forward_pre_hook(lambda module, args: seen.append(module.weight.dtype))
+    wrap_model(model, two_ranks, "fsdp", CPU, precision)
+    x = torch.randint(0, 512, (2, 16))
+    with autocast(CPU, precision):  # as the train step runs it
+        model(x, x).backward()
+    assert seen == [compute]
+    low = compute if precision != "fp32" else None
+    assert model.blocks[0]._get_fsdp_state()._mp_policy == MixedPrecisionPolicy(
+        param_dtype=low, reduce_dtype=torch.float32 if low else None)
+    assert model.blocks[0].attn.qkv.weight.grad.dtype == torch.float32  # the fp32 shards stay the master weights
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """No compiled code from other tests in, none of this one's (guarded on its modules) left for them."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("strategy, graphs", [
+    # DDPOptimizer cuts the graph at DDP's buckets: its 1 MB first one (the tied head), then the 51 MB
+    # rest in one (25 MB buckets made 3 graphs).
+    ("ddp", 2),
+    # FSDP2's hooks break the graph at each block: one graph every block reuses, and one for the head.
+    ("fsdp", 2),
+])
+def test_compiled_graphs(two_ranks, tiny_run_config, monkeypatch, fresh_dynamo, strategy, graphs):
+    compiled = []
+
+    def count(gm, example_inputs):  # a backend that records each graph it is handed and runs it as it is
+        compiled.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=count))
+    cfg = tiny_run_config(["model.d_model=768", "model.n_head=12", "model.n_kv_head=4"], compile=True,
+                          distributed=strategy)
+    model = wrap_model(Transformer(cfg.model), two_ranks, strategy, CPU, "fp32")
+    step = TrainStep(model, cfg.train, CPU, "fp32", end_of_run=2)
+    for i in range(2):  # the second step runs what the first compiled
+        step(RandomBatches(512, 1, 8, CPU), i)
+    assert len(compiled) == graphs
+
+
+def test_fsdp_checkpoints_borrow_the_gathered_tensors_and_keep_the_tie(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config()
+    model = Transformer(cfg.model)
+    gathered = {name: t.clone() for name, t in model.state_dict().items()}  # one tensor per name, as FSDP's
+    module = module_from_state(cfg, gathered)
+    params = dict(module.named_parameters(remove_duplicate=False))
+    assert all(params[name].data_ptr() == gathered[name].data_ptr() for name in params)  # no copy, no init
+    assert params["lm_head.weight"].data_ptr() == params["tok_emb.weight"].data_ptr()
+
+    info = {"step": 1, "tokens": 0, "train_loss": 0.0, "val_loss": 0.0, "elapsed_s": 0.0}
+    path, plain = (save_checkpoint(tmp_path / name, cfg, m, {}, info, tiny_bpe_data / "tokenizer.json", keep_last=1)
+                   for name, m in (("borrowed", module), ("plain", model)))
+    assert _weights(path).keys() == _weights(plain).keys()  # the tied matrix stored once
+    x = torch.randint(0, 512, (1, 64))
+    # RoPE's tables, never saved, are computed again on load: the loaded model is the trained one.
+    assert torch.equal(load_checkpoint(path).model(x), model(x))
+
+
+def test_ranks_wait_half_an_hour_for_rank_0(monkeypatch):
+    """Long enough for rank 0 to evaluate and write the 1B's 12.5 GB checkpoint on a slow disk (NCCL's own
+    default is 10 minutes)."""
+    joined = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda **kwargs: joined.append(kwargs))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    ctx, _ = init_distributed(CPU)
+    assert (ctx.rank, ctx.world_size) == (1, 2)
+    assert joined == [{"backend": "gloo", "device_id": None, "timeout": datetime.timedelta(minutes=30)}]
+
+
+@pytest.mark.parametrize("strategy, rank, mapped", [("ddp", 1, False), ("fsdp", 0, False), ("fsdp", 1, True)])
+def test_on_resume_fsdps_other_ranks_map_the_optimizer_state_instead_of_reading_it(tiny_run, strategy, rank, mapped):
+    """A DDP rank needs the whole optimizer state, FSDP's rank 0 sends the shards: the other FSDP ranks map
+    state.pt, and the pages of the optimizer's moments are never read."""
+    cfg = dataclasses.replace(tiny_run.cfg, train=dataclasses.replace(tiny_run.cfg.train, distributed=strategy))
+    ckpt = load_for_resume(tiny_run.run_dir, cfg, tiny_run.data_dir / "tokenizer.json", DistContext(rank, 2))
+    assert ckpt.state["step"] == 24
+    assert (os.path.realpath(ckpt.path / "state.pt") in Path("/proc/self/maps").read_text()) == mapped

@@ -1,0 +1,127 @@
+"""The GPU table: device names map to the right entry, an unlisted GPU trains on a measured peak, and a
+precision a card lacks is refused in one line."""
+
+import pytest
+import torch
+
+from burnout.errors import BurnoutError
+from burnout.train import hardware
+from burnout.train.hardware import get_hardware, hardware_table, match_gpu
+
+# What torch.cuda.get_device_name() says on each card → the table entry it must find.
+DEVICE_NAMES = {
+    "Tesla T4": "t4",
+    "Tesla V100-SXM2-16GB": "v100",
+    "Tesla V100-PCIE-32GB": "v100-pcie",
+    "NVIDIA A10G": "a10g",
+    "NVIDIA A10": "a10",
+    "NVIDIA L4": "l4",
+    "NVIDIA L40S": "l40s",
+    "NVIDIA GeForce RTX 3090": "rtx-3090",
+    "NVIDIA GeForce RTX 4090": "rtx-4090",
+    "NVIDIA RTX A6000": "rtx-a6000",
+    "NVIDIA RTX 6000 Ada Generation": "rtx-6000-ada",
+    "NVIDIA A100-SXM4-80GB": "a100-80gb",
+    "NVIDIA A100 80GB PCIe": "a100-80gb",
+    "NVIDIA A100-SXM4-40GB": "a100-40gb",
+    "NVIDIA A100-PCIE-40GB": "a100-40gb",
+    "NVIDIA H100 80GB HBM3": "h100",
+    "NVIDIA H100 PCIe": "h100-pcie",
+    "NVIDIA H100 NVL": "h100-nvl",
+    "NVIDIA H200": "h200",
+    "NVIDIA GH200 480GB": "gh200",
+}
+GPU = torch.device("cuda", 0)  # only a name here: nothing is allocated on it
+
+
+@pytest.mark.parametrize("name", DEVICE_NAMES)
+def test_device_names_find_their_entry(name):
+    assert match_gpu(hardware_table(), name) == DEVICE_NAMES[name]
+
+
+def test_every_entry_has_its_datasheet_figures():
+    for key, entry in hardware_table().items():
+        peaks = entry["peak_tflops"]
+        assert {"fp16", "fp32"} <= set(peaks) and entry["memory_gb"] > 0, key
+        assert peaks["fp16"] >= peaks["fp32"] and peaks.get("bf16", peaks["fp16"]) == peaks["fp16"], key
+        assert entry.get("price_per_hour") or entry.get("units_per_hour"), key
+
+
+def test_the_longest_match_wins_whatever_the_table_order():
+    table = {"sxm": {"match": ["H100"]}, "pcie": {"match": ["H100 PCIe"]}}
+    assert match_gpu(table, "NVIDIA H100 PCIe") == "pcie"
+    assert match_gpu(dict(reversed(table.items())), "NVIDIA H100 PCIe") == "pcie"
+    assert match_gpu(table, "NVIDIA H100 80GB HBM3") == "sxm"
+
+
+def test_pcie_and_sxm_h100_have_their_own_peaks(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
+    pcie = get_hardware("auto", "bf16", device=GPU)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    sxm = get_hardware("auto", "bf16", device=GPU)
+    assert (pcie.key, pcie.peak_flops) == ("h100-pcie", 756e12)
+    assert (sxm.key, sxm.peak_flops) == ("h100", 989e12)
+
+
+def test_whole_words_only():
+    table = hardware_table()
+    assert match_gpu(table, "NVIDIA A10G") == "a10g"  # not the A10
+    assert match_gpu(table, "NVIDIA L40") is None  # neither the L4 nor the L40S
+    assert match_gpu(table, "Quadro RTX 6000") is None  # Turing, not the Ada card
+
+
+def test_an_unlisted_gpu_trains_on_a_measured_peak_and_says_so(monkeypatch):
+    measured = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA GeForce RTX 5090")
+    monkeypatch.setattr(hardware, "measure_gpu_peak",
+                        lambda device, precision: measured.append((device, precision)) or 209.5e12)
+    lines = []
+    hw = get_hardware("auto", "bf16", device=GPU, say=lines.append)
+    assert measured == [(GPU, "bf16")]
+    assert (hw.name, hw.peak_flops, hw.price_per_hour) == ("NVIDIA GeForce RTX 5090", 209.5e12, None)
+    assert len(lines) == 1 and "'NVIDIA GeForce RTX 5090' is not in" in lines[0]
+    assert "209.5 TFLOP/s" in lines[0] and "train.price_per_hour" in lines[0]
+    hw = get_hardware("auto", "bf16", price_per_hour=0.9, device=GPU, say=lines.append)
+    assert hw.price_per_hour == 0.9 and "price" not in lines[-1]
+
+
+def test_a_listed_gpu_is_not_measured(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(hardware, "measure_gpu_peak", lambda device, precision: pytest.fail("measured"))
+    lines = []
+    hw = get_hardware("auto", "fp16", device=GPU, say=lines.append)
+    assert (hw.key, hw.peak_flops, hw.price_per_hour, lines) == ("t4", 65e12, 0.35, [])
+
+
+def test_bf16_on_a_card_without_it_is_one_error_line():
+    with pytest.raises(BurnoutError) as err:
+        get_hardware("t4", "bf16")
+    message = str(err.value)
+    assert "'t4' (NVIDIA T4) has no bf16 peak" in message and "fp16 or fp32" in message and "\n" not in message
+    assert get_hardware("t4", "fp32").peak_flops == 8.1e12
+
+
+def test_unknown_names_and_cpu_keep_working():
+    with pytest.raises(BurnoutError, match="hardware 'tpu-v9' is not in"):
+        get_hardware("tpu-v9", "bf16")
+    assert get_hardware("auto", "fp32").key == "cpu"  # no device: the CPU, measured
+
+
+def test_detect_names_the_entry_and_refuses_an_unlisted_gpu(monkeypatch):
+    """bench's datasheet column: a listed GPU's entry, else an error it turns into 'no datasheet figure'."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 NVL")
+    assert hardware.detect(hardware_table(), GPU) == "h100-nvl"
+    assert hardware.detect(hardware_table(), torch.device("cpu")) == "cpu"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA B200")
+    with pytest.raises(BurnoutError, match="'NVIDIA B200' is not in"):
+        hardware.detect(hardware_table(), GPU)
+
+
+def test_the_gpu_measurement_waits_for_each_multiply(monkeypatch):
+    """A CUDA launch returns at once: each timed multiply must end in a synchronize, or the peak is the
+    launch rate. (Run on CPU tensors, with the synchronize recorded instead of called.)"""
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", synced.append)
+    cpu = torch.device("cpu")
+    peak = hardware.measure_gpu_peak(cpu, "fp32", size=64, repeats=3)
+    assert synced == [cpu] * 4 and peak > 0  # after the warm-up multiply, then after each timed one

@@ -1,0 +1,135 @@
+"""`burnout plan`'s memory: the lines of the prediction, DDP and FSDP, the verdict and its fixes, the refusal
+before training (burnout/train/plan.py). Activations are traced on fake tensors, so large batches cost nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+
+from burnout.cli import main
+from burnout.config import load_run_config
+from burnout.errors import BurnoutError
+from burnout.models.memory import param_counts
+from burnout.train import plan as plan_mod
+from burnout.train.plan import GIB, Variant, check_fits, largest_fitting, plan_run, predict_memory
+
+EAGER = Variant(compiled=False, checkpointing=False)
+
+
+def small(**train):
+    """llama-small (29M parameters) at a micro-batch whose activations need tens of GiB."""
+    train = {"batch_size": 256, "grad_accum": 2, "seq_len": 512, "precision": "bf16", **train}
+    return load_run_config({"model": "llama-small", "train": train})
+
+
+def test_lines_add_up_and_say_where_they_come_from():
+    cfg = small()
+    n = param_counts(cfg.model).total
+    lines = predict_memory(cfg, "bf16", "cuda", 1, 256, EAGER)
+    assert (lines["weights"], lines["gradients"], lines["optimizer"]) == (4 * n, 4 * n, 8 * n)
+    allocated = sum(v for k, v in lines.items() if k not in ("overhead", "total"))
+    assert lines["overhead"] == plan_mod.CUDA_CONTEXT_BYTES + round(plan_mod.ALLOCATOR_MARGIN * allocated)
+    assert lines["total"] == allocated + lines["overhead"]
+    assert "overhead" not in predict_memory(cfg, "bf16", "cpu", 1, 256, EAGER)  # no CUDA context on a CPU
+
+
+def test_activations_grow_with_the_micro_batch_and_checkpointing_cuts_them():
+    cfg = small()
+    half, full = (predict_memory(cfg, "bf16", "cuda", 1, b, EAGER) for b in (128, 256))
+    assert full["activations"] == pytest.approx(2 * half["activations"], rel=0.01)
+    ckpt = predict_memory(cfg, "bf16", "cuda", 1, 256, Variant(False, True))
+    assert ckpt["activations"] < full["activations"] / 5
+    assert ckpt["weights"] == full["weights"]
+
+
+def test_fsdp_divides_the_static_part_and_gathers_two_blocks():
+    one = predict_memory(small(), "bf16", "cuda", 1, 256, EAGER)
+    fsdp = predict_memory(small(distributed="fsdp"), "bf16", "cuda", 4, 256, EAGER)
+    for key in ("weights", "gradients", "optimizer"):
+        assert fsdp[key] == -(-one[key] // 4)
+    assert fsdp["activations"] == one["activations"] and one["weight_copies"] > 0
+    # FSDP gathers bf16 weights: nothing for autocast to copy. Gathered: bf16 weights and gradients and the
+    # gradients' fp32 copy for the reduce-scatter, for the root module and two blocks.
+    assert fsdp["weight_copies"] == 0
+    counts = param_counts(small().model)
+    assert fsdp["fsdp_unsharded"] == (2 + 2 + 4) * (counts.outside_blocks + 2 * counts.per_block)
+    fp32 = predict_memory(small(distributed="fsdp", precision="fp32"), "fp32", "cuda", 4, 256, EAGER)
+    assert fp32["fsdp_unsharded"] == (4 + 4) * (counts.outside_blocks + 2 * counts.per_block)
+
+
+def test_ddp_keeps_a_whole_replica():
+    one = predict_memory(small(), "bf16", "cuda", 1, 256, EAGER)
+    ddp = predict_memory(small(distributed="ddp"), "bf16", "cuda", 2, 256, EAGER)
+    assert ddp == one  # buckets are views of the gradients: nothing beside the replica
+
+
+def test_largest_fitting_keeps_tokens_per_step():
+    fits = lambda b: b <= 40  # noqa: E731
+    assert largest_fitting(64, 16, fits, start_fits=True) == 32
+    assert largest_fitting(64, 64, fits, start_fits=False) == 32
+    assert largest_fitting(48, 48, lambda b: b <= 5, start_fits=False) == 4  # divisors of 48 only
+    assert largest_fitting(64, 64, lambda b: False, start_fits=False) is None
+
+
+def test_the_blog_config_fits_an_a100_80gb_with_headroom(capsys):
+    plan = plan_run(load_run_config("gpuburnout-1b"), "a100-80gb")
+    memory = plan["memory"]
+    assert memory["configured"] == "compiled" and memory["micro_batch"] == 16
+    total = memory["variants"]["compiled"]["total"]
+    assert memory["fits"] and total < 0.95 * 80 * GIB
+    assert memory["largest_micro_batch"] >= 16
+    assert main(["plan", "gpuburnout-1b", "--gpu", "a100-80gb"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled (configured):" in out and "fits," in out and "does not fit" not in out
+    for label in ("weights, fp32", "activations kept for backward", "CUDA context + allocator"):
+        assert label in out
+
+
+def test_plan_cli_says_does_not_fit_and_names_the_fixes(tmp_path, capsys):
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump({"model": "llama-small", "train": {"batch_size": 256, "grad_accum": 2,
+                                                                      "seq_len": 512, "precision": "bf16"}}))
+    assert main(["plan", str(path), "--gpu", "l4"]) == 0
+    out = capsys.readouterr().out
+    assert "eager (configured):" in out and "does not fit" in out
+    assert "fits with train.activation_checkpointing=true" in out
+    assert "fits with train.batch_size=" in out  # a smaller micro-batch, the same 512 sequences per step
+    assert "largest micro-batch that fits: " in out
+
+
+def test_impossible_plans_are_one_line(tmp_path, capsys):
+    # Explicit attention keeps T×T scores per head: at 32k tokens one block's exceeds 24 GiB, checkpointed or not.
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump({"model": {"preset": "llama-tiny", "context_length": 32768, "attention": "math"},
+                                    "train": {"batch_size": 1, "seq_len": 32768, "precision": "bf16"}}))
+    assert main(["plan", str(path), "--gpu", "l4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("burnout: error: train.batch_size: 1 × 32768 tokens needs")
+    assert "not even micro-batch 1 with activation checkpointing fits" in err
+    assert main(["plan", "gpuburnout-1b", "--gpus", "0"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert main(["plan", "gpuburnout-1b", "--gpu", "a100-90gb"]) == 2
+    assert "hardware 'a100-90gb' is not in" in capsys.readouterr().err
+
+
+def test_check_fits_refuses_a_plan_too_big_for_a_faked_cuda_device():
+    cuda = torch.device("cuda")  # never touched: memory and attention kernels are given
+    with pytest.raises(BurnoutError) as info:
+        check_fits(small(), cuda, 1, "bf16", memory_bytes=24 * GIB, target="cuda")
+    message = str(info.value)
+    assert message.startswith("predicted peak ") and "exceeds the GPU's 24.0 GiB" in message
+    assert "try train.activation_checkpointing=true" in message and "train.memory_check=false" in message
+    check_fits(small(memory_check=False), cuda, 1, "bf16", memory_bytes=24 * GIB, target="cuda")
+    check_fits(small(batch_size=2, grad_accum=256), cuda, 1, "bf16", memory_bytes=24 * GIB, target="cuda")
+    check_fits(small(), torch.device("cpu"), 1, "bf16")  # a CPU has no fixed budget
+
+
+def test_a_cpu_plan_has_no_verdict(tmp_path, capsys):
+    path = tmp_path / "cpu.yaml"
+    path.write_text(yaml.safe_dump({"model": "llama-small", "train": {"batch_size": 2, "seq_len": 512}}))
+    plan = plan_run(load_run_config(path), "cpu")
+    assert plan["memory"]["fits"] is None and plan["memory"]["target"] == "cpu"
+    assert plan["memory"]["precision"] == "fp32" and "overhead" not in plan["memory"]["variants"]["eager"]
+    assert main(["plan", str(path), "--gpu", "cpu"]) == 0
+    assert "a CPU has no fixed memory budget" in capsys.readouterr().out
