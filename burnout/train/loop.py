@@ -44,6 +44,7 @@ from burnout.train.distributed import DistContext, init_distributed, min_across_
 from burnout.train.hardware import get_hardware
 from burnout.train.metrics import MetricsLog, StepLogger
 from burnout.train.phases import current_phase, phase_summary
+from burnout.train.plan import check_fits
 from burnout.train.probe import largest_micro_batch, memory_probe, oom_message
 from burnout.train.provenance import record_launch
 from burnout.train.schedule import total_steps
@@ -167,6 +168,9 @@ class Trainer:
         if auto_batch and not resume:
             cfg = self._auto_batch(cfg)
         self.cfg, self.tc = cfg, cfg.train
+        if not (auto_batch and not resume):  # --auto-batch has just measured what fits on this very GPU
+            # On every rank: the prediction is deterministic, so all ranks refuse together.
+            check_fits(cfg, device, dist.world_size, self.precision)
         self.tokens_per_step = self.tc.batch_size * self.tc.grad_accum * self.seq_len * dist.world_size
         self.end_of_run = total_steps(self.tc, self.tokens_per_step, meta["splits"]["train"]["tokens"])
         self._setup_model(resume and not from_scratch)

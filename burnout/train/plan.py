@@ -63,8 +63,8 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: fl
         raise BurnoutError(f"--gpus {devices}: must be at least 1")
     tc = cfg.train
     if precision is None:
-        # What the run would use on this hardware: bf16 on a GPU, fp32 on a CPU unless the config says otherwise.
-        precision = tc.precision if tc.precision != "auto" else ("fp32" if hardware == "cpu" else "bf16")
+        # What `precision: auto` would pick there: fp32 on a CPU; bf16 on a GPU with bf16 tensor cores, else fp16.
+        precision = tc.precision if tc.precision != "auto" else _auto_precision(hardware)
     hw = get_hardware(hardware, precision, price_per_hour if price_per_hour is not None else tc.price_per_hour)
     seq_len = tc.seq_len or cfg.model.context_length
     info = model_info(cfg.model, seq_len=seq_len, precision="bf16" if precision != "fp32" else "fp32")
@@ -86,6 +86,13 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: fl
             "params": info["params_total"], "flops_per_token": fpt, "seq_len": seq_len,
             "tokens_per_step": tokens_per_step, "tokens_per_s": rate / fpt, "phases": rows,
             "memory": memory_plan(cfg, hw.key, precision, devices)}
+
+
+def _auto_precision(hardware: str) -> str:
+    if hardware == "cpu":
+        return "fp32"
+    entry = hardware_table().get(hardware, {})
+    return "bf16" if "bf16" in entry.get("peak_tflops", {"bf16": None}) else "fp16"
 
 
 def format_plan(plan: dict) -> str:

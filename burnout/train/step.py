@@ -10,18 +10,17 @@ the gradient is not finite.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from burnout.config import RunConfig, TrainConfig
 from burnout.core.device import autocast
 from burnout.models import Transformer
+from burnout.models.memory import checkpoint_blocks
 from burnout.train.distributed import DistContext, grad_sync, mean_across_ranks
 from burnout.train.optim import make_optimizer
 from burnout.train.schedule import lr_at
@@ -39,11 +38,7 @@ def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
     """A freshly initialized model on `device`, as training runs it (train.activation_checkpointing:
     each block's activations recomputed during backward instead of kept)."""
     model = Transformer(cfg.model).to(device)
-    if cfg.train.activation_checkpointing:
-        for block in model.blocks:
-            # An instance attribute: the module tree, and so the checkpoint's tensor names, stay unchanged.
-            block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
-    return model
+    return checkpoint_blocks(model) if cfg.train.activation_checkpointing else model
 
 
 def batch_index(step: int, micro: int, grad_accum: int, dist: DistContext) -> int:

@@ -13,6 +13,7 @@ from burnout.errors import BurnoutError
 from burnout.models.memory import param_counts
 from burnout.train import plan as plan_mod
 from burnout.train.plan import GIB, Variant, check_fits, largest_fitting, plan_run, predict_memory
+from burnout.train.run import start_training
 
 EAGER = Variant(compiled=False, checkpointing=False)
 
@@ -133,3 +134,25 @@ def test_a_cpu_plan_has_no_verdict(tmp_path, capsys):
     assert plan["memory"]["precision"] == "fp32" and "overhead" not in plan["memory"]["variants"]["eager"]
     assert main(["plan", str(path), "--gpu", "cpu"]) == 0
     assert "a CPU has no fixed memory budget" in capsys.readouterr().out
+
+
+def test_train_asks_the_plan_before_building_anything(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch):
+    from burnout.train import loop
+
+    def refuse(cfg, device, world_size, precision):
+        raise BurnoutError("predicted peak 90.0 GiB exceeds the GPU's 80.0 GiB")
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before the plan was checked")
+
+    monkeypatch.setattr(loop, "check_fits", refuse)
+    monkeypatch.setattr(loop, "build_model", no_model)
+    with pytest.raises(BurnoutError, match="predicted peak"):
+        start_training(tiny_run_config(), tmp_path / "run", data_dir=tiny_bpe_data, on_event=lambda line: None,
+                       progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("gpu, expected", [("t4", "fp16"), ("v100", "fp16"), ("a100-80gb", "bf16"), ("cpu", "fp32")])
+def test_plan_picks_what_precision_auto_would_on_that_hardware(gpu, expected):
+    assert plan_run(load_run_config("quickstart"), gpu)["precision"] == expected
