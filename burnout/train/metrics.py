@@ -120,14 +120,14 @@ class StepLogger:
             self.first_step_s = None
         if not self.main:
             return record
-        eta = (self.stop_at - step) * self.tokens_per_step / rate if rate else None
         if rate:
+            eta = (self.stop_at - step) * self.tokens_per_step / rate
             record["mfu"] = rate * self.flops_per_token / self.peak_flops
             record["eta_s"] = round(eta, 1)
         if self.price is not None:
             record["dollars"] = record["elapsed_s"] / 3600 * self.price
-        if self.price is not None and rate:
-            record["dollars_projected"] = (record["elapsed_s"] + eta) / 3600 * self.price
+            if rate:
+                record["dollars_projected"] = (record["elapsed_s"] + eta) / 3600 * self.price
         return record
 
     def write(self, record: dict) -> None:

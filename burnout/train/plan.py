@@ -91,8 +91,13 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: fl
 def _auto_precision(hardware: str) -> str:
     if hardware == "cpu":
         return "fp32"
-    entry = hardware_table().get(hardware, {})
-    return "bf16" if "bf16" in entry.get("peak_tflops", {"bf16": None}) else "fp16"
+    return "bf16" if _has_bf16(hardware) else "fp16"
+
+
+def _has_bf16(hardware: str) -> bool:
+    """Whether a table GPU has bf16 tensor cores (it lists a bf16 peak). An unknown name counts as having
+    them; get_hardware then refuses it with the list of names."""
+    return "bf16" in hardware_table().get(hardware, {}).get("peak_tflops", {"bf16": None})
 
 
 def format_plan(plan: dict) -> str:
@@ -144,7 +149,7 @@ def memory_target(hardware: str) -> str:
     tensor cores and PyTorch's flash kernel both begin with Ampere, so an entry without a bf16 peak predates it."""
     if hardware == "cpu":
         return "cpu"
-    return "cuda" if "bf16" in hardware_table()[hardware]["peak_tflops"] else "cuda-pre-ampere"
+    return "cuda" if _has_bf16(hardware) else "cuda-pre-ampere"
 
 
 def predict_memory(cfg: RunConfig, precision: str, target: str, devices: int, batch_size: int,

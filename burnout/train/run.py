@@ -90,7 +90,8 @@ def resume_training(run_dir: Path, overrides: list[str] = (), on_event: Callable
     for key in _RESUME_FIXED:
         if _field(cfg, key) != _field(saved, key):
             raise BurnoutError(f"--resume: '{key}' cannot change in a running run; start a new run instead")
-    changed = {k: v for k, v in _flat(cfg.to_dict()).items() if _flat(saved.to_dict()).get(k) != v}
+    before = _flat(saved.to_dict())
+    changed = {k: v for k, v in _flat(cfg.to_dict()).items() if before.get(k) != v}
     if changed and os.environ.get("RANK", "0") == "0":  # the safe overrides (LR, phases, logging), recorded
         append_jsonl(Path(run_dir) / RESUMES_FILE, {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                                     "overrides": list(overrides), "changed": changed})
