@@ -252,9 +252,14 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--data", help="prepared data folder (from `burnout data prepare`)")
     p.add_argument("--auto-batch", action="store_true",
                    help="use the largest micro-batch that fits in memory, keeping tokens per step via grad_accum")
+    p.add_argument("--resume-if-exists", action="store_true",
+                   help="resume --out when it already holds a run, else start it: one command for every boot "
+                        "of a spot machine")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
+        if args.resume and args.resume_if_exists:
+            raise BurnoutError("--resume-if-exists goes with CONFIG --out RUN (it decides to resume); drop one of them")
         if args.resume:
             if args.config and "=" in args.config and not Path(args.config).exists():
                 # `train --resume RUN train.max_steps=800`: argparse hands the first override to CONFIG.
@@ -272,10 +277,13 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
             from burnout.config import load_run_config
 
             cfg = load_run_config(args.config, overrides)  # config errors surface before torch is imported
-            from burnout.train.run import start_training
+            from burnout.train.run import start_or_resume, start_training
 
-            result = start_training(cfg, Path(args.out), data_dir=Path(args.data) if args.data else None,
-                                    auto_batch=args.auto_batch)
+            data = Path(args.data) if args.data else None
+            if args.resume_if_exists:
+                result = start_or_resume(cfg, Path(args.out), overrides, data_dir=data, auto_batch=args.auto_batch)
+            else:
+                result = start_training(cfg, Path(args.out), data_dir=data, auto_batch=args.auto_batch)
         # A signal-stopped run exits as an interrupted process would, so scripts and schedulers can tell.
         code = 130 if result.stop_reason == "signal" else 0
         if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run

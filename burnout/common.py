@@ -1,10 +1,11 @@
-"""Helpers every stage shares: file names and special tokens, atomic writes, JSON lines, error text.
+"""Helpers every stage shares: file names and special tokens, atomic writes, JSON lines, file sha256, error text.
 
 It imports nothing from burnout but errors, so any module may import it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -23,6 +24,11 @@ PHASES_FILE = "phases.jsonl"
 LAUNCHES_FILE = "launches.jsonl"
 # One line per resume that changed the config: when, the overrides, and the values they changed.
 RESUMES_FILE = "resumes.jsonl"
+# `burnout report`'s folder inside a run.
+REPORT_DIR = "report"
+# What a run folder holds besides its checkpoints and data: the record of the run, which train.mirror_dir
+# keeps a copy of.
+RUN_LOG_FILES = (RUN_CONFIG_FILE, METRICS_FILE, LAUNCHES_FILE, PHASES_FILE, RESUMES_FILE)
 
 
 def tokenizer_file(path: str | Path) -> Path:
@@ -48,6 +54,15 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def sha256_file(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read in 16 MB pieces (checkpoints and shards run to gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:
@@ -83,6 +98,11 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return records
 
 
+def is_finite_number(value) -> bool:
+    """A real, finite int or float (a logged loss can be NaN, null or missing)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def first_line(error: BaseException | str, limit: int = 200) -> str:
     """The first non-empty line of an error's message (at most `limit` characters), or the
     exception's type name when the message is empty: error text fit for a one-line message."""
@@ -90,6 +110,13 @@ def first_line(error: BaseException | str, limit: int = 200) -> str:
     if not text:
         return type(error).__name__ if isinstance(error, BaseException) else ""
     return text.splitlines()[0][:limit]
+
+
+def format_bytes(count: int) -> str:
+    """'512 B', '3.4 MB', '12.0 GB' (powers of 1000, as `df -H` prints them)."""
+    units = ("B", "kB", "MB", "GB", "TB")
+    power = min(int(math.log10(max(count, 1)) // 3), len(units) - 1)
+    return f"{count / 1000 ** power:.1f} {units[power]}" if power else f"{count} B"
 
 
 def format_duration(seconds: float) -> str:

@@ -226,9 +226,13 @@ class PhaseConfig:
 class TrainConfig:
     seed: int = 1337
     device: str = "auto"
-    # fp16 uses a gradient scaler; bf16 and fp16 are autocast (weights and optimizer stay fp32).
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    # fp16 uses a gradient scaler; bf16 and fp16 are autocast (weights and optimizer stay fp32). fp8 (GPUs from
+    # Ada/Hopper on, with torchao): the blocks' linear layers in fp8, the rest under bf16 autocast.
+    precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
     compile: bool = False
+    # Deterministic kernels (torch.use_deterministic_algorithms): a resumed GPU run equals the uninterrupted
+    # one bitwise, at some cost in speed. CPU runs are deterministic without it.
+    deterministic: bool = False
     # Recompute each block's activations in backward: less memory, about a third more compute.
     activation_checkpointing: bool = False
     # On CUDA, refuse to start a run whose predicted peak memory (as `burnout plan` predicts it) exceeds the
@@ -270,9 +274,15 @@ class TrainConfig:
     eval_interval: int = 200
     eval_batches: int = 20
     ckpt_interval: int = 500
+    # Also a checkpoint once this many minutes of wall time have passed since the last one (None or 0: by steps only),
+    # so a slow step costs at most that much work when the machine vanishes.
+    ckpt_minutes: float | None = None
     keep_last: int = 2
     # Steps whose checkpoints are kept forever (phase ends are kept too).
     milestones: list[int] = field(default_factory=list)
+    # Keep the checkpoint of the lowest val loss too, whatever keep_last prunes; every checkpoint is then
+    # evaluated at its own step.
+    keep_best: bool = False
     # A folder (mounted drive, network volume) that receives a copy of each kept checkpoint in the background.
     mirror_dir: str | None = None
     # Non-finite losses in a row tolerated (each such step is skipped) before the run stops.
@@ -313,6 +323,8 @@ class TrainConfig:
         for key in ("max_tokens", "max_epochs", "max_minutes", "max_bad_steps", "price_per_hour"):
             if getattr(self, key) is not None:
                 _require_positive(f"train.{key}", getattr(self, key))
+        if self.ckpt_minutes is not None and self.ckpt_minutes < 0:
+            raise BurnoutError(f"train.ckpt_minutes: {self.ckpt_minutes} is negative; give minutes, or 0 for none")
         if not 0 < self.decay_fraction <= 1:
             raise BurnoutError(f"train.decay_fraction: {self.decay_fraction} is outside (0, 1]")
         for i, step in enumerate(self.milestones):

@@ -53,6 +53,12 @@ def _ckpt(d: Path) -> Path:
     return sorted((d / "run" / "checkpoints").iterdir())[-1]
 
 
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+
+
 def _edit_json(path: Path, edit) -> None:
     value = json.loads(path.read_text())
     edit(value)
@@ -132,18 +138,25 @@ CASES = [
          ["model.n_layer", "0"], setup=lambda d, *_: _config(d, TINY)),
     Case("kv-heads-do-not-divide", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "model.n_kv_head=3"],
          ["model.n_kv_head", "3"], setup=lambda d, *_: _config(d, TINY)),
+    Case("negative-ckpt-minutes", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.ckpt_minutes=-5"],
+         ["train.ckpt_minutes", "-5", "negative"], setup=lambda d, *_: _config(d, TINY)),
+    Case("resume-and-resume-if-exists", ["train", "{dir}/run.yaml", "--out", "{dir}/run", "--resume", "{dir}/run",
+                                         "--resume-if-exists"], ["--resume-if-exists", "--resume"]),
     Case("seq-len-beyond-context", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.seq_len=128"],
          ["train.seq_len", "128", "64"], setup=lambda d, *_: _config(d, TINY)),
     Case("batch-larger-than-data", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{dir}/data"],
          ["batch larger than the data", "val", "train.seq_len"],
          setup=lambda d, data, run: (_copy_data(d, data, run), _shrink_val(d / "data"), _config(d, TINY))),
     # -- checkpoints
+    # Files put together from different checkpoints, each whole (its sha256 recorded): the mismatch is named.
     Case("checkpoint-of-another-model", ["generate", "{dir}/run", "--prompt", "The "], ["does not match its config"],
          setup=lambda d, data, run: (_copy_run(d, data, run),
-                                     _retouch_yaml(_ckpt(d) / "config.yaml", "n_layer: 2", "n_layer: 3"))),
+                                     _retouch_yaml(_ckpt(d) / "config.yaml", "n_layer: 2", "n_layer: 3"),
+                                     _record_sha256(_ckpt(d)))),
     Case("checkpoint-of-another-tokenizer", ["generate", "{dir}/run", "--prompt", "The "],
          ["tokenizer has", "not the one the model was trained with"],
-         setup=lambda d, data, run: (_copy_run(d, data, run), _bigger_tokenizer(_ckpt(d) / "tokenizer.json"))),
+         setup=lambda d, data, run: (_copy_run(d, data, run), _bigger_tokenizer(_ckpt(d) / "tokenizer.json"),
+                                     _record_sha256(_ckpt(d)))),
     Case("resume-with-another-tokenizer", ["train", "--resume", "{dir}/run", "train.max_steps=30"],
          ["is not the tokenizer", "data.prepared_dir"],
          setup=lambda d, data, run: (_copy_run(d, data, run), _copy_data(d, data, run),
@@ -152,6 +165,10 @@ CASES = [
          creates=True),  # resumes.jsonl records the attempted overrides before the run is checked
     Case("corrupted-checkpoint", ["generate", "{dir}/run", "--prompt", "The "], ["unreadable", "model.safetensors"],
          setup=lambda d, data, run: (_copy_run(d, data, run), os.truncate(_ckpt(d) / "model.safetensors", 100))),
+    # A changed byte in the tensor data still parses: only its recorded sha256 gives it away.
+    Case("checkpoint-with-a-changed-byte", ["generate", "{dir}/run", "--prompt", "The "],
+         ["unreadable", "model.safetensors does not match the sha256 recorded when it was saved"],
+         setup=lambda d, data, run: (_copy_run(d, data, run), _flip_byte(_ckpt(d) / "model.safetensors"))),
     Case("corrupted-state", ["export", "{dir}/run", "--to", "{dir}/hf"], ["unreadable", "state.pt"],
          setup=lambda d, data, run: (_copy_run(d, data, run), (_ckpt(d) / "state.pt").write_bytes(b"not a zip"))),
     Case("resume-a-folder-that-is-no-run", ["train", "--resume", "{dir}"], ["no config.yaml"]),
@@ -190,6 +207,13 @@ def _retouch_yaml(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text, (path, old)
     path.write_text(text.replace(old, new))
+
+
+def _record_sha256(checkpoint: Path) -> None:
+    """Record the sha256 of the checkpoint's files as they are now, as saving it would have."""
+    manifest = checkpoint / "sha256.json"
+    manifest.write_text(json.dumps({name: hashlib.sha256((checkpoint / name).read_bytes()).hexdigest()
+                                    for name in json.loads(manifest.read_text())}))
 
 
 def _bigger_tokenizer(path: Path) -> None:

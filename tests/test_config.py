@@ -122,7 +122,7 @@ def test_unknown_key_without_close_match_lists_known_keys():
     ("train.lr=fast", "config.train.lr", "expected float"),
     ("train.sample_prompt=5", "config.train.sample_prompt", "expected str"),
     ("model.family=bert", "config.model.family", "'bert' is not one of 'gpt2', 'llama'"),
-    ("train.precision=fp8", "config.train.precision", "is not one of"),
+    ("train.precision=fp4", "config.train.precision", "is not one of"),
     ("tokenizer.special_tokens=abc", "config.tokenizer.special_tokens", "expected a list"),
     ("train=5", "config.train", "expected a mapping"),
 ])

@@ -5,6 +5,7 @@ state.pt carrying a pickle whose __reduce__ would run a command is refused with 
 never runs — in both the raw-pickle and torch's zip format, through the API and the real CLI.
 """
 
+import json
 import os
 import pickle
 import shutil
@@ -14,7 +15,8 @@ import sys
 import pytest
 import torch
 
-from burnout.core.checkpoint import list_checkpoints, load_checkpoint
+from burnout.common import sha256_file
+from burnout.core.checkpoint import MANIFEST_FILE, list_checkpoints, load_checkpoint
 from burnout.errors import BurnoutError
 from burnout.playground.catalog import ModelCache, discover
 
@@ -38,6 +40,9 @@ def _poisoned_checkpoint(sampled_runs, tmp_path, fmt):
         (ckpt / "state.pt").write_bytes(pickle.dumps({"step": 24, "optimizer": Payload(marker)}))
     else:  # torch's zip format, the payload inside data.pkl
         torch.save({"step": 24, "optimizer": Payload(marker)}, ckpt / "state.pt")
+    # Whoever can write the file can write its recorded sha256 too: only weights_only stands in the way.
+    manifest = json.loads((ckpt / MANIFEST_FILE).read_text())
+    (ckpt / MANIFEST_FILE).write_text(json.dumps({**manifest, "state.pt": sha256_file(ckpt / "state.pt")}))
     assert not marker.exists()
     return run, ckpt, marker
 

@@ -7,11 +7,15 @@
         config.yaml         the full resolved run config
         tokenizer.json      the tokenizer the model was trained with
         info.json           step, tokens, losses, wall time: what a person or a report reads
+        sha256.json         the sha256 of each file above, written last
 
 A checkpoint is written under a temporary name, fsynced and renamed, so a folder named step_* is
-always complete; a crash mid-write leaves only a `.tmp-*` folder that the next save removes. The last
-`keep_last` checkpoints survive pruning, and so do milestone steps (kept forever). A CheckpointMirror
-copies each kept checkpoint to a second folder (a mounted drive) in a background thread.
+always complete; a crash mid-write leaves only a `.tmp-*` folder that the next save removes. The
+sha256 of each file is recorded when it is saved and checked when it is loaded, because a volume can
+damage a file after every write reported success. The last `keep_last` checkpoints survive pruning,
+and so do the steps in `keep_steps` (milestones, phase ends, the best). A CheckpointMirror copies each
+kept checkpoint, checked against its sha256, and the run's logs to a second folder (a mounted drive)
+in a background thread.
 """
 
 from __future__ import annotations
@@ -32,13 +36,27 @@ import safetensors.torch
 import torch
 import yaml
 
-from burnout.common import RUN_CONFIG_FILE, TOKENIZER_FILE, first_line, write_atomic
+from burnout.common import (
+    REPORT_DIR,
+    RUN_CONFIG_FILE,
+    RUN_LOG_FILES,
+    TOKENIZER_FILE,
+    first_line,
+    sha256_file,
+    write_atomic,
+)
 from burnout.config import RunConfig, load_run_config
 from burnout.errors import BurnoutError, StorageError
 from burnout.models import Transformer
+from burnout.models.memory import param_counts, static_bytes
 
 CHECKPOINT_DIR = "checkpoints"
+MANIFEST_FILE = "sha256.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+# Beside the tensors' bytes: safetensors' header, state.pt's zip entries and pickled RNG states, config,
+# info and manifest: 25-50 KB measured on the test models and llama-tiny; this leaves a margin.
+_OVERHEAD_BYTES = 256 * 1024
+_OVERHEAD_PER_RANK = 32 * 1024  # each rank's RNG states under torchrun
 
 
 @dataclass
@@ -69,6 +87,8 @@ def save_checkpoint(
         write_atomic(tmp / RUN_CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         write_atomic(tmp / "info.json", json.dumps(info, indent=2))
         shutil.copyfile(tokenizer_path, tmp / TOKENIZER_FILE)
+        digests = {f.name: sha256_file(f) for f in sorted(tmp.iterdir())}
+        write_atomic(tmp / MANIFEST_FILE, json.dumps(digests, indent=2))
         for f in tmp.iterdir():
             _fsync(f)
         _fsync(tmp)
@@ -105,12 +125,14 @@ def _step_of(path: Path) -> int:
 
 
 class CheckpointMirror:
-    """Copies checkpoints to `mirror_dir/checkpoints/` in a background thread, atomically (temp name,
-    then rename), and prunes the mirror to the run's kept set, so losing the machine loses at most
-    the checkpoint being copied."""
+    """Copies checkpoints to `mirror_dir/checkpoints/` and the run's logs (RUN_LOG_FILES, the report) to
+    `mirror_dir/` in a background thread, atomically (temp name, then rename), and prunes the mirror to the
+    run's kept set, so losing the machine loses at most the checkpoint being copied. A copy that does not
+    match the sha256 recorded at saving is removed, never renamed into place."""
 
-    def __init__(self, mirror_dir: Path, on_error: Callable[[str], None]):
-        self.root = Path(mirror_dir) / CHECKPOINT_DIR
+    def __init__(self, run_dir: Path, mirror_dir: Path, on_error: Callable[[str], None]):
+        self.run_dir, self.mirror_dir = Path(run_dir), Path(mirror_dir)
+        self.root = self.mirror_dir / CHECKPOINT_DIR
         self.on_error = on_error
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="checkpoint-mirror", daemon=True)
@@ -120,7 +142,8 @@ class CheckpointMirror:
         self._queue.put((Path(checkpoint), {p.name for p in kept}))
 
     def close(self) -> None:
-        """Wait for every submitted copy to finish."""
+        """Copy the logs once more (they grew since the last checkpoint), and wait for every copy to finish."""
+        self._queue.put((None, None))
         self._queue.put(None)
         self._thread.join()
 
@@ -128,17 +151,85 @@ class CheckpointMirror:
         while (job := self._queue.get()) is not None:
             src, kept = job
             try:
-                self.root.mkdir(parents=True, exist_ok=True)
-                tmp, final = self.root / f".tmp-{src.name}", self.root / src.name
-                shutil.rmtree(tmp, ignore_errors=True)
-                shutil.copytree(src, tmp)
-                shutil.rmtree(final, ignore_errors=True)
-                os.replace(tmp, final)
-                for old in self.root.iterdir():
-                    if _STEP_DIR.match(old.name) and old.name not in kept:
-                        shutil.rmtree(old, ignore_errors=True)
+                if src is not None:
+                    self._copy(src, kept)
+                mirror_run_logs(self.run_dir, self.mirror_dir)
             except OSError as exc:  # a full or vanished mirror must not stop training
-                self.on_error(f"mirror: copying {src.name} to {self.root} failed ({exc}); training goes on")
+                what = src.name if src is not None else "the run's logs"
+                self.on_error(f"mirror: copying {what} to {self.mirror_dir} failed ({exc}); training goes on")
+
+    def _copy(self, src: Path, kept: set[str]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp, final = self.root / f".tmp-{src.name}", self.root / src.name
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        problem = checkpoint_problem(tmp)
+        if problem is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.on_error(f"mirror: the copy of {src.name} in {self.root} is corrupt ({problem}); "
+                          "removed, the mirror keeps its earlier checkpoints, training goes on")
+            return
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in self.root.iterdir():
+            if _STEP_DIR.match(old.name) and old.name not in kept:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def mirror_run_logs(run_dir: Path, mirror_dir: Path) -> None:
+    """Copy a run's logs (RUN_LOG_FILES and the report folder, where present) into `mirror_dir`, each under a
+    temporary name and then renamed, so the mirror always holds whole files."""
+    run_dir, mirror_dir = Path(run_dir), Path(mirror_dir)
+    mirror_dir.mkdir(parents=True, exist_ok=True)
+    for name in RUN_LOG_FILES:
+        if (run_dir / name).is_file():
+            tmp = mirror_dir / f".tmp-{name}"
+            shutil.copyfile(run_dir / name, tmp)
+            os.replace(tmp, mirror_dir / name)
+    if (run_dir / REPORT_DIR).is_dir():
+        tmp, final = mirror_dir / f".tmp-{REPORT_DIR}", mirror_dir / REPORT_DIR
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(run_dir / REPORT_DIR, tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """What is wrong with a checkpoint folder's files against the sha256 recorded when it was saved (the
+    first file that differs, or is missing), or None when every file matches. A checkpoint saved before
+    the sha256 was recorded has no MANIFEST_FILE and passes unchecked."""
+    path = Path(path)
+    if not (path / MANIFEST_FILE).is_file():
+        return None
+    try:
+        recorded = json.loads((path / MANIFEST_FILE).read_text())
+        if not isinstance(recorded, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        return f"{MANIFEST_FILE}, which records the files' sha256, is unreadable ({first_line(exc)})"
+    for name, digest in recorded.items():
+        try:
+            if sha256_file(path / name) != digest:
+                return f"{name} does not match the sha256 recorded when it was saved"
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except OSError as exc:
+            return f"{name} cannot be read ({exc.strerror or first_line(exc)})"
+    return None
+
+
+def checkpoint_bytes(cfg: RunConfig, tokenizer_path: Path, world_size: int = 1) -> int:
+    """The bytes one checkpoint of `cfg`'s run takes, from the parameter counts: fp32 weights (a tied matrix
+    once) and the optimizer's state (AdamW's two moments, Muon's momentum), the tokenizer, and an allowance
+    for headers, RNG states and the small files."""
+    static = static_bytes(param_counts(cfg.model), cfg.train.optimizer)
+    return (static["weights"] + static["optimizer"] + Path(tokenizer_path).stat().st_size + _OVERHEAD_BYTES
+            + _OVERHEAD_PER_RANK * world_size)
+
+
+def folder_bytes(path: Path) -> int:
+    """The bytes of the files under `path` (0 when it does not exist)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -164,8 +255,13 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return found[-1]
 
 
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify: bool = True) -> Checkpoint:
+    """A checkpoint folder (or a run folder's latest), checked against its recorded sha256 unless `verify` is
+    false (a caller that has checked it already)."""
     path = resolve_checkpoint(path)
+    if verify and (problem := checkpoint_problem(path)) is not None:
+        raise BurnoutError(f"checkpoint {path} is unreadable: {problem}; use another checkpoint of the run "
+                           "(or its copy in train.mirror_dir) or train again")
     cfg = load_run_config(path / RUN_CONFIG_FILE)
     model = Transformer(cfg.model)
     name = "model.safetensors"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 from pathlib import Path
 
@@ -43,15 +44,27 @@ def _cpu_model() -> str:
 # Compute capability from which a GPU has bf16 tensor cores (Ampere). Below it torch still accepts bf16
 # (torch.cuda.is_bf16_supported() counts emulation) but runs it without tensor cores or flash attention.
 BF16_CAPABILITY = (8, 0)
+# FP8 tensor cores (torch._scaled_mm) begin with Ada (8.9) and Hopper (9.0).
+FP8_CAPABILITY = (8, 9)
 LOW_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def compute_precision(precision: str) -> str:
+    """The precision everything but fp8's linear layers runs in: an fp8 run's attention, norms, loss and
+    weight gathers are bf16 autocast, and its MFU and memory are counted as bf16's."""
+    return "bf16" if precision == "fp8" else precision
 
 
 def resolve_precision(name: str, device: torch.device) -> str:
     """The precision `name` (auto, fp32, bf16, fp16) means on `device`.
 
     auto: bf16 autocast on GPUs with bf16 tensor cores; fp16 (training adds a grad scaler) on older ones;
-    fp32 on CPU until a measurement shows bf16 pays off. bf16 asked for on an older GPU is an error.
+    fp32 on CPU until a measurement shows bf16 pays off. bf16 asked for on an older GPU is an error, and
+    so is fp8 anywhere but a GPU with fp8 tensor cores (auto never picks fp8).
     """
+    if name == "fp8":
+        check_fp8(device)
+        return name
     if device.type != "cuda":
         return "fp32" if name == "auto" else name
     capability = torch.cuda.get_device_capability(device)
@@ -65,15 +78,52 @@ def resolve_precision(name: str, device: torch.device) -> str:
     return name
 
 
+def check_fp8(device: torch.device) -> None:
+    """fp8 training needs fp8 tensor cores and torchao (an optional dependency)."""
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"this run's device ({device})"
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < FP8_CAPABILITY:
+        raise BurnoutError(f"train.precision=fp8: {where} has no fp8 tensor cores (they begin with compute "
+                           "capability 8.9: Ada, Hopper and newer); use train.precision=bf16 or auto")
+    try:
+        import torchao.float8  # noqa: F401
+    except ImportError:
+        raise BurnoutError("train.precision=fp8 needs torchao: pip install 'gpuburnout[fp8]'") from None
+
+
+def to_float8_training(model: torch.nn.Module) -> torch.nn.Module:
+    """Swap the transformer blocks' linear layers for torchao's Float8Linear (tensorwise scaling: fp8 inputs,
+    weights and output gradients, each scaled by its absolute max). The output head stays bf16: its
+    logits feed the loss directly, and a vocabulary such as 32,005 is no multiple of 16, which fp8 GEMMs need.
+    The state dict is unchanged, so checkpoints load into a plain model."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    def in_blocks(module: torch.nn.Module, name: str) -> bool:
+        # The type itself: a LoRA layer (an nn.Linear subclass) would lose its adapters in the swap.
+        return (name.startswith("blocks.") and type(module) is torch.nn.Linear
+                and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+
+    return convert_to_float8_training(model, config=Float8LinearConfig(), module_filter_fn=in_blocks)
+
+
 def autocast(device: torch.device, precision: str):
-    """Autocast to bf16 or fp16 on `device`; nothing for fp32."""
-    if precision in LOW_PRECISION_DTYPES:
-        return torch.autocast(device_type=device.type, dtype=LOW_PRECISION_DTYPES[precision])
+    """Autocast to bf16 or fp16 on `device` (bf16 for fp8, whose linear layers cast for themselves);
+    nothing for fp32."""
+    dtype = LOW_PRECISION_DTYPES.get(compute_precision(precision))
+    if dtype is not None:
+        return torch.autocast(device_type=device.type, dtype=dtype)
     return contextlib.nullcontext()
 
 
-def configure_backends(device: torch.device) -> None:
-    """TF32 tensor cores for the fp32 matmuls and convolutions left outside autocast (Ampere and later)."""
+def configure_backends(device: torch.device, deterministic: bool = False) -> None:
+    """TF32 tensor cores for the fp32 matmuls and convolutions left outside autocast (Ampere and later).
+
+    deterministic (train.deterministic): kernels that give the same bits on every run, so a resumed GPU run
+    equals the uninterrupted one bitwise; flash attention's backward then accumulates in a fixed order, and
+    an operation with no such kernel is an error that names it."""
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    if deterministic:
+        # cuBLAS reads this when its handle is made, at the run's first matmul (after this call).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import write_atomic
+from burnout.common import sha256_file, write_atomic
 from burnout.errors import BurnoutError
 
 FORMAT = "burnout-tokens-v2"
@@ -235,11 +235,7 @@ def verify_checksums(data_dir: str | Path) -> None:
     meta = read_meta(data_dir)
     for info in meta["splits"].values():
         for shard in info["shards"]:
-            digest = hashlib.sha256()
-            with open(data_dir / shard["file"], "rb") as f:
-                while chunk := f.read(1 << 24):
-                    digest.update(chunk)
-            if digest.hexdigest() != shard["sha256"]:
+            if sha256_file(data_dir / shard["file"]) != shard["sha256"]:
                 raise BurnoutError(f"'{data_dir / shard['file']}' does not match its sha256 in {META_FILE}; "
                                    f"prepare the data again")
 

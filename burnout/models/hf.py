@@ -476,3 +476,26 @@ def load_hf(path: str | Path, dtype: torch.dtype | None = None) -> Transformer:
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------
+# Linear layers by module (LoRA adapters in PEFT's layout: burnout/models/lora.py)
+
+
+def hf_linear_modules(cfg: ModelConfig) -> dict[str, list[tuple[str, int]]]:
+    """Each linear layer of our blocks ("blocks.3.attn.qkv") → the HF module(s) holding it, each with the
+    number of our output rows it takes, in order: one module, or for llama's fused qkv the q_proj, k_proj
+    and v_proj its rows split into. GPT-2's modules are Conv1D (weights stored transposed)."""
+    cfg = cfg.resolved()
+    shapes = _our_shapes(cfg)
+    out: dict[str, list[tuple[str, int]]] = {}
+    for i in range(cfg.n_layer):
+        for our_name, hf_name, _ in _layer_pairs(cfg, i):
+            if our_name.endswith(".weight") and ".norm" not in our_name:
+                out[our_name[: -len(".weight")]] = [(hf_name[: -len(".weight")], shapes[our_name][0])]
+        if cfg.family == "llama":
+            H, K, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+            prefix = f"model.layers.{i}.self_attn."
+            out[f"blocks.{i}.attn.qkv"] = [(prefix + "q_proj", H * D), (prefix + "k_proj", K * D),
+                                           (prefix + "v_proj", K * D)]
+    return out

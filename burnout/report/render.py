@@ -13,12 +13,12 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnout.common import format_duration, write_atomic
+from burnout.common import REPORT_DIR, format_duration, write_atomic
+from burnout.core.checkpoint import mirror_run_logs
 from burnout.errors import BurnoutError
 from burnout.report import plots
 from burnout.report.runlog import RunLog, anomalies, eval_rows, load_run, phase_rows
-
-REPORT_DIR = "report"
+from burnout.train.checkpointing import best_checkpoint
 
 
 @dataclass
@@ -49,6 +49,10 @@ def write_report(run_paths: list[str | Path], out: str | Path | None = None, htm
         path = out / "report.html"
         write_atomic(path, _html(title, blocks))
         written.append(path)
+    mirror = runs[0].config.get("train", {}).get("mirror_dir")
+    if mirror and out == runs[0].path / REPORT_DIR:  # the run's own report survives the machine with its logs
+        mirror_run_logs(runs[0].path, Path(mirror))
+        written.append(Path(mirror) / REPORT_DIR)
     return runs, written
 
 
@@ -75,6 +79,10 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
     for key, label in (("mfu", "last MFU"), ("dollars", "dollars spent")):
         if run.last_value(key) is not None:
             summary.append([label, _fmt(run.last_value(key))])
+    best = best_checkpoint(run.checkpoints)
+    if best is not None:
+        kept = " (kept by train.keep_best)" if train.get("keep_best") else ""
+        summary.append(["best checkpoint", f"{best['name']}, val loss {_fmt(best['val_loss'])}{kept}"])
     first_steps = run.series("first_step_s")[2]  # compile and warm-up: what tokens/s leaves out
     if first_steps:
         summary.append(["first step of each session", ", ".join(f"{s:.1f} s" for s in first_steps)
@@ -91,7 +99,8 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         _phase_table(run),
         Block("h2", "Checkpoints"),
         Block("table", columns=["checkpoint", "step", "tokens", "train loss", "val loss", "elapsed"],
-              rows=[[c["name"], c.get("step"), c.get("tokens"), c.get("train_loss"), c.get("val_loss"),
+              rows=[[c["name"] + (" (best)" if c is best else ""), c.get("step"), c.get("tokens"),
+                     c.get("train_loss"), c.get("val_loss"),
                      format_duration(c["elapsed_s"]) if "elapsed_s" in c else None] for c in run.checkpoints]),
     ]
     blocks.append(Block("h2", "Evaluation"))

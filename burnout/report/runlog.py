@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from burnout.common import METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE, read_jsonl
+from burnout.common import METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE, is_finite_number, read_jsonl
 from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
@@ -48,7 +47,7 @@ class RunLog:
 
     def series(self, key: str) -> tuple[list[int], list[int], list[float]]:
         """(steps, tokens, values) of the records that logged a finite `key`."""
-        rows = [r for r in self.records if _finite(r.get(key))]
+        rows = [r for r in self.records if is_finite_number(r.get(key))]
         return [r["step"] for r in rows], [r["tokens"] for r in rows], [r[key] for r in rows]
 
     @property
@@ -106,15 +105,16 @@ def phase_rows(run: RunLog) -> list[dict]:
                "steps": f"{prev['step']}–{last['step']}", "tokens": tokens,
                "train_loss": _last_finite(records, "train_loss"), "val_loss": _last_finite(records, "val_loss"),
                "time_s": seconds, "tokens_per_s": tokens / seconds if seconds > 0 else None}
-        mfu = [r["mfu"] for r in records if _finite(r.get("mfu"))]
+        mfu = [r["mfu"] for r in records if is_finite_number(r.get("mfu"))]
         if mfu:
             row["mfu"] = statistics.fmean(mfu)
-        if _finite(last.get("dollars")):
+        if is_finite_number(last.get("dollars")):
             row["dollars"] = last["dollars"] - (prev.get("dollars") or 0.0)
-        if _finite(summary.get("budget")):
+        if is_finite_number(summary.get("budget")):
             row["budget"] = summary["budget"]
         # The previous phase's end predicted this phase's cost at its pace.
-        if forecast and forecast.get("phase") == summary["phase"] and _finite(forecast.get("dollars_estimate")):
+        if (forecast and forecast.get("phase") == summary["phase"]
+                and is_finite_number(forecast.get("dollars_estimate"))):
             row["dollars_predicted"] = forecast["dollars_estimate"]
         rows.append(row)
         prev, forecast = last, summary.get("next")
@@ -126,7 +126,7 @@ def anomalies(run: RunLog) -> list[str]:
     found = []
     for prev, record in zip([None, *run.records], run.records):
         step = record["step"]
-        if "train_loss" in record and not _finite(record["train_loss"]):
+        if "train_loss" in record and not is_finite_number(record["train_loss"]):
             found.append(f"step {step}: train loss is not finite")
         for key, value in record.items():
             # The loop counts skipped non-finite steps; any positive counter is worth a line.
@@ -160,10 +160,6 @@ def _flatten(data, prefix: str = "") -> dict:
     return {}
 
 
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _last_finite(records: list[dict], key: str) -> float | None:
-    values = [r[key] for r in records if _finite(r.get(key))]
+    values = [r[key] for r in records if is_finite_number(r.get(key))]
     return values[-1] if values else None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from burnout.core.device import LOW_PRECISION_DTYPES, compute_precision
 from burnout.train.optim import Optimizers
 
 # How long a collective waits for the slowest rank. Rank 0 alone evaluates and writes each checkpoint
@@ -79,7 +80,7 @@ def wrap_model(model: torch.nn.Module, ctx: DistContext, strategy: str, device: 
         # of the gathered weights, kept for backward, add up to a full low-precision replica on every
         # rank. Gradients are reduced and accumulated in fp32 and the fp32 shards stay the master
         # weights, so the optimizer and fp16's grad scaler see fp32 gradients, as under autocast alone.
-        low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        low = LOW_PRECISION_DTYPES.get(compute_precision(precision))
         policy = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32 if low else None)
         for block in model.blocks:
             fully_shard(block, mp_policy=policy)
@@ -131,6 +132,15 @@ def gather_to_main(obj, ctx: DistContext) -> list | None:
     gathered = [None] * ctx.world_size if ctx.is_main else None
     dist.gather_object(obj, gathered, dst=0)
     return gathered
+
+
+def from_main(obj, ctx: DistContext):
+    """Rank 0's `obj` on every rank: a decision that reads the disk is made once, so all ranks act alike."""
+    if not ctx.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def barrier(ctx: DistContext) -> None:

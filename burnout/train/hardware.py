@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from burnout.config import CONFIG_DIR, read_yaml
+from burnout.core.device import compute_precision
 from burnout.errors import BurnoutError
 
 HARDWARE_FILE = CONFIG_DIR / "hardware.yaml"
@@ -43,7 +44,8 @@ def get_hardware(key: str, precision: str, price_per_hour: float | None = None,
     A GPU that the table does not list still trains: its peak is measured now, and `say` hears so.
     """
     table = hardware_table()
-    precision = "fp32" if precision == "auto" else precision
+    # An fp8 run's MFU is over the dense bf16 peak, the usual convention (its model FLOPs are the same).
+    precision = "fp32" if precision == "auto" else compute_precision(precision)
     if key == "auto":
         key = match_gpu(table, torch.cuda.get_device_name(device)) if _is_gpu(device) else "cpu"
     if key is None:

@@ -39,7 +39,7 @@ from burnout.errors import BurnoutError
 from burnout.eval.loss import evaluate_loss
 from burnout.generate.sampling import generate_text
 from burnout.models.info import flops_per_token, matmul_parameters
-from burnout.train.checkpointing import Checkpointer, load_for_resume
+from burnout.train.checkpointing import Checkpointer, load_for_resume, resume_point
 from burnout.train.distributed import DistContext, init_distributed, min_across_ranks, shutdown, wrap_model
 from burnout.train.hardware import get_hardware
 from burnout.train.metrics import MetricsLog, StepLogger
@@ -86,9 +86,15 @@ def loader_mode(data_dir: Path) -> str:
     return "preload" if size <= min(PRELOAD_MAX_BYTES, ram // 4) else "mmap"
 
 
+def holds_run(run_dir: Path) -> bool:
+    """Whether training has started in `run_dir`: it logged a step or saved a checkpoint."""
+    return bool(list_checkpoints(run_dir)) or (Path(run_dir) / METRICS_FILE).exists()
+
+
 def refuse_existing_run(run_dir: Path) -> None:
-    if list_checkpoints(run_dir) or (Path(run_dir) / METRICS_FILE).exists():
-        raise BurnoutError(f"run folder {run_dir} already holds a run; resume it with --resume or choose a new --out")
+    if holds_run(run_dir):
+        raise BurnoutError(f"run folder {run_dir} already holds a run; resume it with --resume (or train with "
+                           "--resume-if-exists) or choose a new --out")
 
 
 def train(
@@ -131,6 +137,7 @@ class Validator:
         self.runs_here = dist.is_main or (dist.enabled and fsdp)
         self.tokenizer = load_tokenizer(tokenizer_path) if self.runs_here else None
         self.last_loss = math.nan
+        self.last_step: int | None = None  # the step whose weights last_loss was measured on
 
     def due(self, step: int, final: bool) -> bool:
         return step % self.tc.eval_interval == 0 or final
@@ -140,6 +147,7 @@ class Validator:
         ts = self.train_step
         if self.runs_here:
             self.last_loss = evaluate_loss(self.model, self.loader, self.tc.eval_batches, ts.device, ts.precision)
+            self.last_step = step
             record["val_loss"] = self.last_loss
             if self.tc.sample_prompt and self.tc.sample_tokens:
                 sample = generate_text(self.model, self.tokenizer, self.tc.sample_prompt, self.tc.sample_tokens,
@@ -161,7 +169,7 @@ class Trainer:
         if from_scratch:
             self.emit(f"{run_dir} holds no checkpoint yet: starting it again from step 0")
         self.precision = resolve_precision(cfg.train.precision, device)
-        configure_backends(device)
+        configure_backends(device, cfg.train.deterministic)
         self.seq_len = cfg.train.seq_len or cfg.model.context_length
         meta = read_meta(data_dir)
         check_compatible(meta, cfg.model.vocab_size)
@@ -199,7 +207,9 @@ class Trainer:
             torch.manual_seed(tc.seed + self.dist.rank)
         self.flops_per_token = flops_per_token(cfg.model, self.seq_len, matmul_parameters(model))["flops_per_token"]
         self.step, self.elapsed_before, self.skipped, self.bad_in_row = 0, 0.0, 0, 0
-        ckpt = load_for_resume(self.run_dir, cfg, tokenizer_path, self.dist) if from_checkpoint else None
+        ckpt = None
+        if from_checkpoint:
+            ckpt = load_for_resume(resume_point(self.run_dir, self.dist, self.emit), cfg, tokenizer_path, self.dist)
         if ckpt is not None:
             model.load_state_dict(ckpt.model.state_dict())
             self.step, self.elapsed_before = ckpt.state["step"], ckpt.state["elapsed_s"]
@@ -207,8 +217,10 @@ class Trainer:
         self.elapsed = self.elapsed_before
         wrapped = wrap_model(model, self.dist, tc.distributed, self.device, self.precision)
         self.train_step = TrainStep(wrapped, tc, self.device, self.precision, self.end_of_run, self.dist)
+        # Before anything in the run folder is written: a disk too small for the kept checkpoints is refused here.
         self.checkpointer = Checkpointer(self.run_dir, cfg, model, self.train_step, self.dist, tokenizer_path,
-                                         self.tokens_per_step, self._say)
+                                         self.tokens_per_step, self._say, self.step, self.end_of_run)
+        self.resumed_from = ckpt.path if ckpt is not None else None
         if ckpt is not None:
             self.checkpointer.restore(ckpt)
             self.emit(f"resumed from {ckpt.path} at step {self.step}")
@@ -247,13 +259,17 @@ class Trainer:
         stop = StopConditions(self.stop_at, self.end_of_run, self.tc.max_minutes)
         batches = Prefetcher(self.loaders["train"], batch_indices(self.step, self.tc.grad_accum, self.dist),
                              pin=self.device.type == "cuda")
+
+        def flags() -> list[bool]:  # agreed across ranks on the train step's own all-reduce
+            return [*stop.local_flags(), self.checkpointer.time_due()]
+
         t_start = time.perf_counter()
         try:
             with stop:
                 while self.step < self.stop_at:
                     t0 = time.perf_counter()
                     try:
-                        result = self.train_step(batches, self.step, flags=stop.local_flags)
+                        result = self.train_step(batches, self.step, flags=flags)
                     except torch.OutOfMemoryError:
                         raise BurnoutError(oom_message(self.tc, self.seq_len)) from None
                     self._count_skipped(result)
@@ -261,24 +277,29 @@ class Trainer:
                     self.logger.count(time.perf_counter() - t0)
                     self.elapsed = self.elapsed_before + time.perf_counter() - t_start
                     self.bar.update(1)
-                    final = stop.final(self.step, result.flags)
-                    if self.logger.due(self.step, final):
+                    *stop_flags, ckpt_time = result.flags
+                    final = stop.final(self.step, stop_flags)
+                    save = self.checkpointer.due(self.step, final, ckpt_time)
+                    # train.keep_best compares checkpoints by a val loss measured on their own weights.
+                    evaluate = self.validator.due(self.step, final) or (save and self.tc.keep_best)
+                    if self.logger.due(self.step, final) or evaluate:
                         record = self.logger.record(self.step, result.loss, result.lr, result.grad_norm,
                                                     self.elapsed, self.skipped)
-                        if self.validator.due(self.step, final):
+                        if evaluate:
                             self.validator.run(self.step, record)
                         self.logger.write(record)
-                    if self.checkpointer.due(self.step, final):
+                    if save:
                         ckpt_path = self.checkpointer.save(self.step, self.elapsed, self.skipped, result.loss,
-                                                           self.validator.last_loss)
+                                                           self.validator.last_loss, self.validator.last_step)
                     if final:
                         break
+            # Inside the try: the phase summary it writes is among the logs the mirror copies on closing.
+            return self._finish(ckpt_path, result.loss if result else math.nan, stop.reason)
         finally:
             batches.close()
             self.bar.close()
             self.checkpointer.close()
             self.logger.close()
-        return self._finish(ckpt_path, result.loss if result else math.nan, stop.reason)
 
     def _count_skipped(self, result: StepResult) -> None:
         """A step whose loss or gradient was not finite made no update; too many in a row stop the run."""
@@ -299,18 +320,18 @@ class Trainer:
     def _finish(self, ckpt_path: Path | None, train_loss: float, stop_reason: str) -> TrainResult:
         val_loss = self.validator.last_loss
         if ckpt_path is None:  # resumed at the end: nothing left to do
-            ckpt_path = list_checkpoints(self.run_dir)[-1]
+            ckpt_path = self.resumed_from
             info = json.loads((ckpt_path / "info.json").read_text())
             train_loss, val_loss = info["train_loss"], info["val_loss"]
         step, phase = self.step, self.phase
         if stop_reason == "signal":
-            self.emit(f"stopped by signal at step {step}; checkpoint {ckpt_path}; "
+            self._say(f"stopped by signal at step {step}; checkpoint {ckpt_path}; "
                       f"continue with: burnout train --resume {self.run_dir}")
         elif stop_reason == "time":
-            self.emit(f"stopped at train.max_minutes={self.tc.max_minutes:g} after step {step}; checkpoint {ckpt_path}")
+            self._say(f"stopped at train.max_minutes={self.tc.max_minutes:g} after step {step}; checkpoint {ckpt_path}")
         elif phase is not None and step == phase.steps and self.dist.is_main:
             for line in phase_summary(self.run_dir, self.tc, phase, self.tokens_per_step, self.price):
-                self.emit(line)
+                self._say(line)
         tokens = step * self.tokens_per_step
         tokens_per_s = tokens / self.elapsed if self.elapsed else 0.0
         return TrainResult(self.run_dir, ckpt_path, step, tokens, train_loss, val_loss, self.elapsed, tokens_per_s,

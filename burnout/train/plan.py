@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from burnout.config import RunConfig
+from burnout.core.device import compute_precision
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
 from burnout.models.memory import FP32, compiled_saved, measure_step, param_counts, static_bytes
@@ -162,6 +163,9 @@ def predict_memory(cfg: RunConfig, precision: str, target: str, devices: int, ba
     block's input), compiled or not, so both checkpointed variants are eager's.
     """
     tc = cfg.train
+    # fp8 is predicted as bf16: its linear layers keep fp8 casts for backward where bf16 keeps bf16 ones,
+    # so this is an upper bound.
+    precision = compute_precision(precision)
     seq_len = tc.seq_len or cfg.model.context_length
     counts = param_counts(cfg.model)
     fsdp = devices > 1 and tc.distributed == "fsdp"

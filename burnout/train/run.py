@@ -13,7 +13,7 @@ from burnout.config import RunConfig, load_run_config
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import META_FILE, read_meta
 from burnout.errors import BurnoutError
-from burnout.train.loop import TrainResult, refuse_existing_run, train
+from burnout.train.loop import TrainResult, holds_run, refuse_existing_run, train
 
 # Changing these mid-run would change which tokens the resumed run sees (or, for the optimizer, which
 # state the checkpoint must hold).
@@ -96,6 +96,20 @@ def resume_training(run_dir: Path, overrides: list[str] = (), on_event: Callable
         append_jsonl(Path(run_dir) / RESUMES_FILE, {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                                     "overrides": list(overrides), "changed": changed})
     return train(cfg, run_dir, Path(cfg.data.prepared_dir), resume=True, progress=progress, on_event=on_event)
+
+
+def start_or_resume(cfg: RunConfig, run_dir: Path, overrides: list[str] = (), data_dir: Path | None = None,
+                    on_event: Callable[[str], None] = print, progress: bool | None = None,
+                    auto_batch: bool = False) -> TrainResult:
+    """`burnout train CONFIG --out RUN --resume-if-exists`: resume RUN as `--resume RUN` would (its own
+    config.yaml, these overrides) when training has started there, else start it. One command that is right
+    on every boot of a machine that can vanish."""
+    if not holds_run(run_dir):
+        return start_training(cfg, run_dir, data_dir, on_event, progress, auto_batch)
+    if os.environ.get("RANK", "0") == "0":
+        on_event(f"{run_dir} already holds a run: resuming it (its config.yaml and the overrides given; "
+                 "CONFIG, --data and --auto-batch apply to a new run only)")
+    return resume_training(run_dir, overrides, on_event, progress)
 
 
 def _flat(raw: dict, prefix: str = "") -> dict:

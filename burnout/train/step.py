@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from burnout.config import RunConfig, TrainConfig
-from burnout.core.device import autocast
+from burnout.core.device import autocast, to_float8_training
 from burnout.models import Transformer
 from burnout.models.memory import checkpoint_blocks
 from burnout.train.distributed import DistContext, grad_sync, mean_across_ranks
@@ -36,8 +36,11 @@ def _no_clock(part: str) -> None:
 
 def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
     """A freshly initialized model on `device`, as training runs it (train.activation_checkpointing:
-    each block's activations recomputed during backward instead of kept)."""
+    each block's activations recomputed during backward instead of kept; train.precision=fp8: the blocks'
+    linear layers in fp8)."""
     model = Transformer(cfg.model).to(device)
+    if cfg.train.precision == "fp8":
+        model = to_float8_training(model)
     return checkpoint_blocks(model) if cfg.train.activation_checkpointing else model
 
 

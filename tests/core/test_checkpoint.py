@@ -1,14 +1,27 @@
-"""Checkpoints: a faithful round trip, safe loading, pruning, crash leftovers and corrupt files."""
+"""Checkpoints: a faithful round trip, safe loading, pruning, crash leftovers, corrupt files, the sha256 of
+each file checked on loading and mirroring, and the size a checkpoint will take."""
 
 import json
 import random
+import shutil
+from pathlib import Path
 
 import pytest
 import safetensors.torch
 import torch
 import yaml
 
-from burnout.core.checkpoint import list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
+from burnout.core.checkpoint import (
+    MANIFEST_FILE,
+    CheckpointMirror,
+    checkpoint_bytes,
+    checkpoint_problem,
+    folder_bytes,
+    list_checkpoints,
+    load_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+)
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.train.optim import make_optimizer
@@ -39,7 +52,7 @@ def test_round_trip_keeps_weights_config_info_and_state(tiny_run_config, tiny_bp
     path = _save(tmp_path, cfg, model, state, 7, tiny_bpe_data / "tokenizer.json")
     assert path == tmp_path / "checkpoints" / "step_0000007"
     assert sorted(p.name for p in path.iterdir()) == [
-        "config.yaml", "info.json", "model.safetensors", "state.pt", "tokenizer.json"]
+        "config.yaml", "info.json", "model.safetensors", "sha256.json", "state.pt", "tokenizer.json"]
     assert (path / "tokenizer.json").read_bytes() == (tiny_bpe_data / "tokenizer.json").read_bytes()
 
     ckpt = load_checkpoint(path)
@@ -168,3 +181,75 @@ def test_weights_that_do_not_fit_the_config_are_a_burnout_error(saved, change):
     (saved / "config.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(BurnoutError):
         load_checkpoint(saved)
+
+
+# ----------------------------------------------------------------------------------------------
+# Integrity: each file's sha256 recorded when saved, checked when loaded and after mirroring
+
+
+def _flip_byte(path):
+    """Change one bit in the middle of a file, as a failing volume might, keeping its size."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "state.pt", "config.yaml", "tokenizer.json", "info.json"])
+def test_a_changed_byte_in_any_file_is_named_when_loaded(saved, name):
+    assert checkpoint_problem(saved) is None
+    _flip_byte(saved / name)
+    assert checkpoint_problem(saved) == f"{name} does not match the sha256 recorded when it was saved"
+    with pytest.raises(BurnoutError, match=f"checkpoint .*step_0000003 is unreadable: {name} does not match the "
+                                           "sha256 recorded when it was saved; use another checkpoint"):
+        load_checkpoint(saved)
+
+
+def test_a_missing_file_or_a_damaged_manifest_is_named(saved):
+    (saved / "info.json").unlink()
+    assert checkpoint_problem(saved) == "info.json is missing"
+    (saved / MANIFEST_FILE).write_text("{not json")
+    assert checkpoint_problem(saved).startswith(f"{MANIFEST_FILE}, which records the files' sha256, is unreadable")
+
+
+def test_a_checkpoint_saved_before_manifests_loads_unchecked(saved):
+    (saved / MANIFEST_FILE).unlink()
+    assert checkpoint_problem(saved) is None
+    assert load_checkpoint(saved).info["step"] == 3
+
+
+def test_the_mirror_never_keeps_a_copy_that_differs_from_the_checkpoint(saved, tmp_path, monkeypatch):
+    """A copy damaged on its way to the mirror is removed, named in one line, and never takes a step_* name;
+    an intact copy is kept."""
+    real_copytree = shutil.copytree
+
+    def damaging_copytree(src, dst, **kwargs):
+        real_copytree(src, dst, **kwargs)
+        _flip_byte(Path(dst) / "state.pt")
+
+    errors = []
+    monkeypatch.setattr(shutil, "copytree", damaging_copytree)
+    mirror = CheckpointMirror(tmp_path, tmp_path / "mirror", errors.append)
+    mirror.submit(saved, [saved])
+    mirror.close()
+    assert len(errors) == 1 and "copy of step_0000003" in errors[0] and "state.pt does not match" in errors[0]
+    assert list((tmp_path / "mirror" / "checkpoints").iterdir()) == []
+
+    monkeypatch.setattr(shutil, "copytree", real_copytree)
+    mirror = CheckpointMirror(tmp_path, tmp_path / "mirror", errors.append)
+    mirror.submit(saved, [saved])
+    mirror.close()
+    assert len(errors) == 1 and load_checkpoint(tmp_path / "mirror").path.name == "step_0000003"
+
+
+# ----------------------------------------------------------------------------------------------
+# Size, for the disk check before step 1
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_checkpoint_bytes_covers_a_saved_checkpoint_closely(tiny_run_config, tiny_bpe_data, tmp_path, optimizer):
+    cfg = tiny_run_config(optimizer=optimizer)
+    model, state = _trained_state(cfg)
+    path = _save(tmp_path, cfg, model, state, 7, tiny_bpe_data / "tokenizer.json")
+    actual = folder_bytes(path)
+    predicted = checkpoint_bytes(cfg, tiny_bpe_data / "tokenizer.json")
+    assert actual <= predicted <= actual + 300_000, (actual, predicted)

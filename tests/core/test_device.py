@@ -5,6 +5,8 @@ No GPU is needed: a GPU's capability and name are faked (torch.device("cuda", 0)
 autocast paths run on CPU with the resolved precision forced to bf16, hooks recording where autocast was on.
 """
 
+import sys
+
 import pytest
 import torch
 
@@ -53,6 +55,41 @@ def test_bf16_below_ampere_is_one_error_line(gpu_with):
         resolve_precision("bf16", GPU)
     assert str(err.value) == ("train.precision=bf16: Tesla T4 has compute capability 7.5; bf16 needs 8.0 (Ampere) "
                               "or newer; use train.precision=fp16 or auto")
+
+
+@pytest.mark.parametrize("device,capability,where", [
+    (CPU, (9, 0), "this run's device (cpu)"), (GPU, (8, 6), "NVIDIA A10G")])
+def test_fp8_without_fp8_tensor_cores_is_one_error_line(gpu_with, device, capability, where):
+    gpu_with(capability, "NVIDIA A10G")
+    with pytest.raises(BurnoutError) as err:
+        resolve_precision("fp8", device)
+    assert str(err.value) == (f"train.precision=fp8: {where} has no fp8 tensor cores (they begin with compute "
+                              "capability 8.9: Ada, Hopper and newer); use train.precision=bf16 or auto")
+
+
+def test_fp8_on_hopper_without_torchao_names_the_install(gpu_with, monkeypatch):
+    gpu_with((9, 0), "NVIDIA H100 80GB HBM3")
+    monkeypatch.setitem(sys.modules, "torchao.float8", None)  # import fails as if torchao were missing
+    with pytest.raises(BurnoutError, match=r"needs torchao: pip install 'gpuburnout\[fp8\]'"):
+        resolve_precision("fp8", GPU)
+    monkeypatch.undo()
+    gpu_with((9, 0), "NVIDIA H100 80GB HBM3")
+    pytest.importorskip("torchao")
+    assert resolve_precision("fp8", GPU) == "fp8"
+
+
+def test_fp8_model_runs_its_blocks_linear_layers_in_float8_and_keeps_the_state_dict(tiny_run_config):
+    float8 = pytest.importorskip("torchao.float8.float8_linear")
+    from burnout.train.step import build_model
+
+    plain = build_model(tiny_run_config(), CPU)
+    model = build_model(tiny_run_config(precision="fp8"), CPU)
+    converted = {name for name, m in model.named_modules() if isinstance(m, float8.Float8Linear)}
+    linears = {name for name, m in plain.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert converted == {name for name in linears if name.startswith("blocks.")} and "lm_head" not in converted
+    assert model.state_dict().keys() == plain.state_dict().keys()
+    with autocast(CPU, "fp8"):  # an fp8 run's other layers run under bf16 autocast
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
 
 
 @pytest.mark.parametrize("precision,dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])

@@ -45,9 +45,12 @@ def test_report_of_one_run_holds_its_logged_numbers(sampled_runs, tmp_path):
     # One phase (the run logged none) spanning the whole run.
     assert (f"| all | 0–{last['step']} | {last['tokens']:,} | "
             f"{fmt(last['train_loss'])} | {fmt(last['val_loss'])} |") in md
-    for ckpt in (8, 16, 24):
-        info = json.loads((run / "checkpoints" / f"step_{ckpt:07d}" / "info.json").read_text())
-        assert (f"| step_{ckpt:07d} | {ckpt} | {info['tokens']:,} | "
+    infos = {ckpt: json.loads((run / "checkpoints" / f"step_{ckpt:07d}" / "info.json").read_text())
+             for ckpt in (8, 16, 24)}
+    best = min(infos, key=lambda ckpt: infos[ckpt]["val_loss"])  # each checkpoint's val loss is its own
+    assert f"| best checkpoint | step_{best:07d}, val loss {fmt(infos[best]['val_loss'])} |" in md
+    for ckpt, info in infos.items():
+        assert (f"| step_{ckpt:07d}{' (best)' if ckpt == best else ''} | {ckpt} | {info['tokens']:,} | "
                 f"{fmt(info['train_loss'])} | {fmt(info['val_loss'])} |") in md
     samples = [r for r in records if r.get("sample")]
     assert [r["step"] for r in samples] == [8, 16, 24]

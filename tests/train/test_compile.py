@@ -61,10 +61,13 @@ def test_compiled_training_matches_eager(tiny_run_config, tiny_bpe_data, tmp_pat
     assert w_eager.keys() == w_compiled.keys()
     for key in w_eager:
         torch.testing.assert_close(w_compiled[key], w_eager[key], rtol=0, atol=3e-4, msg=key)
-    # Compilation happens in the first step, which the first record logs apart from its tokens/s.
+    # Compilation happens in the first step, which the first record logs apart from its tokens/s: that rate is
+    # the second step's alone. (How much longer the first step is depends on inductor's on-disk cache.)
+    first = compiled[0]
     tokens_per_step = 4 * 32
-    steady_step_s = tokens_per_step / compiled[0]["tokens_per_s"]
-    assert compiled[0]["first_step_s"] > 10 * steady_step_s
+    second_step_s = first["elapsed_s"] - first["first_step_s"]
+    assert first["tokens_per_s"] == pytest.approx(tokens_per_step / second_step_s, rel=0.1)
+    assert first["first_step_s"] > second_step_s
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -50,11 +50,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun(args, cwd):
+def _torchrun(args, cwd, timeout=300):
     """`torchrun --nproc_per_node 2 ARGS` on a free port."""
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                            str(_free_port()), *map(str, args)], env=_env(), capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+                          timeout=timeout, cwd=cwd)
 
 
 def _config(tmp_path, cfg, name, **train):
@@ -185,6 +185,33 @@ def test_ranks_agree_on_the_smallest_auto_batch(tiny_run_config, tiny_bpe_data, 
     assert "auto-batch: micro-batch 2 × accumulation 4 (was 1 × 8)" in proc.stdout
     saved = load_run_config(run / "config.yaml").train
     assert (saved.batch_size, saved.grad_accum) == (2, 4)
+
+
+# ----------------------------------------------------------------------------------------------
+# train.ckpt_minutes: a checkpoint one rank finds due is saved by all, at the same step
+
+CLOCKS = """
+    import itertools, os, sys
+    import burnout.train.checkpointing
+    from burnout.cli import main
+
+    # Rank 1's clock runs 100 s per reading and rank 0's stands still: only rank 1 finds a minute passed.
+    ticks = itertools.count(step=100) if os.environ["RANK"] == "1" else itertools.repeat(0)
+    burnout.train.checkpointing.clock = lambda: next(ticks)
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ranks_agree_on_a_checkpoint_only_one_rank_found_due(tiny_run_config, tiny_bpe_data, tmp_path):
+    """Rank 1 alone raises the time flag at every step; it rides the step's all-reduce, so both ranks save
+    together (a rank saving alone would wait forever in the checkpoint's collectives)."""
+    (tmp_path / "clocks.py").write_text(textwrap.dedent(CLOCKS))
+    config = _config(tmp_path, tiny_run_config(max_steps=4, ckpt_interval=100, ckpt_minutes=1), "clocks")
+    run = tmp_path / "run"
+    # Ranks that disagree hang in their collectives: 2 minutes, where the run takes seconds, tells that apart.
+    proc = _torchrun(["clocks.py", "train", config, "--out", run, "--data", tiny_bpe_data], tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [p.name for p in list_checkpoints(run)] == [f"step_000000{s}" for s in (1, 2, 3, 4)]
 
 
 # ----------------------------------------------------------------------------------------------

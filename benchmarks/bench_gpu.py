@@ -1,0 +1,330 @@
+"""Training throughput on one CUDA GPU against transformers' own model of the same shape, side by side.
+
+    python -m benchmarks.bench_gpu [--shapes llama-1b gpt2-134m] [--steps 10] [--fp8] [--profile]
+                                   [--memory] [--curve DATA_DIR] [--peer ../shared/peers/hf_peer_step.py]
+
+For each shape, `TrainStep` (the step `burnout train` runs: bf16 autocast, torch.compile, fused AdamW, SDPA,
+grad clipping) and the peer (`hf_peer_step.py`: LlamaForCausalLM / GPT2LMHeadModel, the same settings) run
+one after the other in fresh processes on random tokens, the peer at the same micro-batch and tokens per
+step. Printed: tokens/s (median step after two warm-up steps), MFU over the GPU's dense bf16 datasheet peak
+(burnout/configs/hardware.yaml; FLOPs per token as `burnout model info` counts them, for both), peak memory
+(torch.cuda.max_memory_allocated), and ours / peer.
+
+    --fp8      also our step with train.precision=fp8 (torchao Float8Linear), and its ratio to our bf16
+    --profile  a torch.profiler kernel breakdown of our step (where the time goes, by kernel family)
+    --memory   the memory planner's prediction (`burnout plan`) against max_memory_allocated, eager and
+               with activation checkpointing, two micro-batches per shape
+    --curve    bf16 and fp8 loss curves of llama-1b on prepared data: mean loss over the last 50 steps each
+
+Every figure comes from this invocation on this machine; nothing is typed in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_PEER = REPO.parent / "shared" / "peers" / "hf_peer_step.py"
+# (micro-batch, sequence length) per shape: llama-1b at the blog's 16 × 2048, gpt2-134m at its context.
+SHAPES = {"llama-1b": (16, 2048), "gpt2-134m": (64, 512)}
+MEMORY_CASES = [("llama-1b", 4, False), ("llama-1b", 8, False), ("llama-1b", 8, True), ("llama-1b", 16, True),
+                ("gpt2-134m", 16, False), ("gpt2-134m", 32, False), ("gpt2-134m", 32, True), ("gpt2-134m", 64, True)]
+CURVE = {"batch": 8, "seq": 1024, "steps": 300, "tail": 50}
+GIB = 2**30
+
+
+# ----------------------------------------------------------------------------------------------
+# Workers: each measurement in a fresh process, so compile caches and memory peaks are its own.
+
+
+def _config(shape: str, batch: int, seq: int, precision: str, compile_: bool, checkpointing: bool = False,
+            vocab: int | None = None, **train):
+    from burnout.config import load_run_config
+
+    model = {"preset": shape, **({"vocab_size": vocab} if vocab else {})}
+    return load_run_config({"model": model, "train": {
+        "device": "cuda", "precision": precision, "compile": compile_, "activation_checkpointing": checkpointing,
+        "batch_size": batch, "seq_len": seq, "grad_accum": 1, "max_steps": 100_000, "warmup_steps": 10,
+        "lr": 3e-4, "min_lr": 3e-5, "grad_clip": 1.0, **train}})
+
+
+def _flops_per_token(cfg, model) -> int:
+    from burnout.models.info import flops_per_token, matmul_parameters
+
+    return flops_per_token(cfg.model, cfg.train.seq_len, matmul_parameters(model))["flops_per_token"]
+
+
+def _bf16_peak() -> tuple[str, float]:
+    import torch
+
+    from burnout.train.hardware import get_hardware
+
+    hw = get_hardware("auto", "bf16", device=torch.device("cuda"))
+    return hw.name, hw.peak_flops
+
+
+def worker_step(shape: str, batch: int, seq: int, steps: int, precision: str, compile_: bool,
+                checkpointing: bool, profile: bool) -> dict:
+    import torch
+
+    from burnout.core.device import configure_backends
+    from burnout.train.probe import RandomBatches
+    from burnout.train.step import TrainStep, build_model
+
+    cfg = _config(shape, batch, seq, precision, compile_, checkpointing)
+    device = torch.device("cuda")
+    configure_backends(device)
+    torch.manual_seed(0)
+    model = build_model(cfg, device)
+    step = TrainStep(model, cfg.train, device, precision, end_of_run=cfg.train.max_steps)
+    batches = RandomBatches(cfg.model.vocab_size, batch, seq, device)
+    t0 = time.perf_counter()
+    step(batches, 0)
+    first = time.perf_counter() - t0
+    step(batches, 1)
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        step(batches, 2 + i)  # ends in a host sync (the loss and grad norm are read)
+        times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    gpu, peak = _bf16_peak()
+    tokens_per_s = batch * seq / median
+    result = {"who": "ours", "shape": shape, "batch": batch, "seq": seq, "precision": precision, "compile": compile_,
+              "checkpointing": checkpointing, "tokens_per_s": tokens_per_s, "ms_per_step": median * 1000,
+              "first_step_s": first, "peak_gib": torch.cuda.max_memory_allocated() / GIB,
+              "flops_per_token": _flops_per_token(cfg, model), "gpu": gpu, "peak_flops": peak}
+    result["mfu"] = result["flops_per_token"] * tokens_per_s / peak
+    if profile:
+        result["kernels"] = _kernel_breakdown(lambda: step(batches, 99))
+    return result
+
+
+# Kernel families by name, first match wins: where a step's GPU time goes.
+FAMILIES = [("attention (flash/cudnn)", ("flash", "fmha", "sdpa", "attention")),
+            ("matmul (cuBLAS/CUTLASS)", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas", "scaled_mm")),
+            ("optimizer (fused AdamW)", ("adam",)),
+            ("loss / softmax", ("cross_entropy", "log_softmax", "nll")),
+            ("fused elementwise (triton)", ("triton",)),
+            ("copies / casts", ("copy", "cast", "fill", "memset", "memcpy")),
+            ("reductions (norm, clip)", ("reduce", "norm"))]
+
+
+def _kernel_breakdown(run_step) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            run_step()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    top = []
+    for event in prof.key_averages():
+        us = getattr(event, "self_device_time_total", 0) or getattr(event, "self_cuda_time_total", 0)
+        if us <= 0:
+            continue
+        name = event.key.lower()
+        family = next((f for f, keys in FAMILIES if any(k in name for k in keys)), "other")
+        totals[family] = totals.get(family, 0.0) + us / 2e3  # ms per step
+        top.append((us / 2e3, event.key[:90]))
+    return {"families_ms": dict(sorted(totals.items(), key=lambda kv: -kv[1])),
+            "top_kernels_ms": sorted(top, reverse=True)[:12]}
+
+
+def worker_memory(shape: str, batch: int, seq: int, checkpointing: bool) -> dict:
+    import torch
+
+    from burnout.core.device import configure_backends
+    from burnout.train.plan import Variant, predict_memory
+    from burnout.train.probe import RandomBatches
+    from burnout.train.step import TrainStep, build_model
+
+    cfg = _config(shape, batch, seq, "bf16", False, checkpointing)
+    device = torch.device("cuda")
+    configure_backends(device)
+    predicted = predict_memory(cfg, "bf16", "cuda", 1, batch, Variant(False, checkpointing))
+    step = TrainStep(build_model(cfg, device), cfg.train, device, "bf16", end_of_run=cfg.train.max_steps)
+    batches = RandomBatches(cfg.model.vocab_size, batch, seq, device)
+    for i in range(3):
+        step(batches, i)
+    # torch.cuda.max_memory_allocated counts the allocator's tensors only: compare with the prediction less
+    # its CUDA context and allocator margin (the "overhead" line, which no allocator figure shows).
+    allocated = predicted["total"] - predicted.get("overhead", 0)
+    measured = torch.cuda.max_memory_allocated()
+    return {"shape": shape, "batch": batch, "seq": seq, "checkpointing": checkpointing,
+            "predicted_gib": allocated / GIB, "predicted_total_gib": predicted["total"] / GIB,
+            "measured_gib": measured / GIB, "error": allocated / measured - 1,
+            "reserved_gib": torch.cuda.max_memory_reserved() / GIB}
+
+
+def worker_curve(data_dir: str, precision: str) -> dict:
+    import json as json_
+
+    import torch
+
+    from burnout.core.device import configure_backends
+    from burnout.data.loader import TokenLoader
+    from burnout.train.step import TrainStep, build_model
+
+    vocab = json_.loads((Path(data_dir) / "meta.json").read_text())["vocab_size"]
+    # Padded to a multiple of 64: the output head's GEMM runs on whole tensor-core tiles.
+    cfg = _config("llama-1b", CURVE["batch"], CURVE["seq"], precision, True, vocab=-(-vocab // 64) * 64,
+                  max_steps=CURVE["steps"], warmup_steps=30)
+    device = torch.device("cuda")
+    configure_backends(device)
+    torch.manual_seed(0)
+    model = build_model(cfg, device)
+    step = TrainStep(model, cfg.train, device, precision, end_of_run=CURVE["steps"])
+    loader = TokenLoader(Path(data_dir), "train", CURVE["batch"], CURVE["seq"], seed=0)
+    losses, times = [], []
+    for i in range(CURVE["steps"]):
+        t0 = time.perf_counter()
+        losses.append(step(loader, i).loss)
+        times.append(time.perf_counter() - t0)
+    return {"precision": precision, "losses": losses, "tail_mean": statistics.mean(losses[-CURVE["tail"]:]),
+            "tokens_per_s": CURVE["batch"] * CURVE["seq"] / statistics.median(times[5:])}
+
+
+# ----------------------------------------------------------------------------------------------
+# The driver
+
+
+def _spawn(args: list[str], timeout: float = 900) -> dict | str:
+    """A worker's JSON result, or the last line of its error output."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_gpu", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return (done.stderr.strip().splitlines() or ["no output"])[-1]
+
+
+def _peer(peer: Path, shape: str, batch: int, seq: int, steps: int) -> dict | str:
+    """The peer at the same micro-batch; where that runs out of memory, half of it with 2 accumulation steps
+    (the same tokens per step)."""
+    for b, accum in ((batch, 1), (batch // 2, 2)):
+        done = subprocess.run([sys.executable, str(peer), shape, str(b), str(seq), str(accum), str(steps)],
+                              capture_output=True, text=True, timeout=900)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("PEER")]
+        if lines:
+            words = lines[-1].replace(",", "").split()
+            return {"who": "peer", "line": lines[-1], "batch": b, "accum": accum,
+                    "tokens_per_s": float(words[words.index("tokens/s") - 1]),
+                    "peak_gib": float(words[words.index("GiB") - 1])}
+        failure = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        if "OutOfMemory" not in done.stderr:
+            return failure
+    return failure
+
+
+def bench_shapes(args) -> list[dict]:
+    rows = []
+    for shape in args.shapes:
+        batch, seq = SHAPES[shape]
+        precisions = ["bf16", "fp8"] if args.fp8 and shape == "llama-1b" else ["bf16"]
+        ours = {p: _spawn(["--worker", "step", shape, str(batch), str(seq), str(args.steps), p,
+                           *(["--profile"] if args.profile and p == "bf16" else [])]) for p in precisions}
+        peer = _peer(args.peer, shape, batch, seq, args.steps) if args.peer.is_file() else f"no peer at {args.peer}"
+        rows.append({"shape": shape, "ours": ours, "peer": peer})
+        _print_shape(rows[-1])
+    return rows
+
+
+def _print_shape(row: dict) -> None:
+    bf16, peer = row["ours"]["bf16"], row["peer"]
+    print(f"\n== {row['shape']} ==")
+    for precision, r in row["ours"].items():
+        if isinstance(r, str):
+            print(f"ours {precision}: FAILED: {r}")
+            continue
+        print(f"ours {precision}: B{r['batch']}xT{r['seq']} {r['tokens_per_s']:,.0f} tokens/s, {r['ms_per_step']:.0f} "
+              f"ms/step, MFU {r['mfu']:.1%} (of {r['gpu']}'s {r['peak_flops'] / 1e12:.0f} TFLOP/s bf16), peak "
+              f"{r['peak_gib']:.1f} GiB, first step {r['first_step_s']:.0f} s")
+        for family, ms in r.get("kernels", {}).get("families_ms", {}).items():
+            print(f"    {family:28s} {ms:8.1f} ms/step")
+        for ms, name in r.get("kernels", {}).get("top_kernels_ms", []):
+            print(f"      {ms:8.2f} ms  {name}")
+    if isinstance(peer, str):
+        print(f"peer: FAILED: {peer}")
+    elif isinstance(bf16, dict):
+        print(peer["line"])
+        print(f"peer MFU {bf16['flops_per_token'] * peer['tokens_per_s'] / bf16['peak_flops']:.1%}; "
+              f"ours / peer = {bf16['tokens_per_s'] / peer['tokens_per_s']:.2f}x")
+    fp8 = row["ours"].get("fp8")
+    if isinstance(fp8, dict) and isinstance(bf16, dict):
+        print(f"fp8 / bf16 (ours) = {fp8['tokens_per_s'] / bf16['tokens_per_s']:.2f}x")
+
+
+def memory_table() -> list[dict]:
+    rows = []
+    print("\n== memory plan vs torch.cuda.max_memory_allocated (bf16, eager; 3 steps) ==")
+    print(f"{'shape':10s} {'micro-batch':>11s} {'ckpt':>5s} {'predicted':>10s} {'measured':>9s} {'error':>7s}")
+    for shape, batch, ckpt in MEMORY_CASES:
+        r = _spawn(["--worker", "memory", shape, str(batch), str(SHAPES[shape][1]), *(["--ckpt"] if ckpt else [])])
+        rows.append(r if isinstance(r, dict) else {"shape": shape, "batch": batch, "checkpointing": ckpt, "failed": r})
+        if isinstance(r, str):
+            print(f"{shape:10s} {batch:>11d} {str(ckpt):>5s} FAILED: {r}")
+        else:
+            print(f"{shape:10s} {batch:>11d} {str(ckpt):>5s} {r['predicted_gib']:>9.1f}G {r['measured_gib']:>8.1f}G "
+                  f"{r['error']:>+7.1%}")
+    return rows
+
+
+def curves(data_dir: str) -> dict:
+    out = {p: _spawn(["--worker", "curve", data_dir, p]) for p in ("bf16", "fp8")}
+    print(f"\n== llama-1b loss curves, {CURVE['steps']} steps of {CURVE['batch']} x {CURVE['seq']} on {data_dir} ==")
+    for p, r in out.items():
+        print(f"{p}: " + (f"FAILED: {r}" if isinstance(r, str) else
+                          f"mean loss over the last {CURVE['tail']} steps {r['tail_mean']:.4f}, "
+                          f"{r['tokens_per_s']:,.0f} tokens/s"))
+    if all(isinstance(r, dict) for r in out.values()):
+        print(f"fp8 vs bf16: {out['fp8']['tail_mean'] / out['bf16']['tail_mean'] - 1:+.2%}")
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        kind, rest = sys.argv[2], sys.argv[3:]
+        if kind == "step":
+            shape, batch, seq, steps, precision = rest[0], int(rest[1]), int(rest[2]), int(rest[3]), rest[4]
+            print(json.dumps(worker_step(shape, batch, seq, steps, precision, True, False, "--profile" in rest)))
+        elif kind == "memory":
+            print(json.dumps(worker_memory(rest[0], int(rest[1]), int(rest[2]), "--ckpt" in rest)))
+        else:
+            print(json.dumps(worker_curve(rest[0], rest[1])))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--peer", type=Path, default=DEFAULT_PEER)
+    parser.add_argument("--fp8", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--curve", metavar="DATA_DIR")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("bench_gpu: no CUDA GPU here; run it on a machine with one")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, load {os.getloadavg()}")
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "shapes": bench_shapes(args) if args.shapes else []}
+    if args.memory:
+        results["memory"] = memory_table()
+    if args.curve:
+        results["curves"] = curves(args.curve)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""Safe for days on a machine that can vanish: a checkpoint every train.ckpt_minutes of wall time, one boot
+command that starts or resumes, a resume that falls back past a corrupt checkpoint, a disk too small for
+the kept checkpoints refused before step 1, the best checkpoint kept and named, and the logs and report
+mirrored with the checkpoints."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+import yaml
+
+import burnout.train.checkpointing as checkpointing
+import burnout.train.loop as loop
+from burnout.common import LAUNCHES_FILE, METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE
+from burnout.core.checkpoint import checkpoint_bytes, checkpoint_problem, list_checkpoints
+from burnout.errors import BurnoutError
+from burnout.report.render import write_report
+from burnout.train.run import resume_training, start_training
+from burnout.train.step import TrainStep
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _quiet(line):
+    pass
+
+
+def _steps(run_dir):
+    return [int(p.name.removeprefix("step_")) for p in list_checkpoints(run_dir)]
+
+
+def _flip_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def _assert_same_weights(a, b):
+    a, b = (safetensors.torch.load_file(p / "model.safetensors") for p in (a, b))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _count_steps(monkeypatch) -> list[int]:
+    """Record the step number of every training step run from now on."""
+    ran, real = [], TrainStep.__call__
+
+    def counted(self, loader, step, *args, **kwargs):
+        ran.append(step)
+        return real(self, loader, step, *args, **kwargs)
+
+    monkeypatch.setattr(TrainStep, "__call__", counted)
+    return ran
+
+
+# ----------------------------------------------------------------------------------------------
+# train.ckpt_minutes
+
+
+@pytest.mark.parametrize("minutes, saved", [(1, [3, 6, 9, 10]), (None, [10])])
+def test_ckpt_minutes_saves_by_wall_clock_as_well_as_by_steps(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch,
+                                                              minutes, saved):
+    """Each step takes 25 s of a fake clock: one minute has passed at every third step since the last save."""
+    now = [0.0]
+    monkeypatch.setattr(checkpointing, "clock", lambda: now[0])
+    real = TrainStep.__call__
+
+    def slow_step(self, *args, **kwargs):
+        now[0] += 25
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainStep, "__call__", slow_step)
+    cfg = tiny_run_config(max_steps=10, ckpt_interval=100, ckpt_minutes=minutes)
+    start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=_quiet, progress=False)
+    assert _steps(tmp_path / "run") == saved
+
+
+# ----------------------------------------------------------------------------------------------
+# One boot command: starts the run, and after a preemption resumes it
+
+
+def test_the_same_command_starts_then_resumes_after_sigterm(tiny_run, tmp_path):
+    """A spot machine's boot script: SIGTERM (the preemption notice) saves and exits with 130; the same
+    command on the next boot resumes, and the run ends with the weights of a run never stopped."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run.cfg.to_dict()))
+    run = tmp_path / "run"
+    boot = [sys.executable, "-m", "burnout", "train", str(config), "--out", str(run), "--data",
+            str(tiny_run.data_dir), "--resume-if-exists"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(boot, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in first.stdout:
+        if line.startswith("step 2/"):
+            first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=300) == 130, first.stderr.read()[-3000:]
+    stopped_at = _steps(run)[-1]
+    assert 2 <= stopped_at < 24
+
+    second = subprocess.run(boot, capture_output=True, text=True, env=env, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"{run} already holds a run: resuming it" in second.stdout
+    assert f"resumed from {run / 'checkpoints' / f'step_{stopped_at:07d}'}" in second.stdout
+    _assert_same_weights(run / "checkpoints/step_0000024", tiny_run.run_dir / "checkpoints/step_0000024")
+
+
+# ----------------------------------------------------------------------------------------------
+# A corrupt checkpoint: resume falls back to the newest good one and says which it skipped
+
+
+def test_resume_falls_back_past_a_corrupt_checkpoint_and_says_which(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, run)
+    _flip_byte(run / "checkpoints/step_0000024/model.safetensors")
+    events = []
+    result = resume_training(run, [], on_event=events.append, progress=False)
+    assert [line for line in events if "skipping" in line] == [
+        "--resume: skipping checkpoint step_0000024: model.safetensors does not match the sha256 recorded when it "
+        "was saved; trying the one before it"]
+    assert f"resumed from {run / 'checkpoints/step_0000018'} at step 18" in events
+    assert result.step == 24 and checkpoint_problem(run / "checkpoints/step_0000024") is None
+    _assert_same_weights(run / "checkpoints/step_0000024", tiny_run.run_dir / "checkpoints/step_0000024")
+
+
+def test_resume_with_no_good_checkpoint_is_one_line(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, run)
+    for path in list_checkpoints(run):
+        _flip_byte(path / "state.pt")
+    with pytest.raises(BurnoutError, match=r"no checkpoint in .* matches its recorded sha256 \(the newest, "
+                                           r"step_0000024: state.pt does not match .*train.mirror_dir"):
+        resume_training(run, [], on_event=_quiet, progress=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Disk: the kept checkpoints must fit, or the run is refused before step 1
+
+
+def _free_space(monkeypatch, free: int, under: Path) -> None:
+    """shutil.disk_usage reports `free` bytes for any path under `under` (the real figures elsewhere)."""
+    real = shutil.disk_usage
+    usage = namedtuple("usage", "total used free")
+
+    def fake(path):
+        if Path(path).resolve().is_relative_to(under.resolve()):
+            return usage(free * 2, free, free)
+        return real(path)
+
+    monkeypatch.setattr(shutil, "disk_usage", fake)
+
+
+def test_a_disk_too_small_for_the_kept_checkpoints_is_refused_before_step_1(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                            monkeypatch):
+    cfg = tiny_run_config(["train.milestones=[4]"], max_steps=6, keep_last=2, keep_best=True)
+    # keep_last 2, one being written, the milestone at 4, the best
+    need = 5 * checkpoint_bytes(cfg, tiny_bpe_data / "tokenizer.json")
+    ran = _count_steps(monkeypatch)
+    run = tmp_path / "run"
+    _free_space(monkeypatch, need - 1, tmp_path)
+    with pytest.raises(BurnoutError) as refused:
+        start_training(cfg, run, data_dir=tiny_bpe_data, on_event=_quiet, progress=False)
+    message = str(refused.value)
+    assert message.startswith(f"not enough disk space in {run} (--out): the checkpoints this run keeps need ")
+    assert "(5 × " in message and "1 milestones and phase ends ahead, the best (train.keep_best)" in message
+    assert "lower train.keep_last" in message and "\n" not in message
+    assert ran == [] and not run.exists()
+
+    _free_space(monkeypatch, need, tmp_path)
+    assert start_training(cfg, run, data_dir=tiny_bpe_data, on_event=_quiet, progress=False).step == 6
+    assert ran == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_mirror_too_small_is_refused_and_a_resume_overwrites_nothing(tiny_run, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, run)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    ran = _count_steps(monkeypatch)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    _free_space(monkeypatch, 10**6, mirror)
+    with pytest.raises(BurnoutError, match=rf"not enough disk space in {mirror} \(train.mirror_dir\)"):
+        resume_training(run, ["train.max_steps=30", f"train.mirror_dir={mirror}"], on_event=_quiet, progress=False)
+    assert ran == [] and list(mirror.iterdir()) == []
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    # resume_training records the overrides it was given before the run starts; nothing else changed.
+    assert {p: b for p, b in after.items() if p.name != "resumes.jsonl"} == before
+
+
+# ----------------------------------------------------------------------------------------------
+# train.keep_best, and the logs and report in the mirror
+
+
+@pytest.mark.parametrize("keep_best, kept", [(True, [6, 12]), (False, [12])])
+def test_keep_best_keeps_and_names_the_lowest_val_loss(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch,
+                                                       keep_best, kept):
+    """Val losses 5.0, 4.0, 4.5, 4.8 at the checkpoints of steps 3, 6, 9, 12, and keep_last 1: step 6 is the
+    best, kept past pruning, in the log and the report."""
+    losses = iter([5.0, 4.0, 4.5, 4.8])
+    monkeypatch.setattr(loop, "evaluate_loss", lambda *args: next(losses))
+    # No evaluation falls on a checkpoint by the intervals: keep_best evaluates each checkpoint itself.
+    cfg = tiny_run_config(max_steps=12, ckpt_interval=3, eval_interval=100, keep_last=1,
+                          keep_best=keep_best, mirror_dir=str(tmp_path / "mirror"))
+    run, events = tmp_path / "run", []
+    start_training(cfg, run, data_dir=tiny_bpe_data, on_event=events.append, progress=False)
+    assert _steps(run) == kept
+    assert _steps(tmp_path / "mirror") == kept
+    if not keep_best:
+        return
+    assert any(line.startswith("step 6: saved") and line.endswith("(the best val loss so far, 4.0000: kept by "
+                                                                  "train.keep_best)") for line in events), events
+    assert not any(line.startswith(("step 9: saved", "step 12: saved")) and "best val" in line for line in events)
+    _, written = write_report([run])
+    report = (run / "report" / "report.md").read_text()
+    assert "| best checkpoint | step_0000006, val loss 4.0000 (kept by train.keep_best) |" in report, report
+    assert "| step_0000006 (best) |" in report
+
+
+def test_the_mirror_holds_the_logs_and_the_report(tiny_run_config, tiny_bpe_data, tmp_path):
+    """The phase summary is written after the session's last checkpoint; the mirror has it all the same."""
+    mirror = tmp_path / "mirror"
+    cfg = tiny_run_config(["train.phases=[{name: first, steps: 6}]"], max_steps=12, mirror_dir=str(mirror))
+    run = tmp_path / "run"
+    result = start_training(cfg, run, data_dir=tiny_bpe_data, on_event=_quiet, progress=False)
+    assert result.stop_reason == "phase"
+    for name in (METRICS_FILE, LAUNCHES_FILE, PHASES_FILE, RUN_CONFIG_FILE):
+        assert (mirror / name).read_bytes() == (run / name).read_bytes(), name
+    assert _steps(mirror) == _steps(run) == [6]
+
+    _, written = write_report([run])
+    assert mirror / "report" in written
+    assert (mirror / "report" / "report.html").read_bytes() == (run / "report" / "report.html").read_bytes()
