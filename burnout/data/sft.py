@@ -1,0 +1,456 @@
+"""Tokenized conversations and preference pairs on disk, and the batches SFT and DPO train on.
+
+An SFT folder (`prepare_sft`):
+
+    tokenizer.json                          the tokenizer (with <|im_start|>/<|im_end|>) that encoded it
+    {split}_ids.npy       uint16 | uint32   every example's ids back to back (uint32 past 65,536 tokens)
+    {split}_mask.npy      uint8             1 where the token is a training target (chat.encode_conversation)
+    {split}_offsets.npy   int64             example i is ids[offsets[i] : offsets[i + 1]]
+    {split}_index.npy     int64             example i's position in the conversations as read (which
+                                            ones were held out, e.g. to evaluate on their prompts)
+    meta.json                               format, counts, token-length report, truncation; written last
+
+A pairs folder (`prepare_pairs`) holds {split}_prompt_{ids,offsets,index}.npy and {split}_chosen_* /
+{split}_rejected_* ({ids,mask,offsets}): per pair the prompt, ending with "<|im_start|>assistant\\n",
+and each answer with its mask. Every file is written to a temporary name and renamed; meta.json comes last,
+so a folder without it is unfinished. Loading is np.load(allow_pickle=False), memory-mapped.
+
+Held-out split: a seeded permutation of the examples as read picks round(n · val_fraction) of them
+(at least one when val_fraction > 0 and n ≥ 2), before anything is truncated or dropped, so the
+same conversations are held out whatever the context length.
+
+Context length: an example fits when it has at most seq_len + 1 tokens (a row's seq_len inputs plus the
+last target). overflow="truncate" (default) keeps its first seq_len + 1 tokens (an answer cut short
+loses its <|im_end|>, but the prompt and most of the answer still teach); "drop" leaves it out. Either
+way an example with no training target left inside the window is dropped. The report counts both.
+
+No packing: one example per row, right-padded. The training forward (Transformer.forward(x, y)) attends
+causally along the whole row, so conversations packed into one row would attend to each other and their
+positions would run on from one to the next; keeping them apart needs a per-row (T, T) block mask,
+which the training path does not take and SDPA cannot run on its flash kernel. Padding sits after the
+last real token, so under the causal mask no real position attends to it, and its targets are -1.
+pad_to_longest trims a batch to its longest row to spend less compute on padding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from burnout.common import EOT_TOKEN, TOKENIZER_FILE, write_atomic
+from burnout.data.chat import (
+    TRAIN_ON,
+    Conversation,
+    PreferencePair,
+    chat_token_ids,
+    encode_conversations,
+    encode_pair,
+)
+from burnout.data.shards import token_dtype
+from burnout.data.tokenizer import tokenizer_sha256
+from burnout.errors import BurnoutError
+
+SFT_FORMAT = "burnout-sft-v1"
+PAIRS_FORMAT = "burnout-pairs-v1"
+META_FILE = "meta.json"
+SPLITS = ("train", "val")
+OVERFLOW = ("truncate", "drop")
+# Conversations handed to the tokenizer's thread pool at once.
+_ENCODE_CHUNK = 512
+# With pad_to_longest, batch widths are rounded up to this, so a compiled model sees few shapes.
+_WIDTH_MULTIPLE = 64
+# Distinct seed sequences for the held-out split and the epochs' orders.
+_SPLIT_STREAM, _EPOCH_STREAM = 0, 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Preparing
+
+
+def prepare_sft(conversations: Iterable[Conversation | list[dict]], tokenizer: Tokenizer, out_dir: str | Path, *,
+                seq_len: int, val_fraction: float = 0.05, seed: int = 0, train_on: str = "assistant",
+                overflow: str = "truncate", source: dict | None = None) -> dict:
+    """Tokenize `conversations` (chat.read_conversations, or plain message lists) into `out_dir`; the meta.
+
+    `tokenizer` must hold the chat tokens (chat.ensure_chat_tokens). `source` is recorded in meta.json, and
+    so are the records a ConversationReader skipped.
+    """
+    _check_settings(seq_len, val_fraction, train_on, overflow)
+    out_dir = _start(out_dir)
+    examples = []
+    for chunk in _chunks(conversations):
+        examples += [(np.asarray(ids, dtype=np.uint32), np.asarray(mask, dtype=np.uint8))
+                     for ids, mask, _ in encode_conversations(tokenizer, chunk, train_on)]
+    if not examples:
+        raise BurnoutError("SFT data: no conversations to prepare")
+    held_out = _held_out(len(examples), val_fraction, seed)
+    meta = _base_meta(SFT_FORMAT, tokenizer, seq_len, val_fraction, seed, overflow, source)
+    meta.update(train_on=train_on, examples_read=len(examples), skipped=dict(getattr(conversations, "skipped", {})),
+                lengths=_length_report([len(i) for i, _ in examples]))
+    dropped = {"too_long": 0, "no_target": 0}
+    truncated = 0
+    for split in SPLITS:
+        kept, indices = [], []
+        for index in np.flatnonzero(held_out == (split == "val")):
+            ids, mask = examples[index]
+            truncated += len(ids) > seq_len + 1
+            fitted = _fit(0, ids, mask, seq_len, overflow)
+            if isinstance(fitted, str):
+                dropped[fitted] += 1
+            else:
+                kept.append(fitted)
+                indices.append(index)
+        files = _write_group(out_dir, split, kept, meta["dtype"], indices=indices)
+        meta["splits"][split] = {"examples": len(kept), "tokens": sum(len(ids) for ids, _ in kept),
+                                 "trained_tokens": int(sum(np.count_nonzero(mask) for _, mask in kept)),
+                                 "files": files}
+    meta.update(truncated=truncated, dropped=dropped)
+    _finish(out_dir, tokenizer, meta)
+    return meta
+
+
+def prepare_pairs(pairs: Iterable[PreferencePair], tokenizer: Tokenizer, out_dir: str | Path, *, seq_len: int,
+                  val_fraction: float = 0.05, seed: int = 0, overflow: str = "truncate",
+                  source: dict | None = None) -> dict:
+    """Tokenize preference pairs (chat.read_pairs) into `out_dir` for DPO; the meta.
+
+    A pair is truncated (or dropped) when its prompt plus the longer answer exceeds seq_len + 1 tokens:
+    each answer is cut to what fits after the whole prompt, and a pair whose prompt leaves no room for
+    a target on both sides is dropped. The length report is over prompt + longer answer.
+    """
+    _check_settings(seq_len, val_fraction, "assistant", overflow)
+    out_dir = _start(out_dir)
+    encoded = []
+    for pair in pairs:
+        prompt, *sides = encode_pair(tokenizer, pair)
+        encoded.append((np.asarray(prompt, dtype=np.uint32),
+                        *((np.asarray(ids, dtype=np.uint32), np.asarray(mask, dtype=np.uint8)) for ids, mask in sides)))
+    if not encoded:
+        raise BurnoutError("preference data: no pairs to prepare")
+    held_out = _held_out(len(encoded), val_fraction, seed)
+    meta = _base_meta(PAIRS_FORMAT, tokenizer, seq_len, val_fraction, seed, overflow, source)
+    meta.update(examples_read=len(encoded),
+                lengths=_length_report([len(p) + max(len(c[0]), len(r[0])) for p, c, r in encoded]))
+    dropped = {"too_long": 0, "no_target": 0}
+    truncated = 0
+    for split in SPLITS:
+        kept: dict[str, list] = {"prompt": [], "chosen": [], "rejected": []}
+        indices = []
+        for index in np.flatnonzero(held_out == (split == "val")):
+            prompt, chosen, rejected = encoded[index]
+            truncated += len(prompt) + max(len(chosen[0]), len(rejected[0])) > seq_len + 1
+            sides = [_fit(len(prompt), ids, mask, seq_len, overflow) for ids, mask in (chosen, rejected)]
+            reason = next((side for side in sides if isinstance(side, str)), None)
+            if reason is not None:
+                dropped[reason] += 1
+                continue
+            kept["prompt"].append((prompt, None))
+            indices.append(index)
+            kept["chosen"].append(sides[0])
+            kept["rejected"].append(sides[1])
+        meta["splits"][split] = {"pairs": len(kept["prompt"]), "files": {}}
+        for part, rows in kept.items():
+            prompts = part == "prompt"
+            files = _write_group(out_dir, f"{split}_{part}", rows, meta["dtype"], masked=not prompts,
+                                 indices=indices if prompts else None)
+            meta["splits"][split]["files"].update(files)
+    meta.update(truncated=truncated, dropped=dropped)
+    _finish(out_dir, tokenizer, meta)
+    return meta
+
+
+def format_report(meta: dict) -> str:
+    """The counts, token lengths and truncation of a prepared folder, in a few lines."""
+    lengths = meta["lengths"]
+    unit = "pairs" if meta["format"] == PAIRS_FORMAT else "examples"
+    counts = ", ".join(f"{split} {info.get(unit, 0):,}" for split, info in meta["splits"].items())
+    skipped = ", ".join(f"{count:,} {reason}" for reason, count in meta.get("skipped", {}).items())
+    return "\n".join([
+        f"{meta['examples_read']:,} {unit} read: {counts}" + (f" (skipped: {skipped})" if skipped else ""),
+        f"tokens per {unit[:-1]}: min {lengths['min']}, median {lengths['median']:g}, p95 {lengths['p95']:g}, "
+        f"max {lengths['max']}",
+        f"{meta['truncated']:,} longer than seq_len {meta['seq_len']} + 1 ({meta['overflow']}); dropped: "
+        f"{meta['dropped']['too_long']:,} too long, {meta['dropped']['no_target']:,} with no target left",
+    ])
+
+
+def _check_settings(seq_len: int, val_fraction: float, train_on: str, overflow: str) -> None:
+    if not isinstance(seq_len, int) or seq_len < 1:
+        raise BurnoutError(f"seq_len: {seq_len} must be a positive whole number")
+    if not 0 <= val_fraction < 1:
+        raise BurnoutError(f"val_fraction: {val_fraction} is outside [0, 1)")
+    if train_on not in TRAIN_ON:
+        raise BurnoutError(f"train_on: '{train_on}' is not one of {', '.join(TRAIN_ON)}")
+    if overflow not in OVERFLOW:
+        raise BurnoutError(f"overflow: '{overflow}' is not one of {', '.join(OVERFLOW)}")
+
+
+def _start(out_dir: str | Path) -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Gone first: until the new one is written, the folder reads as unfinished rather than as the old data.
+    (out_dir / META_FILE).unlink(missing_ok=True)
+    return out_dir
+
+
+def _chunks(conversations: Iterable[Conversation | list[dict]]) -> Iterator[list[Conversation]]:
+    chunk: list[Conversation] = []
+    for number, item in enumerate(conversations, start=1):
+        chunk.append(item if isinstance(item, Conversation) else Conversation(item, f"conversation {number}"))
+        if len(chunk) == _ENCODE_CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _held_out(count: int, val_fraction: float, seed: int) -> np.ndarray:
+    """Boolean per example: in the val split."""
+    num_val = 0 if count < 2 or val_fraction == 0 else min(max(round(count * val_fraction), 1), count - 1)
+    held_out = np.zeros(count, dtype=bool)
+    held_out[np.random.default_rng([seed, _SPLIT_STREAM]).permutation(count)[:num_val]] = True
+    return held_out
+
+
+def _fit(prefix: int, ids: np.ndarray, mask: np.ndarray, seq_len: int, overflow: str):
+    """(ids, mask) cut to the window left after `prefix` tokens, or why the example is dropped."""
+    room = seq_len + 1 - prefix
+    if len(ids) > room and (overflow == "drop" or room <= 0):
+        return "too_long"
+    ids, mask = ids[:room], mask[:room]
+    # Position 0 of a row is never a target: nothing precedes it.
+    if not mask[1 if prefix == 0 else 0 :].any():
+        return "no_target"
+    return ids, mask
+
+
+def _length_report(lengths: list[int]) -> dict:
+    values = np.asarray(lengths)
+    return {"min": int(values.min()), "median": float(np.median(values)),
+            "p95": float(np.percentile(values, 95)), "max": int(values.max()), "mean": float(values.mean())}
+
+
+def _base_meta(fmt: str, tokenizer: Tokenizer, seq_len: int, val_fraction: float, seed: int, overflow: str,
+               source: dict | None) -> dict:
+    start, end = chat_token_ids(tokenizer)
+    vocab_size = tokenizer.get_vocab_size()
+    eot = tokenizer.token_to_id(EOT_TOKEN)
+    return {"format": fmt, "vocab_size": vocab_size, "dtype": token_dtype(vocab_size).str,
+            "im_start_id": start, "im_end_id": end, "pad_id": end if eot is None else eot,
+            "seq_len": seq_len, "val_fraction": val_fraction, "seed": seed, "overflow": overflow,
+            "tokenizer_sha256": tokenizer_sha256(tokenizer), "source": source or {}, "splits": {}}
+
+
+def _write_group(out_dir: Path, name: str, rows: list[tuple], dtype: str, masked: bool = True,
+                 indices: list[int] | None = None) -> dict:
+    """{name}_ids / _offsets / _mask (when `masked`) / _index (when given) .npy of (ids, mask) rows, each
+    written atomically; their sha256s."""
+    arrays = {"ids": np.concatenate([np.zeros(0, dtype)] + [ids for ids, _ in rows]).astype(dtype),
+              "offsets": np.concatenate([[0], np.cumsum([len(ids) for ids, _ in rows], dtype=np.int64)])}
+    if masked:
+        arrays["mask"] = np.concatenate([np.zeros(0, np.uint8)] + [mask for _, mask in rows])
+    if indices is not None:
+        arrays["index"] = np.asarray(indices, dtype=np.int64)
+    files = {}
+    for kind, array in arrays.items():
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        data = buffer.getvalue()
+        write_atomic(out_dir / f"{name}_{kind}.npy", data)
+        files[f"{name}_{kind}.npy"] = hashlib.sha256(data).hexdigest()
+    return files
+
+
+def _finish(out_dir: Path, tokenizer: Tokenizer, meta: dict) -> None:
+    write_atomic(out_dir / TOKENIZER_FILE, tokenizer.to_str())
+    write_atomic(out_dir / META_FILE, json.dumps(meta, indent=1) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_sft_meta(data_dir: str | Path, fmt: str = SFT_FORMAT) -> dict:
+    """The meta of a finished SFT (or, with fmt=PAIRS_FORMAT, pairs) folder."""
+    data_dir = Path(data_dir)
+    path = data_dir / META_FILE
+    if not path.is_file():
+        raise BurnoutError(f"'{data_dir}' has no {META_FILE}, so its preparation never finished; prepare it again")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BurnoutError(f"'{path}' is not valid JSON ({exc}); prepare the data again") from None
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise BurnoutError(f"'{path}' has format {found!r}, expected '{fmt}'; prepare the data with this version")
+    return meta
+
+
+class _Ragged:
+    """Variable-length rows stored as {name}_ids/_mask/_offsets.npy: row i is ids[offsets[i]:offsets[i + 1]]."""
+
+    def __init__(self, data_dir: Path, name: str, with_mask: bool = True) -> None:
+        def load(kind: str) -> np.ndarray:
+            path = data_dir / f"{name}_{kind}.npy"
+            try:
+                return np.load(path, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise BurnoutError(f"'{path}' is missing or damaged ({exc}); prepare the data again") from None
+
+        self.ids, self.offsets = load("ids"), load("offsets")
+        self.mask = load("mask") if with_mask else None
+        ends_ok = len(self.offsets) >= 1 and self.offsets[0] == 0 and self.offsets[-1] == len(self.ids)
+        if not ends_ok or (self.mask is not None and len(self.mask) != len(self.ids)):
+            raise BurnoutError(f"'{data_dir}': the {name} files do not match each other; prepare the data again")
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.ids[start:end], None if self.mask is None else self.mask[start:end]
+
+
+class _Batches:
+    """Batch i is a pure function of (seed, i): epoch e = positions [e·n, (e+1)·n) of the stream visits
+    every usable example once, in the order of a permutation seeded by (seed, e); resume needs no state."""
+
+    def __init__(self, batch_size: int, seq_len: int, seed: int, usable: np.ndarray, pad_to_longest: bool,
+                 where: str) -> None:
+        if batch_size < 1 or seq_len < 1:
+            raise BurnoutError(f"batch_size {batch_size} and seq_len {seq_len} must be positive")
+        if not len(usable):
+            raise BurnoutError(f"{where}: no example has a training target within seq_len={seq_len} tokens; "
+                               "raise seq_len or check the data")
+        self.batch_size, self.seq_len, self.seed = batch_size, seq_len, seed
+        self.usable = usable  # example ids that have a target inside the window
+        self.pad_to_longest = pad_to_longest
+        self._permutation: tuple[int, np.ndarray] | None = None
+
+    @property
+    def epoch_batches(self) -> int:
+        """Batches per pass over the usable examples."""
+        return math.ceil(len(self.usable) / self.batch_size)
+
+    def examples_of(self, index: int) -> np.ndarray:
+        """The example ids batch `index` holds, in row order."""
+        n = len(self.usable)
+        positions = np.arange(index * self.batch_size, (index + 1) * self.batch_size, dtype=np.int64)
+        out = np.empty(self.batch_size, dtype=np.int64)
+        for epoch in np.unique(positions // n):
+            chosen = positions // n == epoch
+            out[chosen] = self._epoch_order(int(epoch))[positions[chosen] % n]
+        return out
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        cached = self._permutation
+        if cached is None or cached[0] != epoch:
+            cached = self._permutation = (epoch, self.usable[np.random.default_rng([self.seed, _EPOCH_STREAM, epoch])
+                                                             .permutation(len(self.usable))])
+        return cached[1]
+
+    def _width(self, lengths: Iterable[int]) -> int:
+        if not self.pad_to_longest:
+            return self.seq_len
+        longest = max(lengths) - 1
+        return min(self.seq_len, -(-longest // _WIDTH_MULTIPLE) * _WIDTH_MULTIPLE)
+
+    def _xy(self, rows: list[tuple[np.ndarray, np.ndarray]], pad_id: int):
+        """int64 (x, y) (len(rows), width): x the row's first tokens then pad_id, y the next token where the
+        mask marks it a target, else -1."""
+        import torch
+
+        width = self._width(len(ids) for ids, _ in rows)
+        x = np.full((len(rows), width), pad_id, dtype=np.int64)
+        y = np.full((len(rows), width), -1, dtype=np.int64)
+        for r, (ids, mask) in enumerate(rows):
+            length = min(len(ids), width + 1)
+            ids = ids[:length].astype(np.int64)  # unsigned ids would turn the -1 below into 65535
+            x[r, : length - 1] = ids[:-1]
+            y[r, : length - 1] = np.where(mask[1:length].astype(bool), ids[1:], -1)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def _first_targets(ragged: _Ragged, prefix_lengths: np.ndarray | None = None) -> np.ndarray:
+    """Per row, the position in its sequence (after its prefix) of its first target after position 0."""
+    positions = np.flatnonzero(ragged.mask)
+    row_of = np.searchsorted(ragged.offsets, positions, side="right") - 1
+    within = positions - ragged.offsets[row_of] + (0 if prefix_lengths is None else prefix_lengths[row_of])
+    first = np.full(len(ragged), np.iinfo(np.int64).max, dtype=np.int64)
+    valid = within >= 1
+    np.minimum.at(first, row_of[valid], within[valid])
+    return first
+
+
+class SFTBatches(_Batches):
+    """(x, y) batches of one split of a prepare_sft folder: one conversation per row (see the module docstring).
+
+    get_batch(i) is a pure function of (seed, i), so a resumed run sees the batches it would have seen;
+    examples without a target in the first seq_len + 1 tokens are never drawn. With pad_to_longest, a
+    batch is as wide as its longest row (rounded up to 64 tokens) instead of seq_len.
+    """
+
+    def __init__(self, data_dir: str | Path, split: str, batch_size: int, seq_len: int, seed: int,
+                 pad_to_longest: bool = False) -> None:
+        self.meta = read_sft_meta(data_dir)
+        if split not in self.meta["splits"]:
+            raise BurnoutError(f"'{data_dir}' has no split '{split}'; it has {', '.join(self.meta['splits'])}")
+        self.data = _Ragged(Path(data_dir), split)
+        usable = np.flatnonzero(_first_targets(self.data) <= seq_len)
+        super().__init__(batch_size, seq_len, seed, usable, pad_to_longest, f"'{data_dir}' split {split}")
+
+    def get_batch(self, index: int):
+        return self._xy([self.data.row(e) for e in self.examples_of(index)], self.meta["pad_id"])
+
+    def iter_eval_batches(self, num_batches: int):
+        """Up to `num_batches` batches walking the usable examples in order (the last may be smaller)."""
+        for start in range(0, min(len(self.usable), num_batches * self.batch_size), self.batch_size):
+            yield self._xy([self.data.row(e) for e in self.usable[start : start + self.batch_size]],
+                           self.meta["pad_id"])
+
+
+class PairBatches(_Batches):
+    """DPO batches of one split of a prepare_pairs folder: (x, y) of 2·batch_size rows, the chosen
+    answers (prompt + chosen) first, then the rejected ones of the same pairs in the same order; y is -1
+    except on each answer's assistant tokens, so a row's summed log-probabilities over y ≠ -1 are
+    log π(answer | prompt). Batch i is a pure function of (seed, i)."""
+
+    def __init__(self, data_dir: str | Path, split: str, batch_size: int, seq_len: int, seed: int,
+                 pad_to_longest: bool = False) -> None:
+        self.meta = read_sft_meta(data_dir, PAIRS_FORMAT)
+        if split not in self.meta["splits"]:
+            raise BurnoutError(f"'{data_dir}' has no split '{split}'; it has {', '.join(self.meta['splits'])}")
+        data_dir = Path(data_dir)
+        self.prompts = _Ragged(data_dir, f"{split}_prompt", with_mask=False)
+        self.chosen = _Ragged(data_dir, f"{split}_chosen")
+        self.rejected = _Ragged(data_dir, f"{split}_rejected")
+        if not len(self.prompts) == len(self.chosen) == len(self.rejected):
+            raise BurnoutError(f"'{data_dir}': the {split} prompt and answer files disagree; prepare the data again")
+        prompt_lengths = np.diff(self.prompts.offsets)
+        usable = np.flatnonzero((_first_targets(self.chosen, prompt_lengths) <= seq_len)
+                                & (_first_targets(self.rejected, prompt_lengths) <= seq_len))
+        super().__init__(batch_size, seq_len, seed, usable, pad_to_longest, f"'{data_dir}' split {split}")
+
+    def _pair_rows(self, pairs: Iterable[int]):
+        rows: list[list] = [[], []]
+        for pair in pairs:
+            prompt, _ = self.prompts.row(pair)
+            for side, answers in zip(rows, (self.chosen, self.rejected)):
+                ids, mask = answers.row(pair)
+                side.append((np.concatenate([prompt, ids]), np.concatenate([np.zeros(len(prompt), np.uint8), mask])))
+        return self._xy(rows[0] + rows[1], self.meta["pad_id"])
+
+    def get_batch(self, index: int):
+        return self._pair_rows(self.examples_of(index))
+
+    def iter_eval_batches(self, num_batches: int):
+        """Up to `num_batches` batches of pairs in order (the last may be smaller)."""
+        for start in range(0, min(len(self.usable), num_batches * self.batch_size), self.batch_size):
+            yield self._pair_rows(self.usable[start : start + self.batch_size])
