@@ -296,6 +296,91 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
+@command("sft", help="supervised fine-tuning of a checkpoint on conversations (full or --lora)",
+         description="Fine-tune BASE (a run folder or checkpoint) on SOURCE's conversations: the chat tokens "
+                     "added to its tokenizer (model grown), the data prepared into RUN/data, loss on the "
+                     "assistant turns, then the usual training loop. Resume with `burnout train --resume RUN`.")
+def cmd_sft(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("base", metavar="BASE_RUN_OR_CKPT", help="the model to fine-tune")
+    p.add_argument("--data", required=True, metavar="SOURCE",
+                   help="conversations: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME")
+    p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")
+    p.add_argument("--config", help="a run config YAML whose train (and sft) sections apply")
+    p.add_argument("--lora", action="store_true", help="train LoRA adapters (sft.lora.r=… etc. to shape them)")
+    p.add_argument("--layout", help="messages, sharegpt, alpaca, qa, oasst (default: auto)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+
+    def run(args, overrides):
+        from burnout.config import load_run_config, read_yaml, resolve_config_path
+
+        raw = read_yaml(resolve_config_path(args.config)) if args.config else {}
+        raw["sft"] = {**(raw.get("sft") or {}), "base": args.base, "source": args.data}
+        if args.layout:
+            raw["sft"]["layout"] = args.layout
+        if args.lora and raw["sft"].get("lora") is None:
+            raw["sft"]["lora"] = {}
+        cfg = load_run_config(raw, overrides)
+        from burnout.train.run import start_training
+
+        result = start_training(cfg, Path(args.out))
+        print(f"done: step {result.step}, train loss {result.train_loss:.4f}, val loss {result.val_loss:.4f} "
+              f"(assistant tokens); checkpoint {result.checkpoint}")
+        return 130 if result.stop_reason == "signal" else 0
+    return run
+
+
+@command("dpo", help="preference tuning (DPO) of a chat checkpoint on chosen/rejected pairs (full or --lora)",
+         description="Tune SFT_RUN_OR_CKPT (a chat model, e.g. from `burnout sft`) on PAIRS (prompt/chosen/"
+                     "rejected) with DPO: the pairs prepared into RUN/data, the starting model the reference "
+                     "(with --lora the same model with its adapters off), rewards, margin and accuracy in "
+                     "metrics.jsonl. Resume with `burnout train --resume RUN`.")
+def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("base", metavar="SFT_RUN_OR_CKPT", help="the chat model to tune (policy and reference)")
+    p.add_argument("--data", required=True, metavar="PAIRS",
+                   help="preference pairs: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME")
+    p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")
+    p.add_argument("--config", help="a run config YAML whose train (and dpo) sections apply")
+    p.add_argument("--lora", action="store_true", help="train LoRA adapters (dpo.lora.r=… etc. to shape them)")
+    p.add_argument("--beta", type=float, help="DPO's β (default 0.1)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+
+    def run(args, overrides):
+        from burnout.config import load_run_config, read_yaml, resolve_config_path
+
+        raw = read_yaml(resolve_config_path(args.config)) if args.config else {}
+        raw["dpo"] = {**(raw.get("dpo") or {}), "base": args.base, "source": args.data}
+        if args.beta is not None:
+            raw["dpo"]["beta"] = args.beta
+        if args.lora and raw["dpo"].get("lora") is None:
+            raw["dpo"]["lora"] = {}
+        cfg = load_run_config(raw, overrides)
+        from burnout.train.run import start_training
+
+        result = start_training(cfg, Path(args.out))
+        print(f"done: step {result.step}, train loss {result.train_loss:.4f}, val loss {result.val_loss:.4f} "
+              f"(held-out pairs); checkpoint {result.checkpoint}")
+        return 130 if result.stop_reason == "signal" else 0
+    return run
+
+
+group("lora", help="LoRA adapters of a fine-tuned run",
+      description="Work with the adapters of a run trained with `burnout sft --lora`.")
+
+
+@command("lora", "merge", help="fold a LoRA run's adapters into its base weights",
+         description="Write RUN_OR_CKPT's weights with W + (alpha/r)·B·A folded in as a plain checkpoint "
+                     "OUT/checkpoints/step_N that generate, chat, eval and export load.")
+def cmd_lora_merge(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("source", metavar="RUN_OR_CKPT")
+    p.add_argument("--out", required=True, metavar="RUN_MERGED", help="new run folder")
+
+    def run(args, overrides):
+        from burnout.train.finetune import merge_run
+
+        print(f"merged the adapters: {merge_run(args.source, args.out)}")
+    return run
+
+
 @command("bench", help="training speed of a config: tokens/s, step split, MFU, memory; --ablate",
          description="Time training steps of a run config as `burnout train` runs them: tokens/s, "
                      "the step split into data / forward / backward / optimizer, MFU against a "
@@ -387,23 +472,32 @@ def _sampling(args) -> dict:
 @command("generate", help="continue a prompt (or a file of prompts) with a trained checkpoint",
          description="Sample a continuation from a checkpoint (a run folder means its latest). "
                      "--prompt streams to the terminal; --prompts-file decodes the prompts in "
-                     "batches and prints JSON.")
+                     "batches and prints JSON. --chat asks a chat model: each prompt is one user "
+                     "message in the chat template, and the answer ends at <|im_end|>.")
 def cmd_generate(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("checkpoint")
     p.add_argument("--prompt")
     p.add_argument("--prompts-file", help="one prompt per line (\\n inside a line means a newline)")
     p.add_argument("--stop", action="append", default=[], help="stop sequence (repeatable); not printed")
+    p.add_argument("--chat", action="store_true", help="answer each prompt as a user message (chat template)")
+    p.add_argument("--system", help="with --chat: a system prompt before the message")
     sampling_flags(p, temperature=0.8, top_k=50, max_new_tokens=200)
 
     def run(args, overrides):
         if (args.prompt is None) == (args.prompts_file is None):
             raise BurnoutError("generate needs exactly one of --prompt TEXT or --prompts-file FILE")
+        if args.system is not None and not args.chat:
+            raise BurnoutError("--system goes with --chat (a system prompt is part of the chat template)")
+        if args.chat and args.stop:
+            raise BurnoutError("--stop applies to continuations; with --chat the answer ends at <|im_end|>")
         from burnout.core.device import resolve_device
         from burnout.core.model_files import load_model
         from burnout.generate.prompts import read_prompts
         from burnout.generate.sampling import generate_texts, stream_text
 
         model, tokenizer, _ = load_model(args.checkpoint, resolve_device(args.device))
+        if args.chat:
+            return _generate_chat(args, model, tokenizer)
         if args.prompt is not None:
             pieces = stream_text(model, tokenizer, args.prompt, args.max_new_tokens, stop=args.stop, **_sampling(args))
             sys.stdout.write(args.prompt)
@@ -418,20 +512,50 @@ def cmd_generate(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-@command("chat", help="an interactive loop that streams a checkpoint's continuations",
-         description="Type text and the checkpoint continues it; /temp, /topk, /topp, /rep, /len "
-                     "and /seed change the settings on the fly, /help lists them.")
+def _generate_chat(args, model, tokenizer) -> None:
+    """`generate --chat`: the answer to --prompt streamed, or to each line of --prompts-file as JSON."""
+    from burnout.generate.chat import chat_prompt, chat_replies, stream_reply
+    from burnout.generate.prompts import read_prompts
+
+    head = [{"role": "system", "content": args.system}] if args.system else []
+    if args.prompt is not None:
+        messages = [*head, {"role": "user", "content": args.prompt}]
+        ids, _ = chat_prompt(tokenizer, messages, model.cfg.context_length, args.max_new_tokens)
+        for piece in stream_reply(model, tokenizer, ids, args.max_new_tokens, **_sampling(args)):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        return
+    prompts = read_prompts(args.prompts_file)
+    answers = chat_replies(model, tokenizer, prompts, args.max_new_tokens, system=args.system, **_sampling(args))
+    print(json.dumps([{"prompt": p, "answer": a} for p, a in zip(prompts, answers)], indent=2, ensure_ascii=False))
+
+
+@command("chat", help="talk to a chat checkpoint, or continue text with a base one, streaming",
+         description="A chat checkpoint (from `burnout sft`) holds a conversation in its chat template: "
+                     "each line is a message, the answer streams and ends at <|im_end|>, the oldest turns "
+                     "are dropped when the context fills; /system TEXT sets the system prompt, /reset "
+                     "forgets the conversation. A base checkpoint continues each line typed. /temp, "
+                     "/topk, /topp, /rep, /len and /seed change the settings on the fly, /help lists them.")
 def cmd_chat(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("checkpoint")
+    p.add_argument("--system", help="a chat checkpoint's system prompt to start with")
     sampling_flags(p, temperature=0.8, top_k=50, max_new_tokens=200)
 
     def run(args, overrides):
         from burnout.core.device import resolve_device
-        from burnout.core.model_files import load_model
-        from burnout.generate.chat import chat
+        from burnout.core.model_files import is_chat_model, load_model
+        from burnout.generate.chat import chat, chat_loop
 
-        model, tokenizer, _ = load_model(args.checkpoint, resolve_device(args.device))
-        chat(model, tokenizer, {"max_new_tokens": args.max_new_tokens, **_sampling(args)})
+        model, tokenizer, ckpt = load_model(args.checkpoint, resolve_device(args.device))
+        settings = {"max_new_tokens": args.max_new_tokens, **_sampling(args)}
+        if is_chat_model(ckpt.config):
+            chat_loop(model, tokenizer, settings, system=args.system)
+        elif args.system is not None:
+            raise BurnoutError(f"--system needs a chat checkpoint; {ckpt.path} is a base model (no sft section), "
+                               "which continues text")
+        else:
+            chat(model, tokenizer, settings)
     return run
 
 

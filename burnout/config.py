@@ -345,17 +345,125 @@ class TrainConfig:
 
 
 @dataclass
+class SFTLoRAConfig:
+    """The adapters of a LoRA fine-tune; the same keys as burnout.models.lora.LoRAConfig, which validates them
+    where the model is built (config sits below models in the layering, so it cannot import it)."""
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    # Layer names or groups: attn, mlp, qkv, proj, fc, gate, up, down, attn.qkv, ... (see models/lora.py).
+    targets: list[str] = field(default_factory=lambda: ["attn", "mlp"])
+
+
+@dataclass
+class SFTConfig:
+    """Supervised fine-tuning: a run with this section set starts from `base` and trains on conversations.
+
+    A checkpoint whose config has `sft` set holds a chat model (its tokenizer has <|im_start|>/<|im_end|>).
+    """
+    # The base model: a run folder (its latest checkpoint) or a checkpoint folder.
+    base: str = ""
+    # Conversations: a local .json/.jsonl/.parquet file, folder or glob, or "hf:NAME" (streamed).
+    source: str = ""
+    # messages, sharegpt, alpaca, qa, oasst, or auto (detected from the first record's keys).
+    layout: str = "auto"
+    split: str = "train"
+    subset: str | None = None
+    data_files: str | None = None
+    # Read at most this many conversations (None: all).
+    max_examples: int | None = None
+    # assistant: loss on the assistant turns only; all: on every token but the template's role headers.
+    train_on: Literal["assistant", "all"] = "assistant"
+    # An example longer than seq_len + 1 tokens: truncate (keep its start) or drop.
+    overflow: Literal["truncate", "drop"] = "truncate"
+    val_fraction: float = 0.05
+    # Batches as wide as their longest row (rounded up to 64) instead of seq_len.
+    pad_to_longest: bool = False
+    # None: full fine-tuning; a mapping: LoRA adapters, base frozen.
+    lora: SFTLoRAConfig | None = None
+    # Chat tokens the fine-tune added to the base tokenizer (filled in by the run; recorded for its readers).
+    added_tokens: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if not self.base:
+            raise BurnoutError("sft.base: name the base model (a run folder or checkpoint), e.g. sft.base=runs/base")
+        if not self.source:
+            raise BurnoutError("sft.source: name the conversations (a .json/.jsonl/.parquet path or hf:NAME)")
+        if not 0.0 <= self.val_fraction < 0.5:
+            raise BurnoutError(f"sft.val_fraction: {self.val_fraction} is outside [0, 0.5)")
+        if self.max_examples is not None:
+            _require_positive("sft.max_examples", self.max_examples)
+
+
+@dataclass
+class DPOConfig:
+    """Preference tuning (DPO): a run with this section set starts from `base` (a chat model) and trains on
+    preference pairs. Its config keeps the base's `sft` section, so it too is a chat model."""
+    # The starting policy (and reference): a run folder (its latest checkpoint) or a checkpoint folder.
+    base: str = ""
+    # Pairs: a local .json/.jsonl/.parquet file, folder or glob, or "hf:NAME" (streamed).
+    source: str = ""
+    layout: str = "auto"
+    split: str = "train"
+    subset: str | None = None
+    data_files: str | None = None
+    max_examples: int | None = None
+    overflow: Literal["truncate", "drop"] = "truncate"
+    val_fraction: float = 0.05
+    pad_to_longest: bool = False
+    # β of the loss: how far the policy may move from the reference (0.1 is usual).
+    beta: float = 0.1
+    # Warn once when the loss is still within 0.005 of ln 2 after this many steps.
+    stall_steps: int = 100
+    # None: full fine-tuning (the reference a frozen copy); a mapping: LoRA adapters (the reference the
+    # same model with them switched off).
+    lora: SFTLoRAConfig | None = None
+
+    def validate(self) -> None:
+        if not self.base:
+            raise BurnoutError("dpo.base: name the starting model (a chat run folder or checkpoint), "
+                               "e.g. dpo.base=runs/sft")
+        if not self.source:
+            raise BurnoutError("dpo.source: name the preference pairs (a .json/.jsonl/.parquet path or hf:NAME)")
+        if not 0.0 <= self.val_fraction < 0.5:
+            raise BurnoutError(f"dpo.val_fraction: {self.val_fraction} is outside [0, 0.5)")
+        if not self.beta > 0:
+            raise BurnoutError(f"dpo.beta: {self.beta} must be positive (the usual value is 0.1)")
+        _require_positive("dpo.stall_steps", self.stall_steps)
+        if self.max_examples is not None:
+            _require_positive("dpo.max_examples", self.max_examples)
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # Set: a supervised fine-tune of sft.base (and a checkpoint with it set holds a chat model).
+    sft: SFTConfig | None = None
+    # Set: DPO from dpo.base on preference pairs (sft then holds the base's own section: still a chat model).
+    dpo: DPOConfig | None = None
+
+    @property
+    def fine_tune(self) -> SFTConfig | DPOConfig | None:
+        """The section that says how this run fine-tunes (dpo before sft: a DPO run keeps its base's sft)."""
+        return self.dpo if self.dpo is not None else self.sft
+
+    @property
+    def adapters(self) -> SFTLoRAConfig | None:
+        """The LoRA adapters this run's model holds (dpo.lora or sft.lora), or None."""
+        return self.fine_tune.lora if self.fine_tune is not None else None
 
     def validate(self) -> None:
         self.model = self.model.resolved()
         self.data.validate()
         self.tokenizer.validate()
         self.train.validate()
+        if self.sft is not None:
+            self.sft.validate()
+        if self.dpo is not None:
+            self.dpo.validate()
         seq_len = self.train.seq_len or self.model.context_length
         if seq_len > self.model.context_length:
             raise BurnoutError(

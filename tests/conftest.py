@@ -105,3 +105,54 @@ def tiny_run(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> TinyRun:
 
     result = start_training(cfg, run_dir, data_dir=tiny_bpe_data, on_event=events.append, progress=False)
     return TinyRun(cfg, run_dir, tiny_bpe_data, result, events)
+
+
+@dataclass
+class ChatCheckpoint:
+    run_dir: Path  # a run folder with one checkpoint (step 10) of a chat model: its config has an sft section
+    answer: str  # what the model answers any message with, then <|im_end|>
+    answer_ids: list[int]
+
+
+CHAT_ANSWER = "Paris."
+
+
+@pytest.fixture(scope="session")
+def chat_checkpoint(tmp_path_factory) -> ChatCheckpoint:
+    """A tiny llama rigged as a bigram model (attention and MLP outputs zeroed, so the last token alone picks
+    the next) that answers any templated prompt with CHAT_ANSWER and then <|im_end|>; after <|im_end|> it
+    would start the answer again, so only stopping at <|im_end|> ends it early. Do not modify."""
+    import torch
+
+    from burnout.config import TokenizerConfig, load_run_config
+    from burnout.core.checkpoint import save_checkpoint
+    from burnout.data.chat import IM_END, ensure_chat_tokens
+    from burnout.data.tokenizer import train_tokenizer
+    from burnout.models import Transformer
+
+    texts = ["What is the capital of France? Paris. The capital of Italy is Rome. user assistant system\n"] * 20
+    tok, _ = ensure_chat_tokens(train_tokenizer(texts, TokenizerConfig(kind="bpe", vocab_size=300)))
+    answer_ids = tok.encode(CHAT_ANSWER, add_special_tokens=False).ids
+    newline, end = tok.token_to_id("\n") or tok.encode("\n").ids[0], tok.token_to_id(IM_END)
+    chain = [newline, *answer_ids, end]
+    assert len(set(chain)) == len(chain), "the rig needs distinct tokens"
+    cfg = load_run_config({
+        "model": {"family": "llama", "vocab_size": tok.get_vocab_size(), "n_layer": 1, "d_model": 64, "n_head": 4,
+                  "context_length": 64, "ffn_multiple_of": 32, "tie_embeddings": False},
+        "sft": {"base": "runs/base", "source": "conversations.jsonl", "added_tokens": ["<|im_start|>", IM_END]},
+    })
+    torch.manual_seed(0)
+    model = Transformer(cfg.model)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.down.weight")) or name == "lm_head.weight":
+                p.zero_()
+        unit = model.tok_emb.weight / model.tok_emb.weight.pow(2).mean(-1, keepdim=True).sqrt()  # RMS-normed
+        for prev, nxt in [*zip(chain, chain[1:]), (end, chain[1])]:
+            model.lm_head.weight[nxt] += 40 * unit[prev] / unit[prev].pow(2).sum()
+    root = tmp_path_factory.mktemp("chat_checkpoint")
+    tok.save(str(root / "tokenizer.json"))
+    run_dir = root / "chat"
+    save_checkpoint(run_dir, cfg, model, {"step": 10, "tokens": 640}, {"step": 10, "tokens": 640},
+                    root / "tokenizer.json", keep_last=1)
+    return ChatCheckpoint(run_dir, CHAT_ANSWER, answer_ids)

@@ -20,6 +20,7 @@ in a background thread.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -264,6 +265,10 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
                            "(or its copy in train.mirror_dir) or train again")
     cfg = load_run_config(path / RUN_CONFIG_FILE)
     model = Transformer(cfg.model)
+    if cfg.adapters is not None:  # a LoRA fine-tune (sft.lora or dpo.lora): base weights + lora_A/lora_B
+        from burnout.models.lora import LoRAConfig, apply_lora
+
+        apply_lora(model, LoRAConfig.from_dict(dataclasses.asdict(cfg.adapters), "lora"))
     name = "model.safetensors"
     try:
         missing, unexpected = safetensors.torch.load_model(model, str(path / name), strict=False)

@@ -11,12 +11,14 @@ import torch
 from tokenizers import Tokenizer
 
 from burnout.common import EOT_TOKEN, TOKENIZER_FILE
-from burnout.config import load_run_config
+from burnout.config import RunConfig, load_run_config
 from burnout.core.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from burnout.data.chat import CHAT_TEMPLATE, CHAT_TOKENS, chat_token_ids
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.models.hf import load_hf, save_hf
+from burnout.models.lora import lora_layers, merge_lora
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[Transformer, Tokenizer, Checkpoint]:
@@ -33,11 +35,26 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[Tr
     return ckpt.model, tokenizer, ckpt
 
 
+def is_chat_model(cfg: RunConfig) -> bool:
+    """Whether a checkpoint of this run config holds a chat model: one `burnout sft` made (its sft section)."""
+    return cfg.sft is not None
+
+
 def export_hf(checkpoint: str | Path, out_dir: str | Path) -> Path:
-    """Write a checkpoint as a Hugging Face folder that AutoModelForCausalLM / AutoTokenizer load offline."""
+    """Write a checkpoint as a Hugging Face folder that AutoModelForCausalLM / AutoTokenizer load offline.
+
+    A chat model's folder also carries the ChatML template in tokenizer_config.json and stops
+    transformers' `generate` at <|im_end|>; LoRA adapters are folded into the exported weights.
+    """
     model, tokenizer, ckpt = load_model(checkpoint)
+    if lora_layers(model):
+        merge_lora(model)
+    chat = is_chat_model(ckpt.config)
+    if chat:
+        chat_token_ids(tokenizer)  # one line when the chat model's tokenizer lacks the tokens
     return save_hf(model, Path(out_dir), tokenizer_path=ckpt.path / TOKENIZER_FILE,
-                   eos_token_id=tokenizer.token_to_id(EOT_TOKEN))
+                   eos_token_id=tokenizer.token_to_id(EOT_TOKEN), chat_template=CHAT_TEMPLATE if chat else None,
+                   chat_tokens=CHAT_TOKENS if chat else None)
 
 
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:

@@ -1,4 +1,5 @@
-"""Validation loss: mean next-token cross-entropy over fixed, non-overlapping windows of a split."""
+"""Validation loss: mean next-token cross-entropy over fixed, non-overlapping windows of a split (or the
+first batches of an SFT split, counting its assistant tokens alone)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from burnout.models import Transformer
 @torch.no_grad()
 def evaluate_loss(model: Transformer, loader: TokenLoader, num_batches: int, device: torch.device,
                   precision: str = "fp32") -> float:
-    """Token-weighted mean loss over the first `num_batches` windows of the loader's split."""
+    """Mean loss per target token (y != -1) over the first `num_batches` batches of the loader's split."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
@@ -22,7 +23,10 @@ def evaluate_loss(model: Transformer, loader: TokenLoader, num_batches: int, dev
         x, y = x.to(device), y.to(device)
         with autocast(device, precision):
             loss = model(x, y)
-        total += loss.item() * y.numel()
-        count += y.numel()
+        # Weighted by the batch's targets: SFT batches hold -1 (no target) off the assistant tokens.
+        targets = int((y != -1).sum())
+        if targets:
+            total += loss.item() * targets
+            count += targets
     model.train(was_training)
     return total / count if count else math.nan

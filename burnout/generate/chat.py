@@ -1,17 +1,28 @@
-"""`burnout chat`: a read-eval-print loop that streams a checkpoint's continuation of each line typed.
+"""`burnout chat` and `burnout generate --chat`: talking to a checkpoint.
 
-Our models are base models (no chat template), so each line is a prompt to continue. Lines that start
-with "/" change the sampling settings on the fly.
+A chat checkpoint (fine-tuned by `burnout sft`: its run config has an sft section) holds a conversation.
+Each turn renders the history with the ChatML template (`burnout.data.chat.encode_prompt`, the ids
+training saw and transformers' `apply_chat_template` gives), streams the answer and stops when the model
+emits `<|im_end|>`: its id, so text that merely spells "<|im_end|>" is printed like any other text.
+When the conversation would leave less than `reply_room` tokens of the context for the answer, its
+oldest turns are dropped (the system prompt stays). `/system TEXT` sets the system prompt, `/reset`
+forgets the conversation.
+
+A base checkpoint has no template, so each line typed is a prompt to continue (`chat`). For side by side
+with a chat model, `plain_transcript` asks a base model in plain text ("User: …\nAssistant:").
+Lines that start with "/" change the sampling settings on the fly in both loops.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
+from burnout.common import EOT_TOKEN
+from burnout.data.chat import chat_token_ids, encode_prompt
 from burnout.errors import BurnoutError
-from burnout.generate.sampling import stream_text
+from burnout.generate.sampling import check_sampling, generate_batch, stream_continuation, stream_text
 
 HELP = """commands:
   /temp T     temperature (0 = greedy)      /topk K    top-k (0 = off)
@@ -19,6 +30,11 @@ HELP = """commands:
   /len N      max new tokens                /seed S    seed (none = random)
   /settings   show the settings             /help      this text
   /quit       leave (or Ctrl-D)"""
+CHAT_HELP = HELP + """
+  /system T   set the system prompt (no text: none)
+  /reset      forget the conversation (the system prompt stays)
+  Ctrl-C      stop the answer being written"""
+TRANSCRIPT_STOP = ("\nUser:",)  # where a base model's turn in a plain transcript ends
 
 # command → (setting name, parser); "none"/"0" switch top-k, top-p and seed off.
 _COMMANDS: dict[str, tuple[str, Callable[[str], object]]] = {
@@ -53,8 +69,10 @@ def format_settings(settings: dict) -> str:
     return "  ".join(f"{k}={v}" for k, v in settings.items())
 
 
-def chat(model, tokenizer, settings: dict, read: Callable[[str], str] = input, out: TextIO = sys.stdout) -> None:
-    """Loop until /quit or end of input: read a line, stream its continuation to `out` (or run a /command)."""
+def chat(model, tokenizer, settings: dict, read: Callable[[str], str] = input, out: TextIO | None = None) -> None:
+    """Loop until /quit or end of input: read a line, stream its continuation to `out` (default: stdout),
+    or run a /command."""
+    out = out or sys.stdout
     out.write(f"burnout chat: type text to continue, /help for commands. {format_settings(settings)}\n")
     while True:
         try:
@@ -79,3 +97,141 @@ def chat(model, tokenizer, settings: dict, read: Callable[[str], str] = input, o
             out.write(piece)
             out.flush()
         out.write("\n")
+
+
+# ----------------------------------------------------------------------------------------------
+# Chat checkpoints
+
+
+def reply_room(context: int, max_new_tokens: int) -> int:
+    """Tokens of the context kept free for the answer: max_new_tokens, at most half the context."""
+    return max(1, min(max_new_tokens, context // 2))
+
+
+def fit_messages(messages: list[dict], encode: Callable[[list[dict]], list[int]], context: int,
+                 reserve: int) -> tuple[list[int], int]:
+    """(ids of the prompt, how many of the oldest messages it leaves out).
+
+    `messages` end with the user's new message; a leading system message is always kept. Whole exchanges
+    (a user message and the answers after it) are dropped, oldest first, until the prompt leaves `reserve`
+    tokens of the context free, or only the new message is left. A prompt that fills the context even then
+    is a BurnoutError.
+    """
+    system = messages[:1] if messages and messages[0]["role"] == "system" else []
+    rest = messages[len(system):]
+    dropped = 0
+    while True:
+        ids = encode(system + rest[dropped:])
+        if len(ids) + reserve <= context or dropped >= len(rest) - 1:
+            break
+        dropped += 1
+        while dropped < len(rest) - 1 and rest[dropped]["role"] != "user":
+            dropped += 1
+    if len(ids) >= context:
+        what = "the system prompt and the message need" if system else "the message needs"
+        raise BurnoutError(f"{what} {len(ids)} tokens with the template but the model's context is {context}; "
+                           "shorten it")
+    return ids, dropped
+
+
+def chat_prompt(tokenizer, messages: list[dict], context: int, max_new_tokens: int) -> tuple[list[int], int]:
+    """The template's ids asking for the answer to `messages` (see fit_messages), and the messages dropped."""
+    chat_token_ids(tokenizer)  # a tokenizer without the chat tokens: one line, before anything else
+    return fit_messages(messages, lambda kept: encode_prompt(tokenizer, kept), context,
+                        reply_room(context, max_new_tokens))
+
+
+def stream_reply(model, tokenizer, prompt_ids: list[int], max_new_tokens: int, **sampling) -> Iterator[str]:
+    """The answer to a templated prompt as printable pieces, up to <|im_end|> (or <|endoftext|>), neither
+    printed. Bad settings raise here, before anything streams."""
+    _, end = chat_token_ids(tokenizer)
+    check_sampling(model, prompt_ids, sampling.get("temperature", 1.0), sampling.get("top_k"), sampling.get("top_p"),
+                   sampling.get("repetition_penalty", 1.0))
+    return stream_continuation(model, tokenizer, prompt_ids, max_new_tokens,
+                               stop_ids=[end, tokenizer.token_to_id(EOT_TOKEN)], **sampling)
+
+
+def chat_replies(model, tokenizer, prompts: Sequence[str], max_new_tokens: int, system: str | None = None,
+                 **sampling) -> list[str]:
+    """The answer to each prompt as one user message (after `system`), decoded in batches."""
+    _, end = chat_token_ids(tokenizer)
+    context = model.cfg.context_length
+    head = [{"role": "system", "content": system}] if system else []
+    ids = []
+    for number, prompt in enumerate(prompts, start=1):
+        try:
+            ids.append(chat_prompt(tokenizer, [*head, {"role": "user", "content": prompt}], context,
+                                   max_new_tokens)[0])
+        except BurnoutError as exc:
+            raise BurnoutError(f"prompt {number}: {exc}") from None
+    new = generate_batch(model, ids, max_new_tokens, stop_id=[end, tokenizer.token_to_id(EOT_TOKEN)], **sampling)
+    return [tokenizer.decode(n) for n in new]
+
+
+def plain_transcript(messages: list[dict]) -> str:
+    """A conversation as plain text for a base model: "System: …", "User: …", "Assistant: …" lines, ending
+    with "Assistant:" for the model to continue (stop it at TRANSCRIPT_STOP)."""
+    lines = [f"{m['role'].capitalize()}: {m['content'].strip()}" for m in messages]
+    return "\n".join([*lines, "Assistant:"])
+
+
+def chat_loop(model, tokenizer, settings: dict, system: str | None = None, read: Callable[[str], str] = input,
+              out: TextIO | None = None) -> None:
+    """Hold a conversation until /quit or end of input: each line is the user's message, the answer streams
+    to `out` (default: stdout); /system, /reset and the sampling /commands as CHAT_HELP lists them."""
+    out = out or sys.stdout
+    chat_token_ids(tokenizer)
+    history: list[dict] = []
+    out.write(f"burnout chat: a chat model; type a message, /help for commands. {format_settings(settings)}\n")
+    while True:
+        try:
+            line = read("you> ")
+        except EOFError:
+            return
+        name, _, value = line.strip().partition(" ")
+        if name == "/quit":
+            return
+        if name in ("/system", "/reset", "/help"):
+            if name == "/system":
+                system = value.strip() or None
+            elif name == "/reset":
+                history.clear()
+            out.write({"/system": f"system prompt: {system or '(none)'}", "/help": CHAT_HELP,
+                       "/reset": "conversation cleared"}[name] + "\n")
+            continue
+        if line.startswith("/"):
+            out.write(apply_command(line, settings) + "\n")
+            continue
+        if not line.strip():
+            continue
+        user = {"role": "user", "content": line}
+        messages = [{"role": "system", "content": system}] if system else []
+        try:
+            ids, dropped = chat_prompt(tokenizer, [*messages, *history, user], model.cfg.context_length,
+                                       settings["max_new_tokens"])
+            pieces = stream_reply(model, tokenizer, ids, settings["max_new_tokens"],
+                                  **{k: v for k, v in settings.items() if k != "max_new_tokens"})
+        except BurnoutError as exc:  # a bad line or setting must not end the session
+            out.write(f"error: {exc}\n")
+            continue
+        if dropped:
+            del history[:dropped]
+            out.write(f"(the oldest {dropped} message(s) no longer fit the context: left out from now on)\n")
+        reply = _write_stream(pieces, out)
+        if reply.strip():  # an empty answer cannot be a turn of the template: the exchange is not kept
+            history += [user, {"role": "assistant", "content": reply}]
+
+
+def _write_stream(pieces: Iterator[str], out: TextIO) -> str:
+    """Write the pieces as they come; Ctrl-C stops the answer, not the session. Returns the text written."""
+    text = ""
+    out.write("bot> ")
+    try:
+        for piece in pieces:
+            out.write(piece)
+            out.flush()
+            text += piece
+    except KeyboardInterrupt:
+        out.write(" [stopped]")
+    out.write("\n")
+    return text

@@ -8,7 +8,7 @@ alone or inside a batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 import torch
 
@@ -84,18 +84,19 @@ def stream_batch(
     repetition_penalty: float = 1.0,
     repetition_window: int = 64,
     seed: int | None = None,
-    stop_id: int | None = None,
+    stop_id: int | Collection[int] | None = None,
     is_done: Callable[[int, list[int]], bool] | None = None,
 ) -> Iterator[list[int | None]]:
     """Decode prompts of one length together; each step yields every row's new token (None once done).
 
-    A row is done at stop_id (not yielded), when is_done(row, its new ids) says so, after max_new_tokens,
-    or when the context window is full.
+    A row is done at stop_id (one id or several; not yielded), when is_done(row, its new ids) says so,
+    after max_new_tokens, or when the context window is full.
     """
     if len({len(p) for p in prompts}) > 1:
         raise ValueError("stream_batch decodes prompts of one length; generate_batch groups them")
     for p in prompts:
         check_sampling(model, p, temperature, top_k, top_p, repetition_penalty)
+    stop_ids = {stop_id} if isinstance(stop_id, int) else set(stop_id or ())
     device = model.tok_emb.weight.device
     precision = resolve_precision("auto", device)
     configure_backends(device)
@@ -146,7 +147,7 @@ def stream_batch(
                     processed = process_logits(logits[row], recent, temperature, top_k, top_p, repetition_penalty)
                     token = sample_next(processed, temperature, generators[row])
                 history[row].append(token)
-                if token == stop_id:
+                if token in stop_ids:
                     done[row] = True
                     out.append(None)
                     continue
@@ -210,14 +211,19 @@ def stream_text(model: Transformer, tokenizer, prompt: str, max_new_tokens: int,
     prompt_ids = tokenizer.encode(prompt).ids
     check_sampling(model, prompt_ids, sampling.get("temperature", 1.0), sampling.get("top_k"), sampling.get("top_p"),
                    sampling.get("repetition_penalty", 1.0))
-    return _stream_text(model, tokenizer, prompt_ids, max_new_tokens, stop, **sampling)
+    return stream_continuation(model, tokenizer, prompt_ids, max_new_tokens, stop, **sampling)
 
 
-def _stream_text(model: Transformer, tokenizer, prompt_ids: list[int], max_new_tokens: int, stop: Sequence[str],
-                 **sampling) -> Iterator[str]:
+def stream_continuation(model: Transformer, tokenizer, prompt_ids: list[int], max_new_tokens: int,
+                        stop: Sequence[str] = (), stop_ids: Collection[int] | None = None,
+                        **sampling) -> Iterator[str]:
+    """The text of the tokens sampled after `prompt_ids` as printable pieces, up to a stop id (default:
+    <|endoftext|>'s; none of them printed) or before the first stop sequence (see stream_text)."""
+    if stop_ids is None:
+        stop_ids = [tokenizer.token_to_id(EOT_TOKEN)]
     new_ids: list[int] = []
     printed = 0
-    for token in stream_tokens(model, prompt_ids, max_new_tokens, stop_id=tokenizer.token_to_id(EOT_TOKEN),
+    for token in stream_tokens(model, prompt_ids, max_new_tokens, stop_id=[i for i in stop_ids if i is not None],
                                **sampling):
         new_ids.append(token)
         # Decode the whole continuation each time: a byte-level token can be half a character.

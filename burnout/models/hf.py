@@ -373,11 +373,18 @@ def save_hf(
     tokenizer_path: str | Path | None = None,
     eos_token_id: int | None = None,
     bos_token_id: int | None = None,
+    chat_template: str | None = None,
+    chat_tokens: tuple[str, str] | None = None,
 ) -> Path:
     """Write `model` as a Hugging Face folder (config.json, model.safetensors, tokenizer files if given).
 
     `tokenizer_path` is a tokenizer.json or a folder holding one. When the tokenizer has
     `<|endoftext|>` it becomes the eos token (and eos_token_id, unless one is given).
+
+    A chat model gives its Jinja `chat_template` (written into tokenizer_config.json, for
+    `apply_chat_template`) and `chat_tokens`, the special tokens that open and end a turn (ChatML's
+    <|im_start|>, <|im_end|>; the tokenizer must hold both): the end of turn becomes the tokenizer's eos
+    token and the first of generation_config.json's eos_token_id list, so `generate` stops there.
     """
     from safetensors.torch import save_file
 
@@ -399,6 +406,15 @@ def save_hf(
                 eos_token_id = added[EOT_TOKEN]
             if bos_token_id is None:
                 bos_token_id = added[EOT_TOKEN]
+        if chat_tokens is not None:
+            missing = [t for t in chat_tokens if added.get(t) is None]
+            if missing:
+                raise BurnoutError(f"tokenizer file '{tokenizer_src}' has no {' or '.join(missing)} token; "
+                                   "a chat model's tokenizer needs its chat tokens")
+            special = {**special, "eos_token": chat_tokens[1], "additional_special_tokens": list(chat_tokens)}
+            end_of_turn = added[chat_tokens[1]]
+    elif chat_tokens is not None:
+        raise BurnoutError("a chat model's export needs its tokenizer (tokenizer_path)")
 
     dtype = model.tok_emb.weight.dtype
     config = hf_config_dict(model.cfg, eos_token_id=eos_token_id, bos_token_id=bos_token_id, dtype=dtype)
@@ -409,6 +425,8 @@ def save_hf(
         generation["bos_token_id"] = bos_token_id
     if eos_token_id is not None:
         generation["eos_token_id"] = eos_token_id
+    if chat_tokens is not None:  # a chat model's answer ends at the end of its turn
+        generation["eos_token_id"] = [end_of_turn, *([] if eos_token_id in (None, end_of_turn) else [eos_token_id])]
     _write_json(out_dir / "generation_config.json", generation)
 
     if tokenizer_src is not None:
@@ -420,6 +438,7 @@ def save_hf(
                 "model_max_length": model.cfg.context_length,
                 "clean_up_tokenization_spaces": False,
                 **special,
+                **({"chat_template": chat_template} if chat_template is not None else {}),
             },
         )
         _write_json(out_dir / "special_tokens_map.json", special)

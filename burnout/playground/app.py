@@ -1,7 +1,8 @@
 """`burnout playground`: the blog's "Try it yourself" page for your own runs, as a local Gradio app.
 
 Pick a checkpoint, type a prompt, watch it stream; or send one prompt to two or three checkpoints at
-once and watch the model get less stupid from step to step.
+once and watch the model get less stupid from step to step. Chat checkpoints (from `burnout sft`) get a
+Chat tab: a conversation in the chat template, side by side with a base checkpoint when one is served.
 """
 
 from __future__ import annotations
@@ -21,14 +22,27 @@ except ImportError:
     raise BurnoutError("the playground needs Gradio; install it with: pip install 'gpuburnout[playground]'") from None
 
 from burnout.generate.prompts import SAMPLE_PROMPTS  # noqa: E402
-from burnout.playground.catalog import MAX_NEW_TOKENS, MAX_PROMPT_CHARS, Entry, ModelCache, discover, stream_text  # noqa: E402
+from burnout.playground.catalog import (  # noqa: E402
+    MAX_NEW_TOKENS,
+    MAX_PROMPT_CHARS,
+    Entry,
+    ModelCache,
+    discover,
+    stream_chat,
+    stream_text,
+)
 
-EXAMPLE_PROMPTS = [*SAMPLE_PROMPTS, "What is the capital of France?", "Write a poem about coffee."]
+# A question is for a chat model: with chat checkpoints served it is an example of the Chat tab.
+CHAT_EXAMPLES = ["What is the capital of France?", "Give me three tips for staying focused.",
+                 "Explain what a GPU does in one sentence."]
+EXAMPLE_PROMPTS = [*SAMPLE_PROMPTS, CHAT_EXAMPLES[0], "Write a poem about coffee."]
 MAX_SIDE_BY_SIDE = 3
+NO_BASE = "(none)"
 
 
 def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
     labels = list(entries)
+    chat_labels = [label for label, entry in entries.items() if entry.chat]
 
     def info_markdown(label: str) -> str:
         if label not in entries:
@@ -39,7 +53,7 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
         params = sum(p.numel() for p in model.parameters())
         val = entry.info.get("val_loss")
         return "\n".join([
-            f"**{label}**",
+            f"**{label}**" + (" (chat model: try the Chat tab)" if entry.chat else ""),
             f"- parameters: {params:,} ({cfg.family}, {cfg.n_layer} layers × {cfg.d_model} wide)",
             f"- tokenizer: {cache.get(label).tokenizer.get_vocab_size():,} tokens; context {cfg.context_length}",
             f"- step {entry.info['step']:,}, {entry.info.get('tokens', 0):,} tokens trained",
@@ -89,7 +103,8 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
                 with gr.Column(scale=2):
                     checkpoint = gr.Dropdown(labels, value=labels[-1], label="checkpoint", elem_id="checkpoint")
                     prompt = gr.Textbox(label="prompt", lines=3, max_length=MAX_PROMPT_CHARS, elem_id="prompt")
-                    gr.Examples(EXAMPLE_PROMPTS, inputs=prompt)
+                    gr.Examples([p for p in EXAMPLE_PROMPTS if not chat_labels or p not in CHAT_EXAMPLES],
+                                inputs=prompt)
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=1):
                     info = gr.Markdown(info_markdown(labels[-1]), elem_id="model-info")
@@ -106,7 +121,64 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
                 columns = [gr.Textbox(label=f"checkpoint {i + 1}", lines=8, elem_id=f"compare-output-{i}")
                            for i in range(MAX_SIDE_BY_SIDE)]
             compare_button.click(side_by_side, [chosen, compare_prompt, *sampling], columns)
+        if chat_labels:
+            _chat_tab(entries, cache, sampling, settings)
     return app
+
+
+def _chat_tab(entries: dict[str, Entry], cache: ModelCache, sampling: list, settings) -> None:
+    """The Chat tab: a chat checkpoint's conversation, and beside it a base checkpoint's answers to the same."""
+    chat_labels = [label for label, entry in entries.items() if entry.chat]
+    base_labels = [label for label, entry in entries.items() if not entry.chat]
+
+    def chat_turn(label: str, base_label: str, system: str, message: str, history: list, base_history: list,
+                  max_new: float, *values: float):
+        chats = [(label, list(history or []))]
+        if base_label in base_labels:
+            chats.append((base_label, list(base_history or [])))
+        try:
+            streams = [stream_chat(cache.get(name), past, message, int(max_new), system or "", **settings(*values))
+                       for name, past in chats]
+            answers = [next(stream) for stream in streams]  # the requests are checked here, before any output
+            live = list(range(len(streams)))
+            while True:
+                shown = [[*past, {"role": "user", "content": message}, {"role": "assistant", "content": answer}]
+                         for (_, past), answer in zip(chats, answers)]
+                yield shown[0], shown[1] if len(shown) > 1 else (base_history or []), ""
+                if not live:
+                    return
+                for i in list(live):  # one token for each model in turn, so the answers grow together
+                    try:
+                        answers[i] = next(streams[i])
+                    except StopIteration:
+                        live.remove(i)
+        except BurnoutError as exc:
+            raise gr.Error(str(exc)) from None
+
+    with gr.Tab("Chat"):
+        gr.Markdown("Talk to a chat checkpoint: each message goes through its chat template and the answer "
+                    "ends at `<|im_end|>`. A base checkpoint beside it gets the same conversation as a plain "
+                    "`User:`/`Assistant:` transcript to continue.")
+        with gr.Row():
+            chat_checkpoint = gr.Dropdown(chat_labels, value=chat_labels[-1], label="chat checkpoint",
+                                          elem_id="chat-checkpoint")
+            base_checkpoint = gr.Dropdown([NO_BASE, *base_labels], value=(base_labels or [NO_BASE])[-1],
+                                          label="side by side with a base checkpoint", elem_id="chat-base")
+        system = gr.Textbox(label="system prompt (optional)", max_length=MAX_PROMPT_CHARS, elem_id="chat-system")
+        with gr.Row():
+            chat_bot = gr.Chatbot(label="chat model", elem_id="chat-bot", height=360)
+            base_bot = gr.Chatbot(label="base model", elem_id="base-bot", height=360, visible=bool(base_labels))
+        message = gr.Textbox(label="message (Enter sends)", max_length=MAX_PROMPT_CHARS, elem_id="chat-message")
+        gr.Examples(CHAT_EXAMPLES, inputs=message)
+        with gr.Row():
+            send = gr.Button("Send", variant="primary", elem_id="chat-send")
+            clear = gr.Button("Clear conversation", elem_id="chat-clear")
+        inputs = [chat_checkpoint, base_checkpoint, system, message, chat_bot, base_bot, *sampling]
+        send.click(chat_turn, inputs, [chat_bot, base_bot, message])
+        message.submit(chat_turn, inputs, [chat_bot, base_bot, message])
+        clear.click(lambda: ([], []), None, [chat_bot, base_bot])
+        # Another base model starts from an empty conversation (it did not say what the old one said).
+        base_checkpoint.change(lambda name: gr.update(visible=name != NO_BASE, value=[]), base_checkpoint, base_bot)
 
 
 def _columns(chosen: list[str], texts: list[str]) -> list:

@@ -1,7 +1,10 @@
 """What the playground may serve: the checkpoints under the runs it was given, and a bounded model cache.
 
 Only checkpoints found here at start-up can be chosen: a request names a label, never a path, so a
-browser cannot make the server load anything else from disk.
+browser cannot make the server load anything else from disk. A chat checkpoint (its config has an sft
+section) answers in its chat template (`stream_chat`); a base one beside it gets the same conversation
+as a plain "User: …/Assistant:" transcript to continue. The history comes from the browser, so it is
+bounded here before anything is encoded.
 """
 
 from __future__ import annotations
@@ -13,13 +16,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from burnout.common import RUN_CONFIG_FILE
+from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
-from burnout.core.model_files import load_model
+from burnout.core.model_files import is_chat_model, load_model
 from burnout.errors import BurnoutError
+from burnout.generate.chat import TRANSCRIPT_STOP, chat_prompt, fit_messages, plain_transcript, reply_room, stream_reply
 from burnout.generate.sampling import stream_text as sampling_stream_text
 
 MAX_PROMPT_CHARS = 2000
 MAX_NEW_TOKENS = 500
+MAX_HISTORY_CHARS = 20_000  # of a conversation sent back by the browser; older messages are left out
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,7 @@ class Entry:
     label: str  # "run · step 1200": what the dropdown shows and requests name
     path: Path
     info: dict  # the checkpoint's info.json: step, tokens, losses
+    chat: bool = False  # a chat model: its run config has an sft section
 
 
 def discover(sources: list[str | Path]) -> dict[str, Entry]:
@@ -51,7 +59,7 @@ def discover(sources: list[str | Path]) -> dict[str, Entry]:
             n = 2
             while label in entries and entries[label].path != ckpt:  # two runs with one folder name
                 label, n = f"{run_name} ({n}) · step {info['step']}", n + 1
-            entries[label] = Entry(label, ckpt, info)
+            entries[label] = Entry(label, ckpt, info, is_chat_model(load_run_config(ckpt / RUN_CONFIG_FILE)))
     return entries
 
 
@@ -60,6 +68,7 @@ class Loaded:
     model: object
     tokenizer: object
     bytes: int
+    chat: bool = False
 
 
 class ModelCache:
@@ -82,11 +91,11 @@ class ModelCache:
             if label in self._loaded:
                 self._loaded.move_to_end(label)
                 return self._loaded[label]
-            model, tokenizer, _ = load_model(self.entries[label].path)
+            model, tokenizer, ckpt = load_model(self.entries[label].path)
             size = sum(p.numel() * p.element_size() for p in model.parameters())
             while self._loaded and self.used_bytes() + size > self.max_bytes:
                 self._loaded.popitem(last=False)
-            loaded = Loaded(model, tokenizer, size)
+            loaded = Loaded(model, tokenizer, size, is_chat_model(ckpt.config))
             self._loaded[label] = loaded
             return loaded
 
@@ -97,15 +106,19 @@ class ModelCache:
         return list(self._loaded)
 
 
-def stream_text(loaded: Loaded, prompt: str, max_new_tokens: int, **sampling) -> Iterator[str]:
-    """The prompt and its continuation so far, growing as tokens arrive (for a streaming text box)."""
+def _check_request(prompt: str, max_new_tokens: int, what: str = "prompt") -> None:
     if not prompt.strip():
-        raise BurnoutError("the prompt is empty; type some text to continue")
+        raise BurnoutError(f"the {what} is empty; type some text")
     if len(prompt) > MAX_PROMPT_CHARS:
-        raise BurnoutError(f"the prompt is {len(prompt):,} characters; "
+        raise BurnoutError(f"the {what} is {len(prompt):,} characters; "
                            f"the playground takes at most {MAX_PROMPT_CHARS:,}")
     if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise BurnoutError(f"max new tokens {max_new_tokens} is outside 1–{MAX_NEW_TOKENS}")
+
+
+def stream_text(loaded: Loaded, prompt: str, max_new_tokens: int, **sampling) -> Iterator[str]:
+    """The prompt and its continuation so far, growing as tokens arrive (for a streaming text box)."""
+    _check_request(prompt, max_new_tokens)
     # Made before the first yield: the sampler checks its settings and the prompt's length right here.
     pieces = sampling_stream_text(loaded.model, loaded.tokenizer, prompt, max_new_tokens, **sampling)
     text = prompt
@@ -113,3 +126,54 @@ def stream_text(loaded: Loaded, prompt: str, max_new_tokens: int, **sampling) ->
     for piece in pieces:
         text += piece
         yield text
+
+
+def conversation(history: list, message: str, system: str = "") -> list[dict]:
+    """The messages for the next answer: `system`, the chat component's `history` (newest messages up to
+    MAX_HISTORY_CHARS; content as text or Gradio's text parts; empty answers left out) and `message`."""
+    kept: list[dict] = []
+    size = len(message) + len(system)
+    for item in reversed(history if isinstance(history, list) else []):
+        if not isinstance(item, dict) or item.get("role") not in ("user", "assistant"):
+            continue
+        content = item.get("content")
+        if isinstance(content, list):  # Gradio's [{"type": "text", "text": ...}]
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if not isinstance(content, str) or not content.strip():
+            continue
+        size += len(content)
+        if size > MAX_HISTORY_CHARS:
+            break
+        kept.append({"role": item["role"], "content": content})
+    head = [{"role": "system", "content": system}] if system.strip() else []
+    return [*head, *reversed(kept), {"role": "user", "content": message}]
+
+
+def stream_chat(loaded: Loaded, history: list, message: str, max_new_tokens: int, system: str = "",
+                **sampling) -> Iterator[str]:
+    """The answer to `message` after `history` so far, growing as tokens arrive (for a chat component).
+
+    A chat model answers in its template and stops at <|im_end|>; a base model continues the conversation as
+    a plain transcript and stops where it starts the user's next line. The oldest turns that do not fit the
+    context are left out."""
+    _check_request(message, max_new_tokens, "message")
+    if len(system) > MAX_PROMPT_CHARS:
+        raise BurnoutError(f"the system prompt is {len(system):,} characters; the playground takes at most "
+                           f"{MAX_PROMPT_CHARS:,}")
+    messages = conversation(history, message, system)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    context = model.cfg.context_length
+    if loaded.chat:
+        ids, _ = chat_prompt(tokenizer, messages, context, max_new_tokens)
+        pieces = stream_reply(model, tokenizer, ids, max_new_tokens, **sampling)
+    else:
+        ids, dropped = fit_messages(messages, lambda kept: tokenizer.encode(plain_transcript(kept)).ids, context,
+                                    reply_room(context, max_new_tokens))
+        kept = messages[:1] + messages[1 + dropped:] if messages[0]["role"] == "system" else messages[dropped:]
+        pieces = sampling_stream_text(model, tokenizer, plain_transcript(kept), max_new_tokens,
+                                      stop=TRANSCRIPT_STOP, **sampling)
+    text = ""
+    yield text
+    for piece in pieces:
+        text += piece
+        yield text.strip()

@@ -34,7 +34,7 @@ from burnout.core.rng import restore_rng_state, rng_state
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.train.distributed import DistContext, barrier, from_main, full_state, gather_to_main, load_optimizer_state
-from burnout.train.step import TrainStep
+from burnout.train.step import TrainStep, with_adapters
 
 # The wall clock of train.ckpt_minutes; a module-level name so that tests can run it fast.
 clock = time.monotonic
@@ -233,7 +233,7 @@ def module_from_state(cfg: RunConfig, state: dict) -> Transformer:
     Its RoPE tables stay on the meta device: they are not persistent, so not saved, and a loaded
     checkpoint computes them from the config."""
     with torch.device("meta"):
-        module = Transformer(cfg.model)
+        module = with_adapters(cfg, Transformer(cfg.model))
     # A tied matrix is gathered once per name, as two equal tensors: one tensor for all its names keeps
     # the tie, and safetensors then stores it once.
     first_name: dict[int, str] = {}

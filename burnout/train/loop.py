@@ -41,6 +41,15 @@ from burnout.generate.sampling import generate_text
 from burnout.models.info import flops_per_token, matmul_parameters
 from burnout.train.checkpointing import Checkpointer, load_for_resume, resume_point
 from burnout.train.distributed import DistContext, init_distributed, min_across_ranks, shutdown, wrap_model
+from burnout.train.finetune import (
+    dpo_objective,
+    init_from_base,
+    is_sft_data,
+    save_run_adapter,
+    sft_loaders,
+    sft_meta,
+    trainable_line,
+)
 from burnout.train.hardware import get_hardware
 from burnout.train.metrics import MetricsLog, StepLogger
 from burnout.train.phases import current_phase, phase_summary
@@ -48,7 +57,7 @@ from burnout.train.plan import check_fits
 from burnout.train.probe import largest_micro_batch, memory_probe, oom_message
 from burnout.train.provenance import record_launch
 from burnout.train.schedule import total_steps
-from burnout.train.step import StepResult, TrainStep, batch_indices, build_model
+from burnout.train.step import StepResult, TrainStep, batch_indices, build_model, unwrapped
 from burnout.train.stopping import StopConditions
 
 
@@ -126,13 +135,16 @@ def _silent(line: str) -> None:
 
 class Validator:
     """Due every train.eval_interval steps and at a session's last step: the loss over train.eval_batches
-    val windows and, with train.sample_prompt, a sample. FSDP's shards must all take part in a forward;
-    a DDP replica on rank 0 evaluates alone."""
+    val windows (a DPO run: its held-out pairs' loss, as val_loss, and their rewards, margin and accuracy,
+    as val_*) and, with train.sample_prompt, a sample. FSDP's shards must all take part in a forward; a DDP
+    replica on rank 0 evaluates alone."""
 
     def __init__(self, cfg: RunConfig, loader: TokenLoader, model: torch.nn.Module, train_step: TrainStep,
-                 tokenizer_path: Path, dist: DistContext, emit: Callable[[str], None]):
+                 tokenizer_path: Path, dist: DistContext, emit: Callable[[str], None],
+                 objective: torch.nn.Module | None = None):
         fsdp = cfg.train.distributed == "fsdp"
         self.tc, self.loader, self.train_step, self.emit = cfg.train, loader, train_step, emit
+        self.objective = objective  # a DPOObjective: evaluated on held-out pairs instead
         self.model = train_step.model if fsdp else model
         self.runs_here = dist.is_main or (dist.enabled and fsdp)
         self.tokenizer = load_tokenizer(tokenizer_path) if self.runs_here else None
@@ -146,15 +158,28 @@ class Validator:
         """Adds val_loss (and sample) to `record`."""
         ts = self.train_step
         if self.runs_here:
-            self.last_loss = evaluate_loss(self.model, self.loader, self.tc.eval_batches, ts.device, ts.precision)
-            self.last_step = step
-            record["val_loss"] = self.last_loss
+            if self.objective is not None:
+                record.update(self._pair_metrics())
+            else:
+                record["val_loss"] = evaluate_loss(self.model, self.loader, self.tc.eval_batches, ts.device,
+                                                   ts.precision)
+            self.last_loss, self.last_step = record["val_loss"], step
             if self.tc.sample_prompt and self.tc.sample_tokens:
                 sample = generate_text(self.model, self.tokenizer, self.tc.sample_prompt, self.tc.sample_tokens,
                                        temperature=0.8, top_k=50, seed=self.tc.seed)
                 record["sample"] = sample
                 self.emit(f"step {step} sample: {json.dumps(sample)[:300]}")
         ts.model.train()
+
+    def _pair_metrics(self) -> dict:
+        from burnout.core.device import autocast
+        from burnout.train.dpo import evaluate_pairs
+
+        ts = self.train_step
+        with autocast(ts.device, ts.precision):
+            metrics = evaluate_pairs(self.objective, self.loader.iter_eval_batches(self.tc.eval_batches), ts.device)
+        return {"val_loss": metrics.pop("loss", math.nan),
+                **{f"val_{key}": value for key, value in metrics.items() if key != "pairs"}}
 
 
 class Trainer:
@@ -171,7 +196,9 @@ class Trainer:
         self.precision = resolve_precision(cfg.train.precision, device)
         configure_backends(device, cfg.train.deterministic)
         self.seq_len = cfg.train.seq_len or cfg.model.context_length
-        meta = read_meta(data_dir)
+        # A prepare_sft folder (conversations, loss on the assistant tokens) or pretraining shards.
+        self.sft_data = is_sft_data(data_dir)
+        meta = sft_meta(data_dir, self.seq_len) if self.sft_data else read_meta(data_dir)
         check_compatible(meta, cfg.model.vocab_size)
         if auto_batch and not resume:
             cfg = self._auto_batch(cfg)
@@ -197,12 +224,21 @@ class Trainer:
     def _setup_model(self, from_checkpoint: bool) -> None:
         """Loaders, model, optimizer and checkpointer; on resume, everything the last checkpoint holds."""
         tc, cfg, tokenizer_path = self.tc, self.cfg, self.data_dir / TOKENIZER_FILE
-        mode = loader_mode(self.data_dir)
         # Rank 0's stream, indexed per rank by the train step; validation is rank 0's alone.
-        self.loaders = {split: TokenLoader(self.data_dir, split, tc.batch_size, self.seq_len, tc.seed, mode=mode)
-                        for split in ("train", "val")}
+        if self.sft_data:
+            self.loaders = sft_loaders(self.data_dir, cfg, self.seq_len)
+        else:
+            mode = loader_mode(self.data_dir)
+            self.loaders = {split: TokenLoader(self.data_dir, split, tc.batch_size, self.seq_len, tc.seed, mode=mode)
+                            for split in ("train", "val")}
         seed_everything(tc.seed)
         model = build_model(cfg, self.device)  # the same weights on every rank: FSDP shards them as built
+        if cfg.sft is not None:
+            # A fine-tune starts from its base's weights (LoRA adapters: their own init); DPO's reference is
+            # that start, so a resumed DPO run loads it too before its own weights.
+            if not from_checkpoint or cfg.dpo is not None:
+                init_from_base(model, cfg)
+            self.emit(trainable_line(model))
         if self.dist.enabled:  # then each rank its own dropout masks (one process keeps its usual stream)
             torch.manual_seed(tc.seed + self.dist.rank)
         self.flops_per_token = flops_per_token(cfg.model, self.seq_len, matmul_parameters(model))["flops_per_token"]
@@ -210,12 +246,14 @@ class Trainer:
         ckpt = None
         if from_checkpoint:
             ckpt = load_for_resume(resume_point(self.run_dir, self.dist, self.emit), cfg, tokenizer_path, self.dist)
+        # DPO: the policy in DPOObjective, built before a resumed run's weights load (its reference: the start).
+        objective = dpo_objective(model, cfg, resumed=ckpt is not None)
         if ckpt is not None:
             model.load_state_dict(ckpt.model.state_dict())
             self.step, self.elapsed_before = ckpt.state["step"], ckpt.state["elapsed_s"]
             self.skipped = ckpt.state.get("skipped_steps", 0)
         self.elapsed = self.elapsed_before
-        wrapped = wrap_model(model, self.dist, tc.distributed, self.device, self.precision)
+        wrapped = wrap_model(objective, self.dist, tc.distributed, self.device, self.precision)
         self.train_step = TrainStep(wrapped, tc, self.device, self.precision, self.end_of_run, self.dist)
         # Before anything in the run folder is written: a disk too small for the kept checkpoints is refused here.
         self.checkpointer = Checkpointer(self.run_dir, cfg, model, self.train_step, self.dist, tokenizer_path,
@@ -225,7 +263,12 @@ class Trainer:
             self.checkpointer.restore(ckpt)
             self.emit(f"resumed from {ckpt.path} at step {self.step}")
         self.validator = Validator(cfg, self.loaders["val"], model, self.train_step, tokenizer_path, self.dist,
-                                   self._say)
+                                   self._say, objective if objective is not model else None)
+        self.stall = None
+        if cfg.dpo is not None:
+            from burnout.train.dpo import StalledDPO
+
+            self.stall = StalledDPO(cfg.dpo.beta, after_steps=cfg.dpo.stall_steps)
 
     def _setup_logging(self, resume: bool) -> None:
         """The phase this session runs to, the progress bar, and on rank 0 the run folder's logs."""
@@ -274,6 +317,8 @@ class Trainer:
                         raise BurnoutError(oom_message(self.tc, self.seq_len)) from None
                     self._count_skipped(result)
                     self.step += 1
+                    if self.stall is not None and (warning := self.stall.update(self.step, result.loss)):
+                        self._say(warning)
                     self.logger.count(time.perf_counter() - t0)
                     self.elapsed = self.elapsed_before + time.perf_counter() - t_start
                     self.bar.update(1)
@@ -285,6 +330,7 @@ class Trainer:
                     if self.logger.due(self.step, final) or evaluate:
                         record = self.logger.record(self.step, result.loss, result.lr, result.grad_norm,
                                                     self.elapsed, self.skipped)
+                        record.update(self._step_metrics())
                         if evaluate:
                             self.validator.run(self.step, record)
                         self.logger.write(record)
@@ -300,6 +346,12 @@ class Trainer:
             self.bar.close()
             self.checkpointer.close()
             self.logger.close()
+
+    def _step_metrics(self) -> dict:
+        """What the train step's model reports of its last step beside the loss (`last_metrics`: DPO's
+        rewards/chosen, rewards/rejected, margin, accuracy); this rank's own."""
+        metrics = getattr(unwrapped(self.train_step.model), "last_metrics", None) or {}
+        return {key: value for key, value in metrics.items() if key != "loss"}
 
     def _count_skipped(self, result: StepResult) -> None:
         """A step whose loss or gradient was not finite made no update; too many in a row stop the run."""
@@ -324,6 +376,8 @@ class Trainer:
             info = json.loads((ckpt_path / "info.json").read_text())
             train_loss, val_loss = info["train_loss"], info["val_loss"]
         step, phase = self.step, self.phase
+        if self.cfg.adapters is not None and self.dist.is_main:
+            self._say(f"adapters of {ckpt_path.name}: {save_run_adapter(self.run_dir, ckpt_path)}")
         if stop_reason == "signal":
             self._say(f"stopped by signal at step {step}; checkpoint {ckpt_path}; "
                       f"continue with: burnout train --resume {self.run_dir}")

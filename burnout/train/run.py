@@ -17,8 +17,8 @@ from burnout.train.loop import TrainResult, holds_run, refuse_existing_run, trai
 
 # Changing these mid-run would change which tokens the resumed run sees (or, for the optimizer, which
 # state the checkpoint must hold).
-_RESUME_FIXED = ("model", "data", "tokenizer", "train.seed", "train.batch_size", "train.grad_accum", "train.seq_len",
-                 "train.optimizer")
+_RESUME_FIXED = ("model", "data", "tokenizer", "sft", "dpo", "train.seed", "train.batch_size", "train.grad_accum",
+                 "train.seq_len", "train.optimizer")
 
 # Under torchrun, rank 0 writes its error here (in the run folder) when preparing the data fails, so that
 # the ranks waiting for the data stop with it.
@@ -29,8 +29,16 @@ WAIT_POLL_S = 1.0
 def start_training(cfg: RunConfig, run_dir: Path, data_dir: Path | None = None,
                    on_event: Callable[[str], None] = print, progress: bool | None = None,
                    auto_batch: bool = False) -> TrainResult:
-    """Train a new run. Data: `data_dir`, else `data.prepared_dir`, else prepared into RUN/data."""
+    """Train a new run. Data: `data_dir`, else `data.prepared_dir`, else prepared into RUN/data. A config with an
+    `sft` section fine-tunes sft.base on sft.source instead, one with a `dpo` section runs DPO from dpo.base on
+    dpo.source (train/finetune.py)."""
     refuse_existing_run(run_dir)  # before preparing data into a folder that holds another run
+    if cfg.fine_tune is not None:
+        if data_dir is not None:
+            raise BurnoutError("--data: a fine-tune prepares its source into RUN/data itself; drop --data")
+        from burnout.train.finetune import start_dpo, start_sft
+
+        return (start_dpo if cfg.dpo is not None else start_sft)(cfg, Path(run_dir), on_event, progress, auto_batch)
     data_dir = data_dir or (Path(cfg.data.prepared_dir) if cfg.data.prepared_dir else None)
     if data_dir is None:
         data_dir = Path(run_dir) / "data"

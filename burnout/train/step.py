@@ -19,6 +19,7 @@ import torch
 
 from burnout.config import RunConfig, TrainConfig
 from burnout.core.device import autocast, to_float8_training
+from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.models.memory import checkpoint_blocks
 from burnout.train.distributed import DistContext, grad_sync, mean_across_ranks
@@ -38,10 +39,23 @@ def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
     """A freshly initialized model on `device`, as training runs it (train.activation_checkpointing:
     each block's activations recomputed during backward instead of kept; train.precision=fp8: the blocks'
     linear layers in fp8)."""
-    model = Transformer(cfg.model).to(device)
+    model = with_adapters(cfg, Transformer(cfg.model).to(device))
     if cfg.train.precision == "fp8":
         model = to_float8_training(model)
     return checkpoint_blocks(model) if cfg.train.activation_checkpointing else model
+
+
+def with_adapters(cfg: RunConfig, model: Transformer) -> Transformer:
+    """`model` with the LoRA adapters of a LoRA fine-tune (sft.lora, or dpo.lora) put in, base frozen; else as
+    it is. A resumed run builds the same module tree, so its checkpoint's base + lora_A/lora_B keys load into it."""
+    if cfg.adapters is None:
+        return model
+    from burnout.models.lora import LoRAConfig, apply_lora
+
+    where = "dpo.lora" if cfg.dpo is not None else "sft.lora"
+    if cfg.train.precision == "fp8":
+        raise BurnoutError(f"train.precision: fp8 converts the linear layers LoRA adapts; use bf16 with {where}")
+    return apply_lora(model, LoRAConfig.from_dict(dataclasses.asdict(cfg.adapters), where))
 
 
 def batch_index(step: int, micro: int, grad_accum: int, dist: DistContext) -> int:
@@ -67,18 +81,53 @@ def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torc
     """
     dist = dist or DistContext()
     loss_sum = torch.zeros((), device=device)
-    for micro in range(grad_accum):
-        x, y = loader.get_batch(batch_index(step, micro, grad_accum, dist))
+    batches = [loader.get_batch(batch_index(step, micro, grad_accum, dist)) for micro in range(grad_accum)]
+    # A loss that is a mean over rows (DPO's, over pairs) rather than over target tokens: plain 1/A.
+    per_row = getattr(unwrapped(model), "loss_per_row", False)
+    weights = None if per_row else target_weights([y for _, y in batches])
+    for micro, (x, y) in enumerate(batches):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         clock("data")
         with grad_sync(model, micro == grad_accum - 1):
             with autocast(device, precision):
-                loss = model(x, y) / grad_accum
+                loss = model(x, y)
+                # The model's loss is the mean over its micro-batch's targets (y != -1); the step's loss is the
+                # mean over all the step's targets, so each micro-batch weighs by its share of them. Where
+                # every micro-batch has as many targets (pretraining: all of them) this is the plain 1/A.
+                loss = loss / grad_accum if weights is None else loss * weights[micro]
             clock("forward")
             (scaler.scale(loss) if scaler is not None else loss).backward()
             clock("backward")
         loss_sum += loss.detach()
     return loss_sum
+
+
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside torch.compile's and DDP's wrappers."""
+    while True:
+        inner = getattr(model, "_orig_mod", None)
+        if inner is None and type(model).__name__ == "DistributedDataParallel":
+            inner = model.module
+        if inner is None:
+            return model
+        model = inner
+
+
+def target_weights(targets: list[torch.Tensor]) -> list[float] | None:
+    """Each micro-batch's share of the step's targets (y != -1), or None when they all hold as many (the
+    plain 1/A, kept as a division so that pretraining's arithmetic is unchanged).
+
+    Exact per token within a rank's step. Under DDP/FSDP the ranks' gradients are still averaged with equal
+    weights: making that exact too would take one more all-reduce (of the counts) before the backward of
+    every step, and the ranks' counts differ little once a batch holds many conversations.
+    """
+    if len(targets) < 2:
+        return None
+    counts = [int((y != -1).sum()) for y in targets]
+    if len(set(counts)) == 1:
+        return None
+    total = sum(counts)
+    return [count / total for count in counts]
 
 
 @dataclass

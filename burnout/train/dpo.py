@@ -1,0 +1,279 @@
+"""Direct Preference Optimization (Rafailov et al., 2023) on the one training step.
+
+For a prompt x with a chosen answer y_w and a rejected one y_l,
+
+    loss = −log σ(β · [(log π(y_w|x) − log π_ref(y_w|x)) − (log π(y_l|x) − log π_ref(y_l|x))])
+
+averaged over the pairs of a batch; β · (log π − log π_ref) is an answer's implicit reward. The batch is
+`burnout.data.sft.PairBatches`' (x, y): 2B rows, the chosen answers first and then the rejected answers of
+the same pairs, y the next token on the answer's assistant tokens and -1 elsewhere, so a row's summed
+log-probabilities over y ≠ -1 are log π(answer | prompt).
+
+`DPOObjective` wraps the policy so that `objective(x, y)` returns this loss: `TrainStep` (and with it the
+loop, gradient accumulation, clipping, the non-finite skip, checkpoints and resume) runs DPO unchanged.
+
+The reference is the starting policy, in one of two ways:
+
+- with LoRA adapters: the same model with its adapters switched off (`lora.disable_adapters`); the frozen
+  base weights are the reference, so nothing is copied. Exact only when the adapters start at B = 0, as
+  `apply_lora` makes them: resuming DPO from a checkpoint keeps using the base, which is right, since the
+  reference stays the SFT model whatever the adapters have learned.
+- without LoRA: a frozen copy of the policy's weights made when the objective is built, so it costs one more
+  set of weights in their training dtype (4 bytes per parameter in fp32: 4 GB at 1B parameters), and no
+  gradients or optimizer state. Precomputing the reference log-probs instead would save those bytes but
+  needs a pass over the data before step 1 and a store keyed by pair, which the batch-index-only loader
+  does not give; a frozen copy keeps `objective(x, y)` a pure function of the batch.
+
+The reference runs under no_grad and in eval mode (no dropout), so at step 0 the policy and the reference
+give the very same log-probabilities and the loss is exactly ln 2 when the policy has no dropout either
+(DPO is usually run with dropout 0; a policy with dropout starts near ln 2 instead).
+
+Checkpoints: the objective's parameters are the policy's (the frozen copy is not a submodule), so the
+optimizer sees only the policy's trainable weights; save `objective.policy`, whose state-dict keys are the
+plain model's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from collections.abc import Iterable, Iterator, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from burnout.errors import BurnoutError
+from burnout.models.lora import disable_adapters, lora_layers
+from burnout.models.transformer import Transformer, loss_chunk_rows
+
+LN2 = math.log(2.0)
+METRIC_KEYS = ("loss", "rewards/chosen", "rewards/rejected", "margin", "accuracy")
+# How close to ln 2, and after how many steps, the loss counts as not learning (issue 16: a first DPO run
+# went 0.693 → 0.691 without any tool saying so).
+STALL_TOLERANCE = 0.005
+STALL_AFTER_STEPS = 100
+STALL_WINDOW = 10
+
+
+# ----------------------------------------------------------------------------------------------
+# Log-probabilities and the loss
+
+
+def sequence_logprobs(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(N,) fp32: per row, the sum over positions with y ≠ -1 of log softmax(logits)[y].
+
+    With our Transformer (it has hidden_states and lm_head) only the target positions go through the head,
+    a chunk of rows at a time, each chunk checkpointed, so neither the (N, T, V) logits nor the targets'
+    full (M, V) logits exist at once; the log-softmax is taken in fp32 whatever autocast computed the
+    logits in. Any other model's logits(x) are used whole.
+    """
+    targets = y.reshape(-1)
+    positions = torch.nonzero(targets != -1).squeeze(1)  # (M,)
+    rows = torch.div(positions, y.size(1), rounding_mode="floor")  # (M,) the row each target belongs to
+    picked = targets[positions]
+    inner = getattr(model, "_orig_mod", model)
+    if hasattr(inner, "hidden_states") and hasattr(inner, "lm_head"):
+        hidden = inner.hidden_states(x).flatten(0, 1)[positions]  # (M, C)
+        weight = inner.lm_head.weight
+        chunk = loss_chunk_rows(weight.size(0))
+        parts = [checkpoint(_target_logprobs, hidden[s : s + chunk], weight, picked[s : s + chunk],
+                            use_reentrant=False, preserve_rng_state=False)
+                 for s in range(0, hidden.size(0), chunk)]
+        token_logprobs = torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+    else:
+        logits = model(x).flatten(0, 1)[positions]  # (M, V)
+        token_logprobs = -F.cross_entropy(logits.float(), picked, reduction="none")
+    return torch.zeros(y.size(0), dtype=torch.float32, device=y.device).index_add(0, rows, token_logprobs)
+
+
+def _target_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    # NOTE: `weight.t()` for the reason chunked_cross_entropy gives: autocast casts it per chunk, so the
+    # weight's gradient adds up over chunks in fp32.
+    return -F.cross_entropy((hidden @ weight.t()).float(), targets, reduction="none")
+
+
+def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
+             ref_rejected: torch.Tensor, beta: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The DPO (sigmoid) loss averaged over pairs, and its metrics as detached 0-d tensors: loss,
+    rewards/chosen and rewards/rejected (mean β·(log π − log π_ref)), margin (their mean difference),
+    accuracy (share of pairs whose chosen reward is strictly above the rejected one)."""
+    chosen_rewards = beta * (policy_chosen - ref_chosen)
+    rejected_rewards = beta * (policy_rejected - ref_rejected)
+    margins = chosen_rewards - rejected_rewards
+    # logsigmoid rather than log(sigmoid): finite for large negative margins.
+    loss = -F.logsigmoid(margins).mean()
+    metrics = {"loss": loss.detach(), "rewards/chosen": chosen_rewards.detach().mean(),
+               "rewards/rejected": rejected_rewards.detach().mean(), "margin": margins.detach().mean(),
+               "accuracy": (chosen_rewards > rejected_rewards).float().mean().detach()}
+    return loss, metrics
+
+
+# ----------------------------------------------------------------------------------------------
+# The objective TrainStep runs
+
+
+@contextlib.contextmanager
+def _eval_mode(module: nn.Module) -> Iterator[None]:
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+class DPOObjective(nn.Module):
+    """`objective(x, y)` → the DPO loss of a PairBatches batch, for `TrainStep` to run like a model.
+
+    The reference: with LoRA adapters, the policy with them switched off (they must be fresh, B = 0, unless
+    `resumed`: a resumed run's adapters are trained, and its reference is still the base); otherwise
+    `reference` when given (e.g. the starting checkpoint loaded again on resume), else a frozen copy of
+    `policy` as it is now, so build the objective before loading a resumed run's weights into the policy.
+
+    `micro_batches` is train.grad_accum: the metrics of that many training forwards (grad enabled) are
+    averaged into `last_metrics`, the step just finished. Forwards under no_grad (evaluation) leave it alone;
+    `evaluate_pairs` averages those instead. On several ranks the metrics are this rank's own.
+    """
+
+    # The loss is a mean over pairs, so micro-batches weigh equally (not by their target tokens).
+    loss_per_row = True
+
+    def __init__(self, policy: nn.Module, beta: float = 0.1, micro_batches: int = 1,
+                 reference: nn.Module | None = None, resumed: bool = False):
+        super().__init__()
+        if not beta > 0:
+            raise BurnoutError(f"dpo beta: must be positive, got {beta}; the usual value is 0.1")
+        self.policy = policy
+        self.beta = float(beta)
+        self.micro_batches = int(micro_batches)
+        inner = getattr(policy, "_orig_mod", policy)
+        self.uses_adapters = isinstance(inner, Transformer) and bool(lora_layers(inner)) and reference is None
+        if self.uses_adapters and not resumed and _trained_adapters(inner):
+            raise BurnoutError("DPO with LoRA: the model's adapters are already trained, so switching them off "
+                               "would not give the starting policy as the reference; merge them first "
+                               "(burnout lora merge) and start DPO with fresh adapters")
+        if not self.uses_adapters and reference is None:
+            reference = copy.deepcopy(policy)
+        if reference is not None:
+            reference.requires_grad_(False).eval()
+        # NOTE: kept out of the module tree, so the copy is in neither parameters() (the optimizer, gradient
+        # clipping, DDP) nor state_dict() (checkpoints).
+        self.__dict__["reference"] = reference
+        self._sums: dict[str, torch.Tensor] = {}
+        self._count = 0
+        self._last: dict[str, torch.Tensor] = {}
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The policy's blocks: where train.optimizer=muon looks for its matrices."""
+        return self.policy.blocks
+
+    def reference_logprobs(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """(2B,) log π_ref of each row, without gradients."""
+        with torch.no_grad():
+            if self.reference is not None:
+                return sequence_logprobs(self.reference, x, y)
+            with disable_adapters(self.policy), _eval_mode(self.policy):
+                return sequence_logprobs(self.policy, x, y)
+
+    def pair_metrics(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss and metrics of one batch of 2B rows (chosen first, then rejected)."""
+        if x.size(0) % 2:
+            raise ValueError(f"a DPO batch has 2·B rows (chosen, then rejected); got {x.size(0)}")
+        ref_chosen, ref_rejected = self.reference_logprobs(x, y).chunk(2)
+        policy_chosen, policy_rejected = sequence_logprobs(self.policy, x, y).chunk(2)
+        return dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, self.beta)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss, metrics = self.pair_metrics(x, y)
+        if torch.is_grad_enabled():
+            self._record(metrics)
+        return loss
+
+    @torch.compiler.disable
+    def _record(self, metrics: dict[str, torch.Tensor]) -> None:
+        # Kept as tensors: a float per micro-batch would sync with the GPU every forward.
+        for key, value in metrics.items():
+            self._sums[key] = self._sums[key] + value if key in self._sums else value.float()
+        self._count += 1
+        if self._count >= self.micro_batches:
+            self._last = {key: value / self._count for key, value in self._sums.items()}
+            self._sums, self._count = {}, 0
+
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        """The last finished step's loss, rewards/chosen, rewards/rejected, margin and accuracy, averaged
+        over its micro-batches; empty before the first step. Reading it syncs with the device once."""
+        if not self._last:
+            return {}
+        values = torch.stack([self._last[key] for key in METRIC_KEYS]).tolist()
+        return dict(zip(METRIC_KEYS, values))
+
+
+def _trained_adapters(model: Transformer) -> bool:
+    # apply_lora starts every lora_B at zero; anything else was trained (or loaded) before DPO began.
+    return any(bool(layer.lora_B.detach().any()) for layer in lora_layers(model).values())
+
+
+def evaluate_pairs(objective: DPOObjective, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+                   device: torch.device | str = "cpu") -> dict[str, float]:
+    """The metrics over held-out batches (e.g. PairBatches.iter_eval_batches), each batch weighted by its
+    pairs, and the number of pairs; the policy is run in eval mode and put back as it was."""
+    totals = dict.fromkeys(METRIC_KEYS, 0.0)
+    pairs = 0
+    with torch.no_grad(), _eval_mode(objective):
+        for x, y in batches:
+            _, metrics = objective.pair_metrics(x.to(device), y.to(device))
+            n = x.size(0) // 2
+            for key in METRIC_KEYS:
+                totals[key] += float(metrics[key]) * n
+            pairs += n
+    return {**{key: value / pairs for key, value in totals.items()}, "pairs": pairs} if pairs else {"pairs": 0}
+
+
+# ----------------------------------------------------------------------------------------------
+# Noticing a run that learns nothing
+
+
+def stalled_dpo(losses: Sequence[float], after_steps: int = STALL_AFTER_STEPS, tolerance: float = STALL_TOLERANCE,
+                window: int = STALL_WINDOW) -> bool:
+    """Whether a DPO run is not learning, from its loss history (one loss per step, step 1 first): at least
+    `after_steps` steps, and the mean of the last `window` losses within `tolerance` of ln 2. The mean, not
+    the last value: one noisy step near ln 2 in a run that learns is no stall."""
+    return len(losses) >= max(after_steps, 1) and _near_ln2(losses, tolerance, window)
+
+
+def _near_ln2(losses: Sequence[float], tolerance: float, window: int) -> bool:
+    recent = list(losses)[-max(1, window):]
+    return bool(recent) and abs(sum(recent) / len(recent) - LN2) < tolerance
+
+
+def stall_warning(step: int, loss: float, beta: float, tolerance: float = STALL_TOLERANCE) -> str:
+    """The one warning line for a stalled run: what is wrong, and what to change."""
+    return (f"warning: DPO loss {loss:.4f} is still within {tolerance:g} of ln 2 = {LN2:.4f} after {step} steps: "
+            "the policy has barely moved from the reference, so it is learning nothing; raise the learning rate "
+            "(train.lr; with LoRA, 5e-7 is far too low: try 1e-5 to 1e-4), check that the chosen and rejected "
+            f"answers really differ (identical pairs give no signal), or raise beta (now {beta:g})")
+
+
+class StalledDPO:
+    """The loop's watch: `update(step, loss)` after each step returns the warning line once, the first time
+    `step` ≥ `after_steps` and the mean of the last `window` losses it was given is within `tolerance` of
+    ln 2, and None otherwise. Keyed by the step rather than by how many losses it saw, so a resumed run
+    still warns at the step it would have (from the losses seen since the resume)."""
+
+    def __init__(self, beta: float, after_steps: int = STALL_AFTER_STEPS, tolerance: float = STALL_TOLERANCE,
+                 window: int = STALL_WINDOW):
+        self.beta, self.after_steps, self.tolerance, self.window = beta, after_steps, tolerance, window
+        self.recent: list[float] = []
+        self.warned = False
+
+    def update(self, step: int, loss: float) -> str | None:
+        self.recent = (self.recent + [float(loss)])[-max(1, self.window):]
+        if self.warned or step < self.after_steps or not _near_ln2(self.recent, self.tolerance, self.window):
+            return None
+        self.warned = True
+        return stall_warning(step, sum(self.recent) / len(self.recent), self.beta, self.tolerance)
