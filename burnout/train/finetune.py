@@ -162,18 +162,25 @@ class _Limited:
 
 
 def prepare_run_data(cfg: RunConfig, tokenizer: Tokenizer, data_dir: Path, say: Callable[[str], None]) -> dict:
-    """The conversations of sft.source, tokenized into `data_dir` at the run's seq_len; the report printed."""
-    from burnout.data.chat import read_conversations
-    from burnout.data.sft import format_report, prepare_sft
+    """The conversations of sft.source (or the pairs of dpo.source, for a DPO run), tokenized into `data_dir` at
+    the run's seq_len; the report printed."""
+    from burnout.data.chat import read_conversations, read_pairs
+    from burnout.data.sft import format_report, prepare_pairs, prepare_sft
 
-    sft = cfg.sft
-    reader = read_conversations(sft.source, sft.layout, split=sft.split, subset=sft.subset, data_files=sft.data_files)
-    say(f"preparing conversations from {sft.source} into {data_dir}")
-    source = {"source": sft.source, "layout": sft.layout, "split": sft.split, "subset": sft.subset,
-              "data_files": sft.data_files, "max_examples": sft.max_examples}
-    meta = prepare_sft(_Limited(reader, sft.max_examples), tokenizer, data_dir,
-                       seq_len=cfg.train.seq_len or cfg.model.context_length, val_fraction=sft.val_fraction,
-                       seed=cfg.data.seed, train_on=sft.train_on, overflow=sft.overflow, source=source)
+    section, what = (cfg.dpo, "preference pairs") if cfg.dpo is not None else (cfg.sft, "conversations")
+    read = read_pairs if cfg.dpo is not None else read_conversations
+    reader = read(section.source, section.layout, split=section.split, subset=section.subset,
+                  data_files=section.data_files)
+    say(f"preparing {what} from {section.source} into {data_dir}")
+    source = {"source": section.source, "layout": section.layout, "split": section.split, "subset": section.subset,
+              "data_files": section.data_files, "max_examples": section.max_examples}
+    options = {"seq_len": cfg.train.seq_len or cfg.model.context_length, "val_fraction": section.val_fraction,
+               "seed": cfg.data.seed, "overflow": section.overflow, "source": source}
+    examples = _Limited(reader, section.max_examples)
+    if cfg.dpo is not None:
+        meta = prepare_pairs(examples, tokenizer, data_dir, **options)
+    else:
+        meta = prepare_sft(examples, tokenizer, data_dir, train_on=section.train_on, **options)
     for line in format_report(meta).splitlines():
         say(line)
     return meta
@@ -253,24 +260,6 @@ def dpo_config(cfg: RunConfig, base_cfg: RunConfig, base_path: Path, data_dir: P
     return run_cfg
 
 
-def prepare_pair_data(cfg: RunConfig, tokenizer: Tokenizer, data_dir: Path, say: Callable[[str], None]) -> dict:
-    """The pairs of dpo.source, tokenized into `data_dir` at the run's seq_len; the report printed."""
-    from burnout.data.chat import read_pairs
-    from burnout.data.sft import format_report, prepare_pairs
-
-    dpo = cfg.dpo
-    reader = read_pairs(dpo.source, dpo.layout, split=dpo.split, subset=dpo.subset, data_files=dpo.data_files)
-    say(f"preparing preference pairs from {dpo.source} into {data_dir}")
-    source = {"source": dpo.source, "layout": dpo.layout, "split": dpo.split, "subset": dpo.subset,
-              "data_files": dpo.data_files, "max_examples": dpo.max_examples}
-    meta = prepare_pairs(_Limited(reader, dpo.max_examples), tokenizer, data_dir,
-                         seq_len=cfg.train.seq_len or cfg.model.context_length, val_fraction=dpo.val_fraction,
-                         seed=cfg.data.seed, overflow=dpo.overflow, source=source)
-    for line in format_report(meta).splitlines():
-        say(line)
-    return meta
-
-
 def start_dpo(cfg: RunConfig, run_dir: Path, on_event: Callable[[str], None] = print, progress: bool | None = None,
               auto_batch: bool = False):
     """A new DPO run from cfg.dpo.base in `run_dir`: pairs prepared into RUN/data, then the Trainer."""
@@ -282,7 +271,7 @@ def start_dpo(cfg: RunConfig, run_dir: Path, on_event: Callable[[str], None] = p
     data_dir = run_dir / "data"
     cfg = dpo_config(cfg, base_ckpt.config, base_ckpt.path, data_dir)
     del base, base_ckpt
-    prepare_pair_data(cfg, tokenizer, data_dir, on_event)
+    prepare_run_data(cfg, tokenizer, data_dir, on_event)
     return train(cfg, run_dir, data_dir, resume=False, progress=progress, on_event=on_event, auto_batch=auto_batch)
 
 
