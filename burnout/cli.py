@@ -311,22 +311,27 @@ def cmd_sft(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
-        from burnout.config import load_run_config, read_yaml, resolve_config_path
-
-        raw = read_yaml(resolve_config_path(args.config)) if args.config else {}
-        raw["sft"] = {**(raw.get("sft") or {}), "base": args.base, "source": args.data}
-        if args.layout:
-            raw["sft"]["layout"] = args.layout
-        if args.lora and raw["sft"].get("lora") is None:
-            raw["sft"]["lora"] = {}
-        cfg = load_run_config(raw, overrides)
-        from burnout.train.run import start_training
-
-        result = start_training(cfg, Path(args.out))
-        print(f"done: step {result.step}, train loss {result.train_loss:.4f}, val loss {result.val_loss:.4f} "
-              f"(assistant tokens); checkpoint {result.checkpoint}")
-        return 130 if result.stop_reason == "signal" else 0
+        return _fine_tune(args, overrides, "sft", "assistant tokens", layout=args.layout)
     return run
+
+
+def _fine_tune(args, overrides, section: str, val_what: str, **fields) -> int:
+    """`burnout sft` / `burnout dpo`: the run config (--config's, else an empty one) with `section` filled in from
+    the flags (None leaves a field to the config), trained as `burnout train` would."""
+    from burnout.config import load_run_config, read_yaml, resolve_config_path
+
+    raw = read_yaml(resolve_config_path(args.config)) if args.config else {}
+    raw[section] = {**(raw.get(section) or {}), "base": args.base, "source": args.data,
+                    **{key: value for key, value in fields.items() if value is not None}}
+    if args.lora and raw[section].get("lora") is None:
+        raw[section]["lora"] = {}
+    cfg = load_run_config(raw, overrides)
+    from burnout.train.run import start_training
+
+    result = start_training(cfg, Path(args.out))
+    print(f"done: step {result.step}, train loss {result.train_loss:.4f}, val loss {result.val_loss:.4f} "
+          f"({val_what}); checkpoint {result.checkpoint}")
+    return 130 if result.stop_reason == "signal" else 0
 
 
 @command("dpo", help="preference tuning (DPO) of a chat checkpoint on chosen/rejected pairs (full or --lora)",
@@ -345,21 +350,7 @@ def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
-        from burnout.config import load_run_config, read_yaml, resolve_config_path
-
-        raw = read_yaml(resolve_config_path(args.config)) if args.config else {}
-        raw["dpo"] = {**(raw.get("dpo") or {}), "base": args.base, "source": args.data}
-        if args.beta is not None:
-            raw["dpo"]["beta"] = args.beta
-        if args.lora and raw["dpo"].get("lora") is None:
-            raw["dpo"]["lora"] = {}
-        cfg = load_run_config(raw, overrides)
-        from burnout.train.run import start_training
-
-        result = start_training(cfg, Path(args.out))
-        print(f"done: step {result.step}, train loss {result.train_loss:.4f}, val loss {result.val_loss:.4f} "
-              f"(held-out pairs); checkpoint {result.checkpoint}")
-        return 130 if result.stop_reason == "signal" else 0
+        return _fine_tune(args, overrides, "dpo", "held-out pairs", beta=args.beta)
     return run
 
 
