@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -617,13 +618,20 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
+            number = float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            # YAML reads .nan and .inf as floats, and every comparison with NaN is false: no range check
+            # further on would catch it.
+            if not math.isfinite(number):
+                raise BurnoutError(f"{where}: {value!r} is not a finite number")
+            return number
     elif tp is str:
         if isinstance(value, str):
             return value

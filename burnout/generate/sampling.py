@@ -8,6 +8,7 @@ alone or inside a batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterator, Sequence
 
 import torch
@@ -27,14 +28,15 @@ def check_sampling(model: Transformer, prompt_ids: Sequence[int], temperature: f
         raise BurnoutError(
             f"the prompt is {len(prompt_ids)} tokens but the model's context is {context}; shorten the prompt"
         )
-    if temperature < 0:
-        raise BurnoutError(f"temperature {temperature} is negative; use 0 (greedy) or more")
+    # Written so that NaN fails them: every comparison with NaN is false.
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise BurnoutError(f"temperature {temperature} must be a finite number, 0 (greedy) or more")
     if top_k is not None and top_k < 1:
         raise BurnoutError(f"top-k {top_k} must be at least 1 (or unset for no top-k)")
     if top_p is not None and not 0 < top_p <= 1:
         raise BurnoutError(f"top-p {top_p} must be in (0, 1]")
-    if repetition_penalty <= 0:
-        raise BurnoutError(f"repetition penalty {repetition_penalty} must be positive (1 means none)")
+    if not (math.isfinite(repetition_penalty) and repetition_penalty > 0):
+        raise BurnoutError(f"repetition penalty {repetition_penalty} must be a finite positive number (1 means none)")
 
 
 def process_logits(

@@ -148,8 +148,13 @@ def test_bad_requests_are_burnout_errors():
         list(stream_tokens(model, [1] * (CONTEXT + 10), 5))
     with pytest.raises(BurnoutError, match="empty"):
         list(stream_tokens(model, [], 5))
-    with pytest.raises(BurnoutError, match="negative"):
+    with pytest.raises(BurnoutError, match="finite number, 0"):
         list(stream_tokens(model, [1, 2], 5, temperature=-0.5))
+    for bad in (float("nan"), float("inf")):  # comparisons with NaN are false: a `< 0` check lets it through
+        with pytest.raises(BurnoutError, match="temperature"):
+            list(stream_tokens(model, [1, 2], 5, temperature=bad))
+        with pytest.raises(BurnoutError, match="repetition penalty"):
+            list(stream_tokens(model, [1, 2], 5, repetition_penalty=bad))
     assert list(stream_tokens(model, [1, 2], 0)) == []
 
 
