@@ -357,24 +357,20 @@ class SFTLoRAConfig:
 
 
 @dataclass
-class SFTConfig:
-    """Supervised fine-tuning: a run with this section set starts from `base` and trains on conversations.
-
-    A checkpoint whose config has `sft` set holds a chat model (its tokenizer has <|im_start|>/<|im_end|>).
-    """
-    # The base model: a run folder (its latest checkpoint) or a checkpoint folder.
+class FineTuneSource:
+    """What a fine-tune starts from and reads: the fields the sft and dpo sections share."""
+    # The base model (DPO: the starting policy and reference): a run folder (its latest checkpoint) or a
+    # checkpoint folder.
     base: str = ""
-    # Conversations: a local .json/.jsonl/.parquet file, folder or glob, or "hf:NAME" (streamed).
+    # The examples: a local .json/.jsonl/.parquet file, folder or glob, or "hf:NAME" (streamed).
     source: str = ""
-    # messages, sharegpt, alpaca, qa, oasst, or auto (detected from the first record's keys).
+    # messages, sharegpt, alpaca, qa, oasst, pairs, or auto (detected from the first record's keys).
     layout: str = "auto"
     split: str = "train"
     subset: str | None = None
     data_files: str | None = None
-    # Read at most this many conversations (None: all).
+    # Read at most this many examples (None: all).
     max_examples: int | None = None
-    # assistant: loss on the assistant turns only; all: on every token but the template's role headers.
-    train_on: Literal["assistant", "all"] = "assistant"
     # An example longer than seq_len + 1 tokens: truncate (keep its start) or drop.
     overflow: Literal["truncate", "drop"] = "truncate"
     val_fraction: float = 0.05
@@ -382,57 +378,50 @@ class SFTConfig:
     pad_to_longest: bool = False
     # None: full fine-tuning; a mapping: LoRA adapters, base frozen.
     lora: SFTLoRAConfig | None = None
+
+    def _check_source(self, section: str, base_hint: str, source_hint: str) -> None:
+        if not self.base:
+            raise BurnoutError(f"{section}.base: {base_hint}")
+        if not self.source:
+            raise BurnoutError(f"{section}.source: {source_hint}")
+        if not 0.0 <= self.val_fraction < 0.5:
+            raise BurnoutError(f"{section}.val_fraction: {self.val_fraction} is outside [0, 0.5)")
+        if self.max_examples is not None:
+            _require_positive(f"{section}.max_examples", self.max_examples)
+
+
+@dataclass
+class SFTConfig(FineTuneSource):
+    """Supervised fine-tuning: a run with this section set starts from `base` and trains on conversations.
+
+    A checkpoint whose config has `sft` set holds a chat model (its tokenizer has <|im_start|>/<|im_end|>).
+    """
+    # assistant: loss on the assistant turns only; all: on every token but the template's role headers.
+    train_on: Literal["assistant", "all"] = "assistant"
     # Chat tokens the fine-tune added to the base tokenizer (filled in by the run; recorded for its readers).
     added_tokens: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
-        if not self.base:
-            raise BurnoutError("sft.base: name the base model (a run folder or checkpoint), e.g. sft.base=runs/base")
-        if not self.source:
-            raise BurnoutError("sft.source: name the conversations (a .json/.jsonl/.parquet path or hf:NAME)")
-        if not 0.0 <= self.val_fraction < 0.5:
-            raise BurnoutError(f"sft.val_fraction: {self.val_fraction} is outside [0, 0.5)")
-        if self.max_examples is not None:
-            _require_positive("sft.max_examples", self.max_examples)
+        self._check_source("sft", "name the base model (a run folder or checkpoint), e.g. sft.base=runs/base",
+                           "name the conversations (a .json/.jsonl/.parquet path or hf:NAME)")
 
 
 @dataclass
-class DPOConfig:
+class DPOConfig(FineTuneSource):
     """Preference tuning (DPO): a run with this section set starts from `base` (a chat model) and trains on
-    preference pairs. Its config keeps the base's `sft` section, so it too is a chat model."""
-    # The starting policy (and reference): a run folder (its latest checkpoint) or a checkpoint folder.
-    base: str = ""
-    # Pairs: a local .json/.jsonl/.parquet file, folder or glob, or "hf:NAME" (streamed).
-    source: str = ""
-    layout: str = "auto"
-    split: str = "train"
-    subset: str | None = None
-    data_files: str | None = None
-    max_examples: int | None = None
-    overflow: Literal["truncate", "drop"] = "truncate"
-    val_fraction: float = 0.05
-    pad_to_longest: bool = False
+    preference pairs. Its config keeps the base's `sft` section, so it too is a chat model. With `lora` the
+    reference is the same model with its adapters switched off; without, a frozen copy."""
     # β of the loss: how far the policy may move from the reference (0.1 is usual).
     beta: float = 0.1
     # Warn once when the loss is still within 0.005 of ln 2 after this many steps.
     stall_steps: int = 100
-    # None: full fine-tuning (the reference a frozen copy); a mapping: LoRA adapters (the reference the
-    # same model with them switched off).
-    lora: SFTLoRAConfig | None = None
 
     def validate(self) -> None:
-        if not self.base:
-            raise BurnoutError("dpo.base: name the starting model (a chat run folder or checkpoint), "
-                               "e.g. dpo.base=runs/sft")
-        if not self.source:
-            raise BurnoutError("dpo.source: name the preference pairs (a .json/.jsonl/.parquet path or hf:NAME)")
-        if not 0.0 <= self.val_fraction < 0.5:
-            raise BurnoutError(f"dpo.val_fraction: {self.val_fraction} is outside [0, 0.5)")
+        self._check_source("dpo", "name the starting model (a chat run folder or checkpoint), e.g. dpo.base=runs/sft",
+                           "name the preference pairs (a .json/.jsonl/.parquet path or hf:NAME)")
         if not self.beta > 0:
             raise BurnoutError(f"dpo.beta: {self.beta} must be positive (the usual value is 0.1)")
         _require_positive("dpo.stall_steps", self.stall_steps)
-        if self.max_examples is not None:
-            _require_positive("dpo.max_examples", self.max_examples)
 
 
 @dataclass
@@ -447,7 +436,7 @@ class RunConfig:
     dpo: DPOConfig | None = None
 
     @property
-    def fine_tune(self) -> SFTConfig | DPOConfig | None:
+    def fine_tune(self) -> FineTuneSource | None:
         """The section that says how this run fine-tunes (dpo before sft: a DPO run keeps its base's sft)."""
         return self.dpo if self.dpo is not None else self.sft
 

@@ -56,7 +56,7 @@ def compute_precision(precision: str) -> str:
 
 
 def resolve_precision(name: str, device: torch.device) -> str:
-    """The precision `name` (auto, fp32, bf16, fp16) means on `device`.
+    """The precision `name` (auto, fp32, bf16, fp16, fp8) means on `device`.
 
     auto: bf16 autocast on GPUs with bf16 tensor cores; fp16 (training adds a grad scaler) on older ones;
     fp32 on CPU until a measurement shows bf16 pays off. bf16 asked for on an older GPU is an error, and
