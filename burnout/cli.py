@@ -133,30 +133,47 @@ def cmd_model_list(p: argparse.ArgumentParser) -> Handler:
 group("data", help="prepare token shards from a data recipe; inspect them", description="Data stage commands.")
 
 
-@command("data", "prepare", help="mix sources, train the tokenizer, write token shards",
-         description="Mix a recipe's sources by token share, clean them, train its tokenizer "
-                     "and write token shards + manifest.json + tokenizer.json + meta.json "
-                     "into --out. An interrupted prepare resumes where it stopped. Built-in "
-                     "recipes are in burnout/configs/data/ (default, shakespeare, gpuburnout-1b); a "
-                     "run config's data and tokenizer sections work too.")
+@command("data", "prepare", help="your text or a recipe's sources → tokenizer → token shards",
+         description="Prepare token shards + manifest.json + tokenizer.json + meta.json in --out, from your "
+                     "own text (a .txt/.jsonl/.parquet file, a folder of them or a quoted glob: one source, "
+                     "cleaned lenient, 5% to val, --tokenizer's tokenizer) or from a recipe, whose sources "
+                     "are mixed by token share (built-in recipes in burnout/configs/data/: default, "
+                     "shakespeare, gpuburnout-1b; a run config's data and tokenizer sections work too). "
+                     "A YAML file (.yaml/.yml, or a file opening with data:, tokenizer:, model: or train:) is "
+                     "a recipe; any other file is text. An interrupted prepare resumes where it stopped.")
 def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("recipe", help="recipe name or YAML path (or a run config)")
+    p.add_argument("recipe", metavar="TEXT_OR_RECIPE",
+                   help="my.txt, folder/, '*.jsonl', file.parquet; or a recipe name or YAML path (or a run config)")
     p.add_argument("--out", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace a finished data folder at --out")
     p.add_argument("--workers", type=int, default=None, help="encoding threads (default: one per core; 1: one thread)")
+    p.add_argument("--tokenizer", metavar="SPEC",
+                   help="your text's tokenizer: bpe (default, vocabulary sized to the corpus), bpe:8192, char, "
+                        "gpt2 (GPT-2's files from shared/data/gpt2_tokenizer) or gpt2:FOLDER")
+    p.add_argument("--text-field", help="the field of .jsonl/.parquet records holding the text (default: text)")
+    p.add_argument("--split-by", choices=["file", "paragraph", "line"],
+                   help="your text's documents (default: paragraph when blank lines separate them, else line)")
+    p.add_argument("--drop", action="append", default=[], metavar="REGEX",
+                   help="drop documents matching REGEX (repeatable); counted per pattern and source in meta.json")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. data.max_tokens=1000000")
 
     def run(args, overrides):
-        from burnout.data.recipe import load_data_sections
+        stray = next((item for item in overrides if "=" not in item and Path(item).exists()), None)
+        if stray is not None:
+            raise BurnoutError(f"several inputs given ('{args.recipe}', '{stray}', ...); the shell expanded a glob: "
+                               "quote it ('*.jsonl') or give the folder")
+        from burnout.data.recipe import load_prepare_sections
 
-        data_cfg, tok_cfg = load_data_sections(args.recipe, overrides)
+        data_cfg, tok_cfg = load_prepare_sections(args.recipe, overrides, tokenizer=args.tokenizer,
+                                                  text_field=args.text_field, split_by=args.split_by, drop=args.drop)
         from burnout.data.prepare import prepare_data
 
         meta = prepare_data(data_cfg, tok_cfg, Path(args.out), progress=True, overwrite=args.overwrite,
                             workers=args.workers)
         splits = meta["splits"]
+        dropped = meta.get("cleaning", {}).get("junk", {}).get("dropped_documents", 0)
         print(f"prepared {splits['train']['tokens']:,} train and {splits['val']['tokens']:,} val tokens "
-              f"(vocab {meta['vocab_size']:,}) in {args.out}")
+              f"(vocab {meta['vocab_size']:,}) in {args.out}" + (f"; dropped {dropped:,} documents" * bool(args.drop)))
     return run
 
 
@@ -175,6 +192,88 @@ def cmd_data_inspect(p: argparse.ArgumentParser) -> Handler:
 
         inspect_data(Path(args.data_dir), sample_tokens=args.sample_tokens, split=args.split, seed=args.seed,
                      verify=args.verify)
+    return run
+
+
+@command("data", "trace", help="where a string (or a run's samples) occurs in prepared data, per source",
+         description="Find every occurrence of TEXT in DATA's token shards (as given and with a leading "
+                     "space): counts per variant, split and source, and each hit's document, source, shard, "
+                     "offset and a decoded snippet. --from-samples RUN instead traces the rare word n-grams "
+                     "of a run's generated samples and finds each sample's longest span copied verbatim "
+                     "from the train split (written to RUN/trace.json): burnout data trace --from-samples RUN DATA.")
+def cmd_data_trace(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("text", nargs="?", metavar="TEXT", help="the string to look for")
+    p.add_argument("data_dir", nargs="?", metavar="DATA", help="a prepared data folder")
+    p.add_argument("--from-samples", metavar="RUN", help="trace a run's generated samples instead of TEXT")
+    p.add_argument("--limit", type=int, default=20, help="hits (or table rows) to list (default 20)")
+    p.add_argument("--context", type=int, default=16, help="tokens of the document shown on each side of a hit")
+    p.add_argument("--split", choices=["train", "val", "all"], default="all", help="splits to search (default all)")
+    p.add_argument("--n", type=int, default=3, help="--from-samples: words per n-gram (default 3)")
+    p.add_argument("--rare", type=int, default=5, help="--from-samples: list n-grams seen at most this often")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    def run(args, overrides):
+        import json
+
+        from burnout.data import trace
+
+        for flag, value in (("--limit", args.limit), ("--context", args.context)):
+            if value < 0:
+                raise BurnoutError(f"{flag}: {value} must be 0 or more")
+        if args.from_samples:
+            if args.data_dir is not None:
+                raise BurnoutError("--from-samples RUN takes DATA only, not TEXT: "
+                                   "burnout data trace --from-samples RUN DATA")
+            if args.text is None:
+                raise BurnoutError("--from-samples RUN needs the DATA folder the run trained on")
+            result = trace.trace_samples(Path(args.from_samples), Path(args.text), n=args.n, rare=args.rare,
+                                         split=args.split)
+            lines = trace.format_samples(result, args.limit) + [f"wrote {Path(args.from_samples) / trace.TRACE_FILE}"]
+        else:
+            if args.text is None or args.data_dir is None:
+                raise BurnoutError("data trace needs TEXT and DATA (or --from-samples RUN DATA)")
+            result = trace.trace_text(Path(args.data_dir), args.text, limit=args.limit, context=args.context,
+                                      split=args.split)
+            lines = trace.format_trace(result)
+        print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else "\n".join(lines))
+    return run
+
+
+@command("data", "audit", help="find suspicious strings, repetition, duplicates and junk in a corpus",
+         description="Audit a recipe's sources (or a run config's, or one .jsonl/.txt/.parquet file), a prepared "
+                     "data folder, or conversations (--sft) without being told what to look for: strings rare "
+                     "in a source but dense where they occur (template placeholders, code and log artifacts) "
+                     "ranked by a score, lines and paragraphs repeated across documents, exact and near-duplicate "
+                     "documents (MinHash LSH), data.junk_patterns hits and length/character outliers, per source. "
+                     "Prints a summary and writes audit.json and audit.html to --out.")
+def cmd_data_audit(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("target", metavar="SOURCE_OR_DATA",
+                   help="recipe name or YAML, run config, data file, prepared data folder, or (--sft) conversations")
+    p.add_argument("--out", help="folder for audit.json and audit.html (default: DATA/audit, else ./audit)")
+    p.add_argument("--sft", action="store_true", help="SOURCE_OR_DATA is conversations: audit each role's messages")
+    p.add_argument("--layout", default="auto", help="conversation layout with --sft (default: auto)")
+    p.add_argument("--split", choices=["train", "val"], default="train", help="split of a prepared folder")
+    p.add_argument("--chars-per-source", type=int, default=None, metavar="N",
+                   help="characters read per source (default: its share of data.max_chars; 0: all of it)")
+    p.add_argument("--junk", action="append", default=[], metavar="REGEX",
+                   help="count documents matching REGEX too (repeatable), besides data.junk_patterns")
+    p.add_argument("--threshold", type=float, default=0.8, help="near-duplicate Jaccard threshold (default 0.8)")
+    p.add_argument("--top", type=int, default=25, help="rows per table in the report (default 25)")
+    p.add_argument("--capacity", type=int, default=300_000,
+                   help="keys per counting table per source: bounds memory (default 300,000)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. data.max_chars=5000000")
+
+    def run(args, overrides):
+        from burnout.data.audit import AuditSettings, audit_target, default_out, summary, write_audit
+
+        if args.chars_per_source is not None and args.chars_per_source < 0:
+            raise BurnoutError(f"--chars-per-source: {args.chars_per_source} is negative")
+        settings = AuditSettings(near_dup_threshold=args.threshold, top=args.top, capacity=args.capacity)
+        report = audit_target(args.target, sft=args.sft, layout=args.layout, split=args.split,
+                              chars_per_source=args.chars_per_source, overrides=overrides, junk=args.junk,
+                              settings=settings, progress=lambda line: print(line, file=sys.stderr))
+        written = write_audit(report, Path(args.out) if args.out else default_out(args.target, args.sft))
+        print(summary(report, written))
     return run
 
 
@@ -242,14 +341,18 @@ def cmd_tokenizer_decode(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-@command("train", help="train a model from a YAML config (or resume a run)",
-         description="Train from a run config. Data comes from --data, data.prepared_dir, or is "
-                     "prepared into RUN/data from the config's sources.")
+@command("train", help="train a model from a YAML config, or a preset on a data folder (or resume a run)",
+         description="Train from a run config (data from --data, data.prepared_dir, or prepared into "
+                     "RUN/data from the config's sources), or with no config: --data DIR --model PRESET "
+                     "trains a preset of burnout/configs/models/ on a prepared folder, its vocabulary "
+                     "the data's and the quickstart's train settings, changed by KEY=VALUE.")
 def cmd_train(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("config", nargs="?", help="run config YAML or a built-in name (e.g. quickstart)")
     p.add_argument("--out", help="run folder to create")
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its latest checkpoint")
     p.add_argument("--data", help="prepared data folder (from `burnout data prepare`)")
+    p.add_argument("--model", metavar="PRESET",
+                   help="with --data and no CONFIG: the preset to train (e.g. llama-tiny; see burnout model list)")
     p.add_argument("--auto-batch", action="store_true",
                    help="use the largest micro-batch that fits in memory, keeping tokens per step via grad_accum")
     p.add_argument("--resume-if-exists", action="store_true",
@@ -260,30 +363,19 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
     def run(args, overrides):
         if args.resume and args.resume_if_exists:
             raise BurnoutError("--resume-if-exists goes with CONFIG --out RUN (it decides to resume); drop one of them")
+        if args.config and "=" in args.config and not Path(args.config).exists() and (args.resume or args.model):
+            # `train --resume RUN train.max_steps=800`: argparse hands the first override to CONFIG.
+            overrides, args.config = [args.config, *overrides], None
         if args.resume:
-            if args.config and "=" in args.config and not Path(args.config).exists():
-                # `train --resume RUN train.max_steps=800`: argparse hands the first override to CONFIG.
-                overrides, args.config = [args.config, *overrides], None
-            if args.config or args.out or args.data:
-                raise BurnoutError("--resume RUN takes no CONFIG, --out or --data: the run folder holds them")
+            if args.config or args.out or args.data or args.model:
+                raise BurnoutError("--resume RUN takes no CONFIG, --out, --data or --model: the run folder holds them")
             if args.auto_batch:
                 raise BurnoutError("--auto-batch applies to a new run; a resumed run keeps its batch shape")
             from burnout.train.run import resume_training
 
             result = resume_training(Path(args.resume), overrides)
         else:
-            if not args.config or not args.out:
-                raise BurnoutError("train needs a CONFIG and --out RUN_DIR (or --resume RUN_DIR)")
-            from burnout.config import load_run_config
-
-            cfg = load_run_config(args.config, overrides)  # config errors surface before torch is imported
-            from burnout.train.run import start_or_resume, start_training
-
-            data = Path(args.data) if args.data else None
-            if args.resume_if_exists:
-                result = start_or_resume(cfg, Path(args.out), overrides, data_dir=data, auto_batch=args.auto_batch)
-            else:
-                result = start_training(cfg, Path(args.out), data_dir=data, auto_batch=args.auto_batch)
+            result = _start_run(args, overrides)
         # A signal-stopped run exits as an interrupted process would, so scripts and schedulers can tell.
         code = 130 if result.stop_reason == "signal" else 0
         if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
@@ -294,6 +386,32 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
                   f"checkpoint {result.checkpoint}")
         return code
     return run
+
+
+def _start_run(args, overrides):
+    """`burnout train CONFIG --out RUN [--data DIR]` or `burnout train --data DIR --model PRESET --out RUN`."""
+    if args.model:
+        if args.config:
+            raise BurnoutError(f"--model trains a preset on --data without a config; drop '{args.config}' or --model "
+                               "(a config names its model in its model section)")
+        if not args.data or not args.out:
+            raise BurnoutError("--model PRESET needs --data DIR (a prepared folder) and --out RUN")
+        from burnout.data.recipe import data_run_config
+
+        cfg = data_run_config(Path(args.data), args.model, overrides)
+    else:
+        if not args.config or not args.out:
+            raise BurnoutError("train needs a CONFIG and --out RUN_DIR, or --data DIR --model PRESET --out RUN_DIR "
+                               "(or --resume RUN_DIR)")
+        from burnout.config import load_run_config
+
+        cfg = load_run_config(args.config, overrides)  # config errors surface before torch is imported
+    from burnout.train.run import start_or_resume, start_training
+
+    data = Path(args.data) if args.data else None
+    if args.resume_if_exists:
+        return start_or_resume(cfg, Path(args.out), overrides, data_dir=data, auto_batch=args.auto_batch)
+    return start_training(cfg, Path(args.out), data_dir=data, auto_batch=args.auto_batch)
 
 
 @command("sft", help="supervised fine-tuning of a checkpoint on conversations (full or --lora)",
@@ -550,23 +668,52 @@ def cmd_chat(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-@command("eval", help="validation loss/perplexity/bits-per-byte and zero-shot benchmarks",
+@command("eval", help="validation loss/perplexity/bits-per-byte, zero-shot benchmarks, ICL suites and CORE",
          description="Score a checkpoint (a run folder means its latest; --all-checkpoints every "
                      "one) on val, hellaswag, arc_easy and lambada, scored as lm-evaluation-harness "
-                     "scores them. Results: RUN/eval/step_N.json and RUN/eval/summary.md.")
+                     "scores them; on an llm-foundry icl_tasks list (--tasks icl:FILE.yaml, e.g. DCLM's, "
+                     "with its CORE score); or on task files of your own (--task). Results: "
+                     "RUN/eval/step_N.json and RUN/eval/summary.md.")
 def cmd_eval(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("target", metavar="RUN_OR_CKPT")
-    p.add_argument("--tasks", default="val,hellaswag,arc_easy,lambada", help="comma-separated, or all")
+    p.add_argument("--tasks", default=None,
+                   help="comma-separated: val, hellaswag, arc_easy, lambada, icl:FILE.yaml (an llm-foundry icl_tasks "
+                        "list), or all (default val,hellaswag,arc_easy,lambada; none when --task is given)")
     p.add_argument("--limit", type=int, default=None, help="first N examples per task (N windows for val)")
     p.add_argument("--all-checkpoints", action="store_true", help="every checkpoint of the run")
     p.add_argument("--data-root", help="folder holding the task files (default $BURNOUT_EVAL_DATA or shared/data)")
     p.add_argument("--task-file", action="append", default=[], metavar="TASK=PATH",
-                   help="a task's data file (jsonl, or HellaSwag .txt/.txt.bz2), overriding --data-root")
+                   help="a built-in task's data file (jsonl, or HellaSwag .txt/.txt.bz2), read with that task's "
+                        "template, overriding --data-root")
+    p.add_argument("--task", action="append", default=[], metavar="NAME=PATH",
+                   help="an ICL task file of your own (multiple_choice {query,choices,gold}, schema "
+                        "{context_options,continuation,gold}, language_modeling {context,continuation}), "
+                        "scored as written with llm-foundry's prompt rules")
+    p.add_argument("--type", help="--task's type: multiple_choice, schema or language_modeling "
+                                  "(default: from its first record's fields)")
+    p.add_argument("--shots", help="--task's few-shot counts, e.g. 5 or 0,5 (default 0)")
+    p.add_argument("--continuation-delimiter", help="--task: between query and answer (default ' '; \\n is a newline)")
+    p.add_argument("--example-delimiter", help="--task: between few-shot examples (default '\\n')")
+    p.add_argument("--prelimiter", help="--task: before each query, e.g. 'Question: ' (default none)")
     p.add_argument("--data", help="prepared data folder for val (default: the one the run trained on)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--harness", metavar="TASKS",
+                   help="lm-evaluation-harness tasks instead of --tasks (comma-separated names, groups or globs: "
+                        "mmlu,gsm8k,...), run through burnout's scorer and generator; RUN/eval/harness_step_N.json")
+    p.add_argument("--harness-include", action="append", default=[], metavar="PATH",
+                   help="a folder (or file) of custom lm-eval task YAMLs, e.g. over local data files offline")
+    p.add_argument("--harness-fewshot", type=int, default=None, metavar="N",
+                   help="few-shot examples per --harness task (default: each task's own)")
 
     def run(args, overrides):
+        if args.harness is not None:
+            from burnout.eval.lm_adapter import run_harness
+
+            run_harness(args.target, args.harness, include=args.harness_include, limit=args.limit,
+                        num_fewshot=args.harness_fewshot, batch_size=args.batch_size, device=args.device,
+                        all_checkpoints=args.all_checkpoints)
+            return
         files = {}
         for item in args.task_file:
             task, sep, path = item.partition("=")
@@ -574,11 +721,25 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
                 raise BurnoutError(f"--task-file '{item}' must look like TASK=PATH, "
                                    "e.g. hellaswag=data/hellaswag.jsonl")
             files[task] = path
+        settings = {"task_type": args.type, "shots": args.shots, "continuation_delimiter": args.continuation_delimiter,
+                    "example_delimiter": args.example_delimiter, "prelimiter": args.prelimiter}
+        given = [f"--{k.replace('_', '-')}" for k, v in settings.items() if v is not None]
+        if given and not args.task:
+            raise BurnoutError(f"{given[0]} applies to --task NAME=PATH files; none was given")
+        from burnout.eval.icl import one_off_task
+
+        one_off = []
+        for item in args.task:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise BurnoutError(f"--task '{item}' must look like NAME=PATH, e.g. mytask=data/mytask.jsonl")
+            one_off.append(one_off_task(name, path, **settings))
+        tasks = args.tasks if args.tasks is not None else ("" if one_off else "val,hellaswag,arc_easy,lambada")
         from burnout.eval.evaluate import evaluate
 
-        evaluate(args.target, args.tasks, all_checkpoints=args.all_checkpoints, limit=args.limit,
+        evaluate(args.target, tasks, all_checkpoints=args.all_checkpoints, limit=args.limit,
                  data_root=args.data_root, task_files=files, data_dir=args.data, batch_size=args.batch_size,
-                 device=args.device)
+                 device=args.device, icl_tasks=one_off)
     return run
 
 
@@ -589,16 +750,21 @@ def cmd_compare(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("run")
     p.add_argument("--checkpoints", nargs="+", metavar="STEP", help="steps (e.g. 500 1000) or step_* names")
     p.add_argument("--prompts", help="file with one prompt per line (default: a few built-in prompts)")
+    p.add_argument("--suspicious", metavar="FILE",
+                   help="strings that mark an answer degenerate: one per line, or `burnout data audit`'s audit.json")
     sampling_flags(p, temperature=0.0, top_k=0, max_new_tokens=60)
     p.set_defaults(seed=0)
 
     def run(args, overrides):
         from burnout.eval.compare import compare_checkpoints
+        from burnout.eval.degeneration import read_suspicious
         from burnout.generate.prompts import COMPARE_PROMPTS, read_prompts
 
         prompts = read_prompts(args.prompts) if args.prompts else list(COMPARE_PROMPTS)
+        suspicious = read_suspicious(args.suspicious) if args.suspicious else []
         table = compare_checkpoints(Path(args.run), checkpoints=args.checkpoints, prompts=prompts,
-                                    max_new_tokens=args.max_new_tokens, device=args.device, **_sampling(args))
+                                    max_new_tokens=args.max_new_tokens, device=args.device, suspicious=suspicious,
+                                    **_sampling(args))
         print(table)
         print(f"saved to {Path(args.run) / 'compare.md'}")
     return run

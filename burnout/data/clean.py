@@ -1,7 +1,10 @@
 """Document cleaning: normalization, cleaning modes, minimum length, exact dedup and a junk scan.
 
-A Cleaner is called once per document, in stream order, and returns the cleaned text or None when the
-document is dropped. Every filter counts what it changed or removed; `report()` is stored in meta.json.
+A Cleaner is called once per document, in stream order, with the name of the source the document came
+from, and returns the cleaned text or None when the document is dropped. Every filter counts what it changed
+or removed, in total and per source (`per_source`: documents in, kept and dropped by each filter;
+`junk.by_source`: each source's junk matches per pattern and its dropped documents); `report()` is stored in
+meta.json.
 
 Modes (data.clean):
     none          text as is
@@ -34,6 +37,8 @@ _ASCII_PUNCT = str.maketrans({
 })
 # balanced drops documents where fewer than this fraction of characters are letters, digits or whitespace.
 MIN_TEXT_FRACTION = 0.5
+# The filters that drop documents, as named in the report.
+_FILTERS = ("clean", "min_chars", "dedup", "junk")
 
 
 class Cleaner:
@@ -50,51 +55,83 @@ class Cleaner:
             "min_chars": {"dropped_documents": 0, "dropped_chars": 0},
             "dedup": {"dropped_documents": 0, "dropped_chars": 0},
             "junk": {"dropped_documents": 0,
-                     "patterns": {p: {"documents": 0, "examples": []} for p in cfg.junk_patterns}},
+                     "patterns": {p: {"documents": 0, "examples": []} for p in cfg.junk_patterns},
+                     "by_source": {s.name: {"dropped_documents": 0, "patterns": dict.fromkeys(cfg.junk_patterns, 0)}
+                                   for s in cfg.sources}},
+            "per_source": {s.name: {"documents_in": 0, "documents_out": 0, "dropped": dict.fromkeys(_FILTERS, 0)}
+                           for s in cfg.sources},
         }
 
     @property
     def active(self) -> bool:
         return self.mode != "none" or self.min_chars > 0 or self.dedup or bool(self.patterns)
 
-    def __call__(self, text: str) -> str | None:
+    def __call__(self, text: str, source: str | None = None) -> str | None:
+        """`text` cleaned, or None when a filter drops it; `source` (a data.sources name) is what the per-source
+        counts are kept under (None: counted in the totals only, as for the tokenizer's sample)."""
         stats = self.stats
+        mine = stats["per_source"].get(source) if source is not None else None
         stats["documents_in"] += 1
         stats["chars_in"] += len(text)
+        if mine is not None:
+            mine["documents_in"] += 1
+        cleaned = self._filter(text, source)
+        if cleaned is None:
+            return None
+        stats["documents_out"] += 1
+        stats["chars_out"] += len(cleaned)
+        if mine is not None:
+            mine["documents_out"] += 1
+        return cleaned
+
+    def _drop(self, name: str, source: str | None, chars: int | None = None) -> None:
+        self.stats[name]["dropped_documents"] += 1
+        if chars is not None:
+            self.stats[name]["dropped_chars"] += chars
+        if source in self.stats["per_source"]:
+            self.stats["per_source"][source]["dropped"][name] += 1
+
+    def _filter(self, text: str, source: str | None) -> str | None:
+        stats = self.stats
         cleaned = clean_text(text, self.mode)
         if cleaned is None:
-            stats["clean"]["dropped_documents"] += 1
+            self._drop("clean", source)
             return None
         if cleaned != text:
             stats["clean"]["changed_documents"] += 1
             stats["clean"]["removed_chars"] += len(text) - len(cleaned)
         if len(cleaned) < self.min_chars or not cleaned:
-            stats["min_chars"]["dropped_documents"] += 1
-            stats["min_chars"]["dropped_chars"] += len(cleaned)
+            self._drop("min_chars", source, len(cleaned))
             return None
-        junk = False
-        for pattern, regex in self.patterns:
-            match = regex.search(cleaned)
-            if match:
-                junk = True
-                entry = stats["junk"]["patterns"][pattern]
-                entry["documents"] += 1
-                if len(entry["examples"]) < EXAMPLES_PER_PATTERN:
-                    start = max(0, match.start() - EXAMPLE_CHARS // 2)
-                    entry["examples"].append(cleaned[start : start + EXAMPLE_CHARS])
-        if junk and self.drop_junk:
-            stats["junk"]["dropped_documents"] += 1
+        if self._is_junk(cleaned, source) and self.drop_junk:
+            self._drop("junk", source)
+            if source in stats["junk"]["by_source"]:
+                stats["junk"]["by_source"][source]["dropped_documents"] += 1
             return None
         if self.dedup:
             key = hashlib.blake2b(cleaned.encode("utf-8"), digest_size=16).digest()
             if key in self._seen:
-                stats["dedup"]["dropped_documents"] += 1
-                stats["dedup"]["dropped_chars"] += len(cleaned)
+                self._drop("dedup", source, len(cleaned))
                 return None
             self._seen.add(key)
-        stats["documents_out"] += 1
-        stats["chars_out"] += len(cleaned)
         return cleaned
+
+    def _is_junk(self, cleaned: str, source: str | None) -> bool:
+        """Whether any junk pattern matches; each match is counted (with an example) in total and per source."""
+        junk = False
+        by_source = self.stats["junk"]["by_source"].get(source) if source is not None else None
+        for pattern, regex in self.patterns:
+            match = regex.search(cleaned)
+            if match:
+                junk = True
+                entry = self.stats["junk"]["patterns"][pattern]
+                entry["documents"] += 1
+                if by_source is not None:
+                    by_source["patterns"][pattern] += 1
+                if len(entry["examples"]) < EXAMPLES_PER_PATTERN:
+                    start = max(0, match.start() - EXAMPLE_CHARS // 2)
+                    entry["examples"].append(cleaned[start : start + EXAMPLE_CHARS])
+        return junk
 
     def report(self) -> dict:
         return {

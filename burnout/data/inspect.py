@@ -48,8 +48,16 @@ def inspect_data(
         out(f"  cleaning ({cleaning['mode']}): {cleaning['documents_in']:,} documents in, "
             f"{cleaning['documents_out']:,} kept; "
             f"dropped: " + ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
+        verb = "dropped" if cleaning.get("drop_junk") else "matched (kept)"
+        by_source = cleaning["junk"].get("by_source", {})
         for pattern, entry in cleaning["junk"]["patterns"].items():
-            out(f"    junk {pattern!r}: {entry['documents']:,} documents")
+            per = ", ".join(f"{name} {counts['patterns'][pattern]:,}" for name, counts in by_source.items()
+                            if counts["patterns"].get(pattern))
+            out(f"    junk {pattern!r}: {entry['documents']:,} documents {verb}" + (f" ({per})" if per else ""))
+        for name, counts in cleaning.get("per_source", {}).items():
+            dropped = {k: v for k, v in counts["dropped"].items() if v}
+            out(f"    source {name}: {counts['documents_in']:,} documents in, {counts['documents_out']:,} kept"
+                + ("; dropped: " + ", ".join(f"{k} {v:,}" for k, v in dropped.items()) if dropped else ""))
     tokens = read_tokens(data_dir, split)
     ids: list[int] = []
     text = ""

@@ -211,7 +211,7 @@ class _SourceStream:
         for text in self.texts if count is None else itertools.islice(self.texts, count):
             read += 1
             if self.cleaner.active:
-                text = self.cleaner(text)
+                text = self.cleaner(text, self.name)  # counted per source in meta.json
                 if not text:
                     continue
             docs.append(text)
@@ -272,7 +272,9 @@ class _SplitWriter:
     """Mixes the sources' documents into the train and val splits and writes each split's shards.
 
     It holds the whole state of the mix: the interleaving rng, each source's remaining budget and the
-    tokens it has given (all, and to val), the per-split counts and the shard writers. Built on a
+    tokens it has given (all, and to val), the per-split counts, the shard writers and the document
+    index writers (each document's start in its split's stream and its source: a contiguous split's
+    train and val parts are a document of each split, of the same source). Built on a
     manifest with a usable resume point it continues from that point; otherwise it starts afresh
     (shards the manifest already lists are still not written again).
     """
@@ -291,6 +293,10 @@ class _SplitWriter:
         positions = self._start() if point is None else self._restore(point)
         self.writers = {split: shards.ShardWriter(out_dir, split, cfg.shard_tokens, dtype, manifest, *positions[split])
                         for split in shards.SPLITS}
+        # Each document's start in its split's stream and its source (documents.py reads them back).
+        counts = point["documents"] if point is not None else {}
+        self.doc_writers = {split: shards.DocumentIndexWriter(out_dir, split, counts.get(split, 0))
+                            for split in shards.SPLITS}
 
     def _start(self) -> dict:
         """Start the mix from the first document; returns where each split's writer starts."""
@@ -319,12 +325,15 @@ class _SplitWriter:
         for writer in self.writers.values():
             writer.flush()
             writer.finished_any = False
+        for doc_writer in self.doc_writers.values():
+            doc_writer.flush()
         self.manifest["resume"] = {
             "fills": self.fill_log, "taken_docs": [stream.taken if stream else 0 for stream in self.streams],
             "rng": self.rng.bit_generator.state, "remaining": self.remaining.tolist(), "taken": self.taken.tolist(),
             "taken_val": self.taken_val.tolist(),
             "stats": json.loads(json.dumps(self.stats)),  # a copy: it goes on counting
             "writers": {split: [writer.index, writer.filled] for split, writer in self.writers.items()},
+            "documents": {split: doc_writer.count for split, doc_writer in self.doc_writers.items()},
         }
         shards.save_manifest(self.out_dir, self.manifest)
 
@@ -347,7 +356,8 @@ class _SplitWriter:
                 else:
                     self._add_document(i, *item, bar)
         splits = self._finish()
-        return {"splits": splits, "sources": self._source_report(splits), "cleaning": self.cleaner.report()}
+        return {"splits": splits, "sources": self._source_report(splits), "cleaning": self.cleaner.report(),
+                "document_index": self._document_index}
 
     def _add_document(self, i: int, ids: np.ndarray, chars: int, bar) -> None:
         """Source i's next document, cut at its budget, whole to val or to train."""
@@ -381,6 +391,7 @@ class _SplitWriter:
 
     def _write(self, split: str, i: int, doc: np.ndarray, chars: int, bar) -> None:
         """Append `doc` (a document of source i, or part of one, holding `chars` characters) to `split`."""
+        self.doc_writers[split].add(self.writers[split].position, i)
         self.writers[split].add(doc)
         entry = self.stats[split][self.names[i]]
         entry["tokens"] += len(doc)
@@ -401,6 +412,9 @@ class _SplitWriter:
                 )
             documents = sum(e["documents"] for e in self.stats[split].values())
             splits[split] = {"tokens": tokens, "documents": documents, "shards": done}
+        files = {split: self.doc_writers[split].finish()["file"] for split in shards.SPLITS}
+        self._document_index = {"format": shards.DOCS_FORMAT, "files": files, "sources": self.names,
+                                "bytes_per_document": shards.DOCS_DTYPE.itemsize}
         self.manifest.pop("resume", None)  # every shard is listed: nothing is left to resume
         shards.save_manifest(self.out_dir, self.manifest)
         return splits
@@ -449,8 +463,12 @@ class _SplitWriter:
 def _usable_resume_point(manifest: dict, out_dir: Path, dtype: np.dtype) -> dict | None:
     """The manifest's resume point when the files it counts on are there, else None (replay from the start)."""
     point = manifest.get("resume")
-    if not point:
+    if not point or "documents" not in point:  # a point without the document index counts: replay
         return None
+    for split, count in point["documents"].items():
+        docs = shards.partial_path(out_dir, shards.docs_name(split))
+        if count and (not docs.is_file() or docs.stat().st_size < count * shards.DOCS_DTYPE.itemsize):
+            return None
     for split, (index, filled) in point["writers"].items():
         name = shards.shard_name(split, index)
         listed = manifest["shards"].get(split, [])

@@ -5,14 +5,19 @@ Layout of a prepared data directory:
     train_000000.bin ...  token ids of the split, documents back to back, each followed by
     val_000000.bin ...    <|endoftext|>; raw little-endian uint16 (uint32 when the vocabulary exceeds
                           65536); every shard holds data.shard_tokens tokens except the last
+    train_docs.npy        the document index of each split (see documents.py): one packed record per
+    val_docs.npy          document, its first token's offset in the split's token stream (uint64) and
+                          its source's number in meta.json's document_index.sources (uint16), 10 bytes
     tokenizer.json        the HF tokenizer that produced them
     manifest.json         finished shards (file, tokens, sha256) and the fingerprint of the settings
                           that produced them; rewritten after each shard
     meta.json             format, dtype, counts, shares, cleaning report and checksums; written last,
                           so its presence means the directory is complete
 
-The shard being filled is the hidden file `.NAME.partial` until it is finished. Readers (training,
-evaluation, benchmarks) import only this module: numpy and the standard library, no tokenizer.
+The shard being filled is the hidden file `.NAME.partial` until it is finished; so is the document
+index of a split (`.SPLIT_docs.npy.partial`, raw records, turned into the .npy when prepare ends).
+Readers (training, evaluation, benchmarks) import only this module: numpy and the standard library,
+no tokenizer.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ LEGACY_FORMATS = ("burnout-tokens-v1",)
 META_FILE = "meta.json"
 MANIFEST_FILE = "manifest.json"
 SPLITS = ("train", "val")
+# One record per document of a split: where its first token sits in the split's token stream (the
+# shards back to back) and the number of its source. Packed: 10 bytes per document.
+DOCS_FORMAT = "burnout-docs-v1"
+DOCS_DTYPE = np.dtype([("start", "<u8"), ("source", "<u2")])
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -44,6 +53,10 @@ def shard_name(split: str, index: int) -> str:
 
 def partial_path(out_dir: Path, name: str) -> Path:
     return out_dir / f".{name}.partial"
+
+
+def docs_name(split: str) -> str:
+    return f"{split}_docs.npy"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -106,6 +119,11 @@ class ShardWriter:
                 self.index += 1
                 self._open()
 
+    @property
+    def position(self) -> int:
+        """Tokens of the split written so far (every shard before the current one is full)."""
+        return self.index * self.shard_tokens + self.filled
+
     def flush(self) -> None:
         """Push written tokens to the file, so a resume point saved now finds them there."""
         if self._file is not None:
@@ -138,6 +156,51 @@ class ShardWriter:
         return list(self.done)
 
 
+class DocumentIndexWriter:
+    """Writes a split's document index: one DOCS_DTYPE record per document, in stream order.
+
+    Records go to the hidden `.SPLIT_docs.npy.partial` as they come; a writer resumed with `count`
+    keeps the first `count` records (those before the resume point) and drops the rest. finish()
+    turns the records into SPLIT_docs.npy (a .npy file: np.load(..., mmap_mode="r") reads it).
+    """
+
+    def __init__(self, out_dir: Path, split: str, count: int = 0) -> None:
+        self.out_dir, self.split, self.count = out_dir, split, count
+        self.partial = partial_path(out_dir, docs_name(split))
+        self._file = open(self.partial, "r+b" if count else "wb")
+        if count:
+            self._file.truncate(count * DOCS_DTYPE.itemsize)
+            self._file.seek(0, os.SEEK_END)
+        self._record = np.zeros(1, dtype=DOCS_DTYPE)
+
+    def add(self, start: int, source: int) -> None:
+        self._record[0] = (start, source)
+        self._file.write(self._record.tobytes())
+        self.count += 1
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def finish(self) -> dict:
+        """Write SPLIT_docs.npy (through a temporary name) and remove the partial file."""
+        self._file.close()
+        name = docs_name(self.split)
+        tmp = self.out_dir / f".{name}.tmp-docs"
+        records = (np.memmap(self.partial, dtype=DOCS_DTYPE, mode="r", shape=(self.count,)) if self.count
+                   else np.zeros(0, DOCS_DTYPE))
+        with open(tmp, "wb") as out:
+            np.lib.format.write_array_header_1_0(
+                out, {"descr": np.lib.format.dtype_to_descr(DOCS_DTYPE), "fortran_order": False,
+                      "shape": (self.count,)})
+            step = 1 << 20
+            for begin in range(0, self.count, step):  # bounded memory whatever the document count
+                out.write(records[begin : begin + step].tobytes())
+        del records
+        os.replace(tmp, self.out_dir / name)
+        self.partial.unlink(missing_ok=True)
+        return {"file": name, "documents": self.count}
+
+
 def new_manifest(fingerprint: str) -> dict:
     return {"format": FORMAT, "fingerprint": fingerprint, "tokenizer_sha256": None, "total_tokens": None, "shards": {}}
 
@@ -166,6 +229,7 @@ def remove_outputs(out_dir: Path) -> None:
         for path in out_dir.glob(f"{split}_{'[0-9]' * 6}.bin"):
             path.unlink()
         (out_dir / f"{split}.bin").unlink(missing_ok=True)
+        (out_dir / docs_name(split)).unlink(missing_ok=True)
     for path in out_dir.glob(".*.partial"):
         path.unlink()
     (out_dir / MANIFEST_FILE).unlink(missing_ok=True)

@@ -1,6 +1,13 @@
 """`burnout compare`: the same prompts, with the same sampling settings and seed, at several checkpoints of a
 run: how the model's answers change as it trains. Saved as RUN/compare.md (for the report) and
 RUN/compare.json.
+
+Each checkpoint's answers get a degeneration summary (eval/degeneration.py): how many are loops or carry
+a suspicious string (from `--suspicious`, e.g. what `burnout data audit` found), and their distinct-n.
+
+A fine-tune's table starts with the model it started from (sft.base or dpo.base), so the report shows what
+the fine-tuning changed. A chat model answers each prompt as one user message in its chat template, up to
+<|im_end|>; a base model continues the prompt as text.
 """
 
 from __future__ import annotations
@@ -10,10 +17,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from burnout.common import write_atomic
+from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.device import resolve_device
-from burnout.core.model_files import load_model
+from burnout.core.model_files import is_chat_model, load_model
 from burnout.errors import BurnoutError
+from burnout.eval.degeneration import summarize
+from burnout.generate.chat import chat_replies
 from burnout.generate.prompts import COMPARE_PROMPTS
 from burnout.generate.sampling import generate_texts
 
@@ -44,6 +54,7 @@ def compare_checkpoints(
     max_new_tokens: int = 60,
     device: str = "auto",
     say: Callable[[str], None] = print,
+    suspicious: Sequence[str] = (),
     **sampling,
 ) -> str:
     """Generate every prompt at each chosen checkpoint; returns (and writes) the Markdown comparison."""
@@ -51,24 +62,57 @@ def compare_checkpoints(
     paths = select_checkpoints(run_dir, checkpoints)
     dev = resolve_device(device)
     rows = []
-    for path in paths:
+    for label, path in [*_starting_model(paths[-1], say), *((p.name, p) for p in paths)]:
         model, tokenizer, ckpt = load_model(path, dev)
-        texts = generate_texts(model, tokenizer, list(prompts), max_new_tokens, **sampling)
-        rows.append({"checkpoint": path.name, "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
-                     "continuations": [t[len(p):] for p, t in zip(prompts, texts)]})
-        say(f"generated at step {ckpt.info.get('step')}")
+        texts = answers(model, tokenizer, ckpt.config, list(prompts), max_new_tokens, **sampling)
+        rows.append({"checkpoint": label, "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
+                     "chat": is_chat_model(ckpt.config), "continuations": texts,
+                     "degeneration": summarize(texts, suspicious)})
+        say(f"generated with {label} (step {ckpt.info.get('step')})")
     settings = {"max_new_tokens": max_new_tokens, **sampling}
     lines = ["# Checkpoint comparison", "",
              "Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
+    if any(r["chat"] for r in rows):
+        lines += ["Chat models (marked 💬) answer each prompt as a user message; the others continue it.", ""]
+    lines += ["| checkpoint | step | degenerate answers | mean distinct-3 | suspicious strings |",
+              "|---|---:|---:|---:|---|"]
+    lines += [f"| {r['checkpoint']} | {r['step']} | {r['degeneration']['degenerate']} of {len(prompts)} | "
+              f"{r['degeneration']['mean_distinct_3']:.2f} | {_cell(', '.join(r['degeneration']['suspicious']))} |"
+              for r in rows]
+    given = f"{len(suspicious)} given" if suspicious else "none given: --suspicious FILE"
+    lines += ["", f"Degenerate: half or more of an answer's word 3-grams repeat, or it holds a suspicious string "
+                  f"({given}).", ""]
     for i, prompt in enumerate(prompts):
-        lines += [f"## {_cell(prompt)}", "", "| step | tokens | continuation |", "|---:|---:|---|"]
-        lines += [f"| {r['step']} | {r['tokens'] or ''} | {_cell(r['continuations'][i])} |" for r in rows]
+        lines += [f"## {_cell(prompt)}", "", "| checkpoint | step | tokens | answer |", "|---|---:|---:|---|"]
+        lines += [f"| {r['checkpoint']}{' 💬' if r['chat'] else ''} | {r['step']} | {r['tokens'] or ''} | "
+                  f"{_cell(r['continuations'][i])} |" for r in rows]
         lines.append("")
     table = "\n".join(lines)
     write_atomic(run_dir / "compare.md", table)
     write_atomic(run_dir / "compare.json", json.dumps({"settings": settings, "prompts": list(prompts), "rows": rows},
                                                 indent=2) + "\n")
     return table
+
+
+def answers(model, tokenizer, cfg, prompts: list[str], max_new_tokens: int, **sampling) -> list[str]:
+    """A chat model's answer to each prompt as a user message, or a base model's continuation of it."""
+    if is_chat_model(cfg):
+        return chat_replies(model, tokenizer, prompts, max_new_tokens, **sampling)
+    texts = generate_texts(model, tokenizer, prompts, max_new_tokens, **sampling)
+    return [text[len(prompt):] for prompt, text in zip(prompts, texts)]
+
+
+def _starting_model(checkpoint: Path, say: Callable[[str], None]) -> list[tuple[str, Path]]:
+    """("base", the checkpoint a fine-tune started from) when the run is a fine-tune and that is still there."""
+    cfg = load_run_config(checkpoint / "config.yaml")
+    section = cfg.dpo if cfg.dpo is not None else cfg.sft
+    if section is None:
+        return []
+    base = Path(section.base)
+    if not (base / "config.yaml").is_file() and not list_checkpoints(base):
+        say(f"the base model {base} is gone; the table shows this run's checkpoints alone")
+        return []
+    return [("base", base)]
 
 
 def _cell(text: str) -> str:

@@ -1,8 +1,13 @@
-"""`burnout eval`: validation loss and zero-shot benchmarks for one checkpoint or every checkpoint of a run.
+"""`burnout eval`: validation loss, zero-shot benchmarks and in-context-learning suites for one checkpoint or
+every checkpoint of a run.
+
+Tasks: val, the built-in hellaswag / arc_easy / lambada (lm-eval's templates), `icl:FILE.yaml` (every task of
+an llm-foundry icl_tasks list, e.g. DCLM's; burnout/eval/icl.py), and one-off task files (`--task`).
 
 Results land in the run folder (a checkpoint outside a run folder keeps them in its own folder):
 
-    RUN/eval/step_0000500.json   one checkpoint: {"checkpoint", "step", "tokens", "tasks": {task: metrics}}
+    RUN/eval/step_0000500.json   one checkpoint: {"checkpoint", "step", "tokens", "tasks": {task: metrics},
+                                 "core": DCLM's CORE over the icl tasks scored, when any is a CORE task}
     RUN/eval/summary.md          step → scores table over every evaluated checkpoint (also printed)
     RUN/eval/summary.json        the same rows, machine-readable
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,25 +32,99 @@ from burnout.data.loader import TokenLoader
 from burnout.data.shards import read_meta
 from burnout.data.tokenizer import tokenizer_sha256
 from burnout.errors import BurnoutError
-from burnout.eval.scoring import score_examples
-from burnout.eval.tasks import BENCHMARKS, load_task, task_file
+from burnout.eval.icl import Suite, load_suite, result_keys, score_task, suite_core
+from burnout.eval.tasks import (
+    BENCHMARKS,
+    BUILTIN_TASKS,
+    IclTask,
+    builtin_task,
+    check_fewshot,
+    describe_template,
+    read_records,
+    task_file,
+)
 from burnout.models import Transformer
 
 TASKS = ("val", *BENCHMARKS)
 EVAL_DIR = "eval"
+ICL_PREFIX = "icl:"
 
 
 def parse_tasks(spec: str | list[str]) -> list[str]:
-    """'val,hellaswag' → ['val', 'hellaswag'], each checked against TASKS ('all' means every task)."""
+    """'val,hellaswag' → ['val', 'hellaswag'], each checked against TASKS ('all' means every task) or of the
+    form icl:FILE.yaml (an icl_tasks list)."""
     names = [t.strip() for t in (spec.split(",") if isinstance(spec, str) else spec) if t.strip()]
     if names == ["all"]:
         return list(TASKS)
     if not names:
-        raise BurnoutError(f"--tasks is empty; choose from {','.join(TASKS)}")
+        raise BurnoutError(f"--tasks is empty; choose from {','.join(TASKS)} or icl:FILE.yaml")
     for name in names:
-        if name not in TASKS:
-            raise BurnoutError(f"unknown task '{name}'; choose from {','.join(TASKS)} (comma-separated) or all")
+        if name not in TASKS and not (name.startswith(ICL_PREFIX) and len(name) > len(ICL_PREFIX)):
+            raise BurnoutError(f"unknown task '{name}'; choose from {','.join(TASKS)} (comma-separated), all, "
+                               "or icl:FILE.yaml (an llm-foundry icl_tasks list)")
     return list(dict.fromkeys(names))
+
+
+@dataclass
+class Plan:
+    """What one `burnout eval` scores, resolved before any model loads."""
+
+    val: bool
+    tasks: list[IclTask]  # built-in, icl-list and one-off tasks, in order
+    suites: list[Suite]
+    lines: list[str]  # said once: missing files, templates applied to a user's file
+    records: list[list[dict]] = field(default_factory=list)  # each task's records, read and checked
+
+
+def plan_tasks(tasks: list[str] | str, data_root: str | Path | None = None, task_files: dict[str, str] | None = None,
+               icl_tasks: list[IclTask] | None = None) -> Plan:
+    """Resolve every task's file (a missing built-in file or a bad icl list fails here; a missing icl task
+    file is listed) and check that no two results would share a name."""
+    names = parse_tasks(tasks) if tasks else []
+    plan = Plan(val="val" in names, tasks=[], suites=[], lines=[])
+    task_files = task_files or {}
+    for name in task_files:
+        if name not in BUILTIN_TASKS:
+            raise BurnoutError(f"--task-file '{name}' is not a built-in task ({', '.join(BENCHMARKS)}); to score a "
+                               f"file of your own, use --task {name}=PATH (with --type and --shots)")
+    for name in names:
+        if name in BUILTIN_TASKS:
+            task = builtin_task(name, task_file(name, data_root, task_files))
+            if name in task_files:  # the built-in template applies to the user's file: say so
+                plan.lines.append(f"{name}: {task.path} is read with {name}'s template ({describe_template(task)}); "
+                                  f"to score a file as written use --task NAME={task.path}")
+            plan.tasks.append(task)
+        elif name.startswith(ICL_PREFIX):
+            suite = load_suite(name[len(ICL_PREFIX):], data_root)
+            plan.suites.append(suite)
+            plan.tasks += suite.tasks
+            plan.lines += suite.notes
+            if suite.missing:
+                plan.lines.append(f"{suite.source}: {len(suite.missing)} of {len(suite.missing) + len(suite.tasks)} "
+                                  "tasks have no data file and are not scored: "
+                                  + ", ".join(f"{label} ({uri})" for label, uri in suite.missing))
+            if suite.not_scored:
+                plan.lines.append(f"{suite.source}: generation tasks are not scored: "
+                                  + ", ".join(f"{label} ({t})" for label, t in suite.not_scored))
+    for task in icl_tasks or []:
+        if task.label in BUILTIN_TASKS or task.label == "val":
+            raise BurnoutError(f"--task {task.label}: '{task.label}' is a built-in task; give your task another name "
+                               f"(or --task-file {task.label}=PATH to read another file with the built-in template)")
+        plan.tasks.append(task)
+    seen: dict[str, str] = {}
+    for task in plan.tasks:
+        for _, key in result_keys(task):
+            if key in seen:
+                raise BurnoutError(f"two tasks would both be reported as '{key}' ({seen[key]} and {task.path}); "
+                                   "score them in separate commands or rename one")
+            seen[key] = str(task.path)
+    if not plan.val and not plan.tasks:
+        raise BurnoutError("no task to score: every task of the icl list lacks its data file; pass --data-root DIR "
+                           "(the folder holding the files)")
+    for task in plan.tasks:  # bad records or too many shots fail here, before any model loads
+        plan.records.append(read_records(task))
+        check_fewshot(task, plan.records[-1])
+    return plan
 
 
 def run_dir_of(checkpoint: Path) -> Path:
@@ -117,7 +197,7 @@ def evaluate_val(model: Transformer, tokenizer: Tokenizer, data_dir: str | Path,
 
 def evaluate_checkpoint(
     path: str | Path,
-    tasks: list[str],
+    tasks: list[str] | str | Plan,
     limit: int | None = None,
     data_root: str | Path | None = None,
     task_files: dict[str, str] | None = None,
@@ -125,27 +205,42 @@ def evaluate_checkpoint(
     batch_size: int = 16,
     device: str = "auto",
     say: Callable[[str], None] = print,
+    icl_tasks: list[IclTask] | None = None,
 ) -> dict:
-    """Score one checkpoint on `tasks` and write RUN/eval/step_N.json; returns that record."""
-    tasks = parse_tasks(tasks)
+    """Score one checkpoint on `tasks` (or a `plan_tasks` plan) and write RUN/eval/step_N.json; returns that
+    record."""
     # Resolve every data file first: a missing one fails before any model is loaded.
-    files = {t: task_file(t, data_root, task_files) for t in tasks if t != "val"}
+    plan = tasks if isinstance(tasks, Plan) else plan_tasks(tasks, data_root, task_files, icl_tasks)
+    if not isinstance(tasks, Plan):
+        for line in plan.lines:
+            say(line)
     dev = resolve_device(device)
     model, tokenizer, ckpt = load_model(path, dev)
     record: dict = {"checkpoint": str(ckpt.path), "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
                     "limit": limit, "tasks": {}}
-    for task in tasks:
-        if task == "val":
-            val_dir = data_dir or ckpt.config.data.prepared_dir
-            if not val_dir:
-                raise BurnoutError(f"checkpoint {ckpt.path} names no prepared data; pass --data DIR for the val task")
-            seq_len = ckpt.config.train.seq_len or model.cfg.context_length
-            result = evaluate_val(model, tokenizer, val_dir, seq_len, limit=limit)
-        else:
-            examples = load_task(task, files[task], limit)
-            result, _ = score_examples(model, tokenizer, task, examples, batch_size)
-        record["tasks"][task] = result
-        say(f"step {record['step']}: {task} " + ", ".join(f"{k} {_fmt(v)}" for k, v in result.items()))
+
+    def report(task: str, result: dict) -> None:
+        shown = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "num_fewshot"}
+        say(f"step {record['step']}: {task} " + ", ".join(f"{k} {_fmt(v)}" for k, v in shown.items()))
+
+    if plan.val:
+        val_dir = data_dir or ckpt.config.data.prepared_dir
+        if not val_dir:
+            raise BurnoutError(f"checkpoint {ckpt.path} names no prepared data; pass --data DIR for the val task")
+        seq_len = ckpt.config.train.seq_len or model.cfg.context_length
+        record["tasks"]["val"] = evaluate_val(model, tokenizer, val_dir, seq_len, limit=limit)
+        report("val", record["tasks"]["val"])
+    for task, records in zip(plan.tasks, plan.records):
+        for key, result in score_task(model, tokenizer, task, limit, batch_size, records).items():
+            record["tasks"][key] = result
+            report(key, result)
+    if plan.suites:
+        core = suite_core(plan.suites, record["tasks"], data_root)
+        if core is not None:
+            record["core"] = core
+            say(f"step {record['step']}: CORE {_fmt(core['score'])} (DCLM's centered accuracy over {core['tasks']} "
+                f"of its {core['of']} core tasks" + (f"; missing: {', '.join(core['missing'])}" if core["missing"]
+                                                     else "") + ")")
     out = run_dir_of(ckpt.path) / EVAL_DIR / f"{ckpt.path.name}.json"
     _write_json(out, record)
     return record
@@ -153,21 +248,26 @@ def evaluate_checkpoint(
 
 def evaluate(
     target: str | Path,
-    tasks: list[str] | str,
+    tasks: list[str] | str | None,
     all_checkpoints: bool = False,
     say: Callable[[str], None] = print,
+    data_root: str | Path | None = None,
+    task_files: dict[str, str] | None = None,
+    icl_tasks: list[IclTask] | None = None,
     **kwargs,
 ) -> list[dict]:
     """Evaluate a checkpoint, a run's latest checkpoint, or (all_checkpoints) every checkpoint of a run;
     then rewrite RUN/eval/summary.{md,json} from every result in RUN/eval and print the table."""
-    tasks = parse_tasks(tasks)
+    plan = plan_tasks(tasks, data_root, task_files, icl_tasks)
     if all_checkpoints:
         paths = list_checkpoints(Path(target))
         if not paths:
             raise BurnoutError(f"'{target}' holds no checkpoints/step_* folders; --all-checkpoints needs a run folder")
     else:
         paths = [resolve_checkpoint(target)]
-    records = [evaluate_checkpoint(p, tasks, say=say, **kwargs) for p in paths]
+    for line in plan.lines:
+        say(line)
+    records = [evaluate_checkpoint(p, plan, say=say, data_root=data_root, **kwargs) for p in paths]
     run_dir = run_dir_of(paths[0])
     table = write_summary(run_dir)
     say(table)
@@ -183,17 +283,23 @@ SUMMARY_COLUMNS = [
 
 
 def write_summary(run_dir: Path) -> str:
-    """The step → scores Markdown table over RUN/eval/step_*.json, written to summary.md and summary.json."""
+    """The step → scores Markdown table over RUN/eval/step_*.json, written to summary.md and summary.json:
+    the built-in tasks' columns, then each other task's accuracy, then CORE."""
     eval_dir = Path(run_dir) / EVAL_DIR
     records = sorted(
         (json.loads(p.read_text(encoding="utf-8")) for p in eval_dir.glob("step_*.json")),
         key=lambda r: r.get("step") or 0,
     )
     present = [c for c in SUMMARY_COLUMNS if any(c[1] in r["tasks"].get(c[0], {}) for r in records)]
-    lines = ["| step | tokens | " + " | ".join(c[2] for c in present) + " |",
-             "|---:|---:|" + "---:|" * len(present)]
+    builtin = {c[0] for c in SUMMARY_COLUMNS}
+    others = dict.fromkeys(t for r in records for t, m in r["tasks"].items() if t not in builtin and "acc" in m)
+    present += [(t, "acc", f"{t} acc") for t in others]
+    has_core = any("core" in r for r in records)
+    lines = ["| step | tokens | " + " | ".join([c[2] for c in present] + ["CORE"] * has_core) + " |",
+             "|---:|---:|" + "---:|" * (len(present) + has_core)]
     for r in records:
         cells = [_fmt(r["tasks"].get(task, {}).get(key)) for task, key, _ in present]
+        cells += [_fmt(r.get("core", {}).get("score"))] * has_core
         lines.append(f"| {r.get('step')} | {r.get('tokens') or ''} | " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
     write_atomic(eval_dir / "summary.md", table)

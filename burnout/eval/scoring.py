@@ -11,18 +11,25 @@ lm_eval/models/huggingface.py `_loglikelihood_tokens`:
      tokens on the left, and the last len(continuation_ids) positions predict the continuation;
   4. the result is (sum of the continuation's token log-probs, whether every token is the argmax).
 
-Then, per task (lm_eval/api/task.py `process_results`): acc = [argmax loglik == gold],
-acc_norm = [argmax loglik / len(choice in characters) == gold]; LAMBADA: acc = greedy match,
-perplexity = exp(-mean loglik) over examples.
+Then, per task type (`score_items`; lm_eval/api/task.py `process_results` and llm-foundry's ICL metrics):
 
-The numbers are lm-eval's; the work is less (see `loglikelihoods`): a multiple-choice item's context is
-computed once for all its choices, and the LM head runs only where a continuation token is predicted.
+    multiple_choice  acc = [argmax loglik == gold], acc_norm = [argmax loglik / len(choice in characters)
+                     == gold] (lm-eval), acc_per_token = [argmax loglik / continuation tokens == gold]
+                     (llm-foundry's InContextLearningMultipleChoiceAccuracy: the lowest per-token perplexity)
+    schema           acc = [argmax loglik == gold] over the context options (the continuation is the same)
+    language_model.  acc = greedy exact match (every continuation position's argmax is its token, llm-foundry's
+                     InContextLearningLMAccuracy and lm-eval's lambada acc); perplexity = exp(-mean loglik)
+
+The numbers are lm-eval's; the work is less (see `score_requests`): requests that share a prefix (a
+multiple-choice item's context; a schema item's few-shot text and the start of its options) are computed once
+as masked branches of one row, and the LM head runs only where a continuation token is predicted.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -32,8 +39,19 @@ from tokenizers import Tokenizer
 from burnout.common import EOT_TOKEN, first_line
 from burnout.core.device import autocast, configure_backends, resolve_precision
 from burnout.errors import BurnoutError
-from burnout.eval.tasks import Example
+from burnout.eval.tasks import Example, Item
 from burnout.models import Transformer
+
+
+class RequestScore(NamedTuple):
+    loglikelihood: float  # sum of the continuation's token log-probs
+    greedy: bool  # every continuation token is the argmax at its position
+    tokens: int  # continuation tokens
+    truncated: bool  # the context lost tokens on the left to fit the model's window
+
+
+# A row of a batch: a prefix, then branches (tokens fed after the prefix, the tokens they predict).
+Group = tuple[list[int], list[tuple[int, list[int], list[int]]]]  # (prefix, [(request, branch, targets)])
 
 
 def encode_requests(
@@ -49,23 +67,29 @@ def encode_requests(
         pairs.append((context, continuation))
     if prefix_id is None and any(not c for c, _ in pairs):
         raise BurnoutError("an empty context needs a prefix token, and this tokenizer has no <|endoftext|>")
+    # Choices share their context: each distinct context is encoded once (a few-shot prompt is long).
+    unique = list(dict.fromkeys(c for c, _ in pairs if c))
     try:
-        contexts = tokenizer.encode_batch([c for c, _ in pairs if c])
+        context_ids = dict(zip(unique, (e.ids for e in tokenizer.encode_batch(unique))))
         wholes = tokenizer.encode_batch([c + k for c, k in pairs])
     except Exception as exc:  # the Rust side raises a bare Exception, e.g. a char tokenizer's unseen character
         raise BurnoutError(
             f"the tokenizer cannot encode the task text ({first_line(exc)}); "
             "score with a byte-level BPE model, which encodes any text"
         ) from None
-    out, ctx_iter = [], iter(contexts)
+    out = []
     for (context, _), whole in zip(pairs, wholes):
         if not context:  # lm-eval: the continuation alone, after the prefix token
             cont = whole.ids
             out.append(([prefix_id], cont) if cont[:1] != [prefix_id] else (cont[:1], cont[1:]))
             continue
-        ctx_ids = next(ctx_iter).ids
+        ctx_ids = context_ids[context]
         out.append((ctx_ids, whole.ids[len(ctx_ids):]))
     return out
+
+
+def _model_input(ctx_ids: list[int], cont_ids: list[int], window: int) -> list[int]:
+    return (ctx_ids + cont_ids)[-(window + 1):][:-1]
 
 
 def shared_prefix_groups(encoded: list[tuple[list[int], list[int]]], window: int) -> list[tuple[list[int], list[int]]]:
@@ -80,44 +104,102 @@ def shared_prefix_groups(encoded: list[tuple[list[int], list[int]]], window: int
     """
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, (ctx_ids, cont_ids) in enumerate(encoded):
-        inp = (ctx_ids + cont_ids)[-(window + 1) :][:-1]
+        inp = _model_input(ctx_ids, cont_ids, window)
         groups.setdefault(tuple(inp[: len(inp) - len(cont_ids) + 1]), []).append(i)
     return [(list(prefix), members) for prefix, members in groups.items()]
 
 
+def _groups(encoded: list[tuple[list[int], list[int]]], window: int,
+            items: Sequence[Hashable] | None) -> list[Group]:
+    """Rows to compute: `shared_prefix_groups`, then the groups of one item (`items[i]` names request i's)
+    merged into one row on their inputs' longest common prefix when that costs no more attention than
+    the separate rows (a schema item: the options differ near their end, the continuation is shared)."""
+    inputs = [_model_input(c, k, window) for c, k in encoded]
+    groups: list[Group] = []
+    for prefix, members in shared_prefix_groups(encoded, window):
+        groups.append((prefix, [(i, inputs[i][len(prefix):], encoded[i][1]) for i in members]))
+    if items is None:
+        return groups
+    by_item: dict[Hashable, list[int]] = {}
+    for g, (_, members) in enumerate(groups):
+        by_item.setdefault(items[members[0][0]], []).append(g)
+    merged, done = [], set()
+    for g, group in enumerate(groups):
+        if g in done:
+            continue
+        family = by_item[items[group[1][0][0]]]
+        done.update(family)
+        if len(family) == 1:
+            merged.append(group)
+            continue
+        members = [m for f in family for m in groups[f][1]]
+        seqs = [inputs[i] for i, _, _ in members]
+        # The prefix may end no later than where a member's first target is predicted.
+        cap = min(len(inputs[i]) - len(targets) + 1 for i, _, targets in members)
+        common = 0
+        first = seqs[0]
+        while common < cap and all(len(s) > common and s[common] == first[common] for s in seqs):
+            common += 1
+        width = common + sum(len(s) - common for s in seqs)
+        separate = [len(groups[f][0]) + sum(len(b) for _, b, _ in groups[f][1]) for f in family]
+        if common and width * width <= sum(w * w for w in separate):
+            merged.append((first[:common], [(i, inputs[i][common:], t) for i, _, t in members]))
+        else:
+            merged.extend(groups[f] for f in family)
+    return merged
+
+
 @torch.no_grad()
-def loglikelihoods(
+def score_requests(
     model: Transformer,
     tokenizer: Tokenizer,
     requests: list[tuple[str, str]],
     batch_size: int = 16,
     progress: Callable[[int], None] | None = None,
-) -> list[tuple[float, bool]]:
-    """(log P(continuation | context), continuation is the greedy output) for each request.
+    items: Sequence[Hashable] | None = None,
+    names: Callable[[int], str] | None = None,
+) -> list[RequestScore]:
+    """The score of each (context, continuation) request (see `RequestScore`).
 
-    Each group of requests that share a prefix (see `shared_prefix_groups`) is one row of the batch:
-    the prefix, then every request's continuation (without its last token) as a branch at the positions
-    that follow the prefix. The attention mask lets a branch see the prefix and itself, never another
-    branch, so each request is computed exactly as if alone. Only positions that predict continuation
-    tokens go through the LM head: with a 50K vocabulary the head costs more than the layers of a
-    small model.
+    Each group of requests that share a prefix (see `shared_prefix_groups`; with `items`, the requests of
+    one item may share their longest common prefix, see `_groups`) is one row of the batch: the prefix,
+    then every request's remaining input as a branch at the positions that follow the prefix. The
+    attention mask lets a branch see the prefix and itself, never another branch, so each request is
+    computed exactly as if alone. Only positions that predict continuation tokens go through the LM head:
+    with a 50K vocabulary the head costs more than the layers of a small model. `names(i)` says which
+    request an error is about (default "request i").
     """
     if batch_size < 1:
         raise BurnoutError(f"the batch size must be at least 1, not {batch_size}")
-    prefix_id = tokenizer.token_to_id(EOT_TOKEN)
-    encoded = encode_requests(tokenizer, requests, prefix_id)
+    encoded = encode_requests(tokenizer, requests, tokenizer.token_to_id(EOT_TOKEN))
+    return score_encoded(model, encoded, batch_size, progress, items, names)
+
+
+@torch.no_grad()
+def score_encoded(
+    model: Transformer,
+    encoded: list[tuple[list[int], list[int]]],
+    batch_size: int = 16,
+    progress: Callable[[int], None] | None = None,
+    items: Sequence[Hashable] | None = None,
+    names: Callable[[int], str] | None = None,
+) -> list[RequestScore]:
+    """`score_requests` on requests already encoded as (context ids, continuation ids)."""
+    if batch_size < 1:
+        raise BurnoutError(f"the batch size must be at least 1, not {batch_size}")
+    name = names or (lambda i: f"request {i}")
     window = model.cfg.context_length
-    for i, (_, cont_ids) in enumerate(encoded):
+    for i, (ctx_ids, cont_ids) in enumerate(encoded):
         if not cont_ids:
-            raise BurnoutError(f"request {i}: the continuation encodes to no tokens; it must be non-empty")
+            raise BurnoutError(f"{name(i)}: the continuation encodes to no tokens; it must be non-empty")
         if len(cont_ids) > window:
             raise BurnoutError(
-                f"request {i}: the continuation is {len(cont_ids)} tokens, more than the model's "
-                f"context of {window}; it cannot be scored"
+                f"{name(i)}: the continuation is {len(cont_ids)} tokens and the prompt {len(ctx_ids)}, so it "
+                f"cannot fit the model's context of {window} tokens even with the prompt cut on the left"
             )
-    groups = shared_prefix_groups(encoded, window)
+    groups = _groups(encoded, window, items)
     # Longest rows first, as lm-eval orders its requests: neighbours have similar lengths, so little padding.
-    groups.sort(key=lambda g: -(len(g[0]) + sum(len(encoded[i][1]) - 1 for i in g[1])))
+    groups.sort(key=lambda g: -(len(g[0]) + sum(len(b) for _, b, _ in g[1])))
     device = model.tok_emb.weight.device
     # On a GPU, bf16 (fp16 before Ampere) with TF32: tensor cores for the matmuls, and half the bytes for
     # activations and for the attention scores a masked row materializes. On CPU it is fp32, so the scores
@@ -126,19 +208,31 @@ def loglikelihoods(
     configure_backends(device)
     was_training = model.training
     model.eval()
-    results: list[tuple[float, bool] | None] = [None] * len(encoded)
+    results: list[RequestScore | None] = [None] * len(encoded)
     try:
         for batch in _batches(groups, batch_size):
-            rows = [(prefix, [encoded[i][1] for i in group]) for prefix, group in batch]
+            rows = [(prefix, [(branch, targets) for _, branch, targets in members]) for prefix, members in batch]
             lls, greedy = _score_batch(model, rows, precision)
-            members = [i for _, group in batch for i in group]
+            members = [i for _, group in batch for i, _, _ in group]
             for i, ll, g in zip(members, lls, greedy):
-                results[i] = (ll, g)
+                ctx_ids, cont_ids = encoded[i]
+                results[i] = RequestScore(ll, g, len(cont_ids), len(ctx_ids) + len(cont_ids) > window + 1)
             if progress is not None:
                 progress(len(members))
     finally:
         model.train(was_training)
     return results  # type: ignore[return-value]
+
+
+def loglikelihoods(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    requests: list[tuple[str, str]],
+    batch_size: int = 16,
+    progress: Callable[[int], None] | None = None,
+) -> list[tuple[float, bool]]:
+    """(log P(continuation | context), continuation is the greedy output) for each request."""
+    return [(s.loglikelihood, s.greedy) for s in score_requests(model, tokenizer, requests, batch_size, progress)]
 
 
 def _batches(groups: list, batch_size: int):
@@ -154,27 +248,35 @@ def _batches(groups: list, batch_size: int):
         yield batch
 
 
-def _score_batch(model: Transformer, rows: list[tuple[list[int], list[list[int]]]],
+def _score_batch(model: Transformer, rows: list[tuple[list[int], list[tuple[list[int], list[int]]]]],
                  precision: str) -> tuple[list, list]:
-    """Summed log-probs and greedy flags of each row's continuations, rows being (prefix, continuations);
-    the layers run under autocast in `precision`."""
+    """Summed log-probs and greedy flags of each row's branches, rows being (prefix, [(branch, targets)]):
+    a branch's input is prefix + branch, whose last len(targets) positions predict the targets (at most
+    the first of them from the prefix's last position). The layers run under autocast in `precision`."""
     device = model.tok_emb.weight.device
     tokens, positions, branches = [], [], []
     head_at, target_row, targets, lengths = [], [], [], []  # flat positions the head reads; per target token
-    width = max(len(prefix) + sum(len(c) - 1 for c in conts) for prefix, conts in rows)
-    for r, (prefix, conts) in enumerate(rows):
+    width = max(len(prefix) + sum(len(b) for b, _ in members) for prefix, members in rows)
+    for r, (prefix, members) in enumerate(rows):
         n, base = len(prefix), r * width
         row_tok, row_pos, row_branch = list(prefix), list(range(n)), [0] * n
-        # The prefix's last position predicts every continuation's first token: one head row for all.
-        first = len(head_at)
-        head_at.append(base + n - 1)
-        for b, cont in enumerate(conts, start=1):
-            at, k = base + len(row_tok), len(head_at)
-            row_tok += cont[:-1]
-            row_pos += range(n, n + len(cont) - 1)
-            row_branch += [b] * (len(cont) - 1)
-            head_at += range(at, at + len(cont) - 1)
-            target_row += [first, *range(k, k + len(cont) - 1)]
+        shared = None  # the head row of the prefix's last position, which may predict several first tokens
+        for b, (branch, cont) in enumerate(members, start=1):
+            at = base + len(row_tok)
+            row_tok += branch
+            row_pos += range(n, n + len(branch))
+            row_branch += [b] * len(branch)
+            start = len(branch) - len(cont)  # the branch offset predicting the first target; -1: the prefix's end
+            rows_of = []
+            if start < 0:
+                if shared is None:
+                    shared = len(head_at)
+                    head_at.append(base + n - 1)
+                rows_of.append(shared)
+                start = 0
+            k = len(head_at)
+            head_at += range(at + start, at + len(branch))
+            target_row += rows_of + list(range(k, k + len(branch) - start))
             targets += cont
             lengths.append(len(cont))
         pad = width - len(row_tok)
@@ -183,9 +285,9 @@ def _score_batch(model: Transformer, rows: list[tuple[list[int], list[list[int]]
         # Padding is its own branch (-1): real tokens never see it, and each pad token sees itself, so no
         # softmax row is empty (an empty one is NaN, and NaN times a zero attention weight spreads).
         branches.append(row_branch + [-1] * pad)
-    branch = torch.tensor(branches, device=device)
+    branch_t = torch.tensor(branches, device=device)
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
-    mask = causal & ((branch[:, None, :] == 0) | (branch[:, None, :] == branch[:, :, None]))  # (B, query, key)
+    mask = causal & ((branch_t[:, None, :] == 0) | (branch_t[:, None, :] == branch_t[:, :, None]))  # (B, q, k)
     with autocast(device, precision):
         hidden = model.hidden_states(torch.tensor(tokens, device=device),
                                      positions=torch.tensor(positions, device=device), mask=mask)
@@ -206,6 +308,68 @@ def _score_batch(model: Transformer, rows: list[tuple[list[int], list[list[int]]
     return lls.tolist(), (misses == 0).tolist()
 
 
+def score_items(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    task_type: str,
+    items: list[Item],
+    batch_size: int = 16,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[dict[str, float], list[dict]]:
+    """Metrics of `items` of `task_type` (see the module doc) and one record per item: its log-likelihoods,
+    continuation token counts, greedy flags and predictions. "truncated" counts the items with a request
+    whose prompt lost tokens on the left to fit the model's window."""
+    requests = [r for it in items for r in it.requests]
+    owner = [k for k, it in enumerate(items) for _ in it.requests]
+    scores = iter(score_requests(model, tokenizer, requests, batch_size, progress, items=owner,
+                                 names=lambda i: items[owner[i]].where or f"item {owner[i]}"))
+    samples = []
+    for it in items:
+        if len(it.choices) != len(it.requests):
+            raise ValueError(f"{it.where}: {len(it.choices)} choices for {len(it.requests)} requests")
+        got = [next(scores) for _ in it.requests]
+        lls = np.array([s.loglikelihood for s in got])
+        tokens = np.array([float(s.tokens) for s in got])
+        with np.errstate(divide="ignore", invalid="ignore"):  # an empty choice: lm-eval divides by 0 too
+            normed = lls / np.array([float(len(c)) for c in it.choices])
+        samples.append({
+            "index": it.index,
+            "category": it.category,
+            "context": it.requests[0][0],
+            "continuations": [c for _, c in it.requests],
+            "choices": list(it.choices),
+            "gold": it.gold,
+            "loglikelihoods": lls.tolist(),
+            "tokens": [s.tokens for s in got],
+            "greedy": [s.greedy for s in got],
+            "truncated": any(s.truncated for s in got),
+            # np.argmax takes the first of equal maxima, as lm-eval's and llm-foundry's (list.index(min)) do.
+            "pred": int(np.argmax(lls)),
+            "pred_norm": int(np.argmax(normed)),
+            "pred_per_token": int(np.argmax(lls / tokens)),
+        })
+    return item_metrics(task_type, samples), samples
+
+
+def item_metrics(task_type: str, samples: list[dict]) -> dict[str, float]:
+    """The task type's metrics over scored items (`score_items`' records)."""
+    n = len(samples)
+    if task_type == "language_modeling":
+        metrics = {
+            "acc": sum(s["greedy"][0] for s in samples) / n,
+            "perplexity": math.exp(-sum(s["loglikelihoods"][0] for s in samples) / n),
+        }
+    elif task_type == "schema":
+        metrics = {"acc": sum(s["pred"] == s["gold"] for s in samples) / n}
+    else:
+        metrics = {
+            "acc": sum(s["pred"] == s["gold"] for s in samples) / n,
+            "acc_norm": sum(s["pred_norm"] == s["gold"] for s in samples) / n,
+            "acc_per_token": sum(s["pred_per_token"] == s["gold"] for s in samples) / n,
+        }
+    return {**metrics, "examples": n, "truncated": sum(s["truncated"] for s in samples)}
+
+
 def score_examples(
     model: Transformer,
     tokenizer: Tokenizer,
@@ -214,32 +378,11 @@ def score_examples(
     batch_size: int = 16,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[dict]]:
-    """Task metrics and one record per example (its log-likelihoods and predictions)."""
-    requests = [(ex.context, cont) for ex in examples for cont in ex.continuations]
-    results = iter(loglikelihoods(model, tokenizer, requests, batch_size, progress))
-    samples = []
-    for ex in examples:
-        lls, greedy = zip(*(next(results) for _ in ex.choices))
-        lengths = np.array([float(len(c)) for c in ex.choices])
-        samples.append({
-            "context": ex.context,
-            "choices": list(ex.choices),
-            "gold": ex.gold,
-            "loglikelihoods": list(lls),
-            "greedy": list(greedy),
-            # np.argmax takes the first of equal maxima, as lm-eval's does.
-            "pred": int(np.argmax(lls)),
-            "pred_norm": int(np.argmax(np.array(lls) / lengths)),
-        })
-    n = len(samples)
-    if task == "lambada":
-        metrics = {
-            "acc": sum(s["greedy"][0] for s in samples) / n,
-            "perplexity": math.exp(-sum(s["loglikelihoods"][0] for s in samples) / n),
-        }
-    else:
-        metrics = {
-            "acc": sum(s["pred"] == s["gold"] for s in samples) / n,
-            "acc_norm": sum(s["pred_norm"] == s["gold"] for s in samples) / n,
-        }
-    return {**metrics, "examples": n}, samples
+    """A built-in task's metrics (lambada: acc, perplexity; the others: acc, acc_norm) and one record per
+    example, for `Example`s from burnout.eval.tasks.load_task."""
+    items = [Item(tuple((ex.context, c) for c in ex.continuations), ex.choices, ex.gold, i)
+             for i, ex in enumerate(examples)]
+    task_type = "language_modeling" if task == "lambada" else "multiple_choice"
+    metrics, samples = score_items(model, tokenizer, task_type, items, batch_size, progress)
+    keep = ("acc", "perplexity") if task == "lambada" else ("acc", "acc_norm")
+    return {**{k: metrics[k] for k in keep}, "examples": metrics["examples"]}, samples

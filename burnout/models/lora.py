@@ -19,14 +19,26 @@ checkpoint (or `save_hf`) reads and writes it as before; the adapter adds two pa
 Targets name the blocks' linear layers: `attn.qkv`, `attn.proj`, `mlp.fc`, `mlp.proj` (gpt2) and `attn.qkv`,
 `attn.proj`, `mlp.gate`, `mlp.up`, `mlp.down` (llama), by full name, by last part ("qkv", "proj" = both of
 GPT-2's proj layers, "fc", "gate", "up", "down"), or by group ("attn", "mlp": every linear layer in it, the
-default). A target applies to every block; the embeddings and the head are never adapted.
+default). A target applies to every block; the embeddings and the head get no adapters.
 
-Files. `save_adapter` writes `adapter.safetensors` (the lora_A/lora_B tensors under the names above) and
-`adapter_config.json` (r, alpha, dropout, targets); `save_peft_adapter` writes the same adapters in PEFT's
-layout for the Hugging Face model that `burnout.models.hf.save_hf` exports, where our fused llama qkv
-becomes q_proj, k_proj and v_proj sharing lora_A and each taking its rows of lora_B (exact: row j of B·A
-is row j of B times A). One difference that only training sees: our fused qkv draws one dropout mask for
-q, k and v, PEFT one per projection.
+Token rows. Tokens added to the base for the fine-tune (the chat template's <|im_start|>/<|im_end|>) start at
+the mean embedding (models/resize.py), and a frozen row there is a dead token: its logit h·mean(E) is the
+mean of the other logits, never their maximum, so the model could never emit <|im_end|>. `train_token_rows`
+lets the rows of those ids train beside the adapters, in tok_emb.weight and (untied) lm_head.weight: the
+matrix gets requires_grad and a gradient hook that zeroes every other row's gradient, and the optimizer
+(train/optim.py) puts it in a group without weight decay, so every other row stays bitwise the base's
+(AdamW moves nothing with a zero gradient and no decay). The rows live in the weight itself: state-dict
+keys are unchanged, a checkpoint holds them, and a merge keeps them. PEFT calls this trainable_token_indices.
+
+Files. `save_adapter` writes `adapter.safetensors` (the lora_A/lora_B tensors under the names above, and the
+trained rows as `tok_emb.weight.rows` (k, d), untied also `lm_head.weight.rows`) and `adapter_config.json`
+(r, alpha, dropout, targets, and the rows' ids as `token_rows`); `save_peft_adapter` writes the same in
+PEFT's layout for the Hugging Face model that `burnout.models.hf.save_hf` exports from the same (grown)
+base, where our fused llama qkv becomes q_proj, k_proj and v_proj sharing lora_A and each taking its rows
+of lora_B (exact: row j of B·A is row j of B times A), and the rows become trainable_token_indices with
+their `token_adapter.trainable_tokens_delta` tensors (which, despite the name, hold the rows' values: peft
+writes them over the base's rows). One difference that only training sees: our fused qkv draws one dropout
+mask for q, k and v, PEFT one per projection.
 """
 
 from __future__ import annotations
@@ -35,7 +47,7 @@ import contextlib
 import dataclasses
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,9 +207,10 @@ def lora_layers(model: nn.Module) -> dict[str, LoRALinear]:
     return {name: m for name, m in _unwrap(model).named_modules() if isinstance(m, LoRALinear)}
 
 
-def apply_lora(model: nn.Module, cfg: LoRAConfig) -> Transformer:
+def apply_lora(model: nn.Module, cfg: LoRAConfig, row_ids: Iterable[int] = ()) -> Transformer:
     """Wrap the targeted linear layers of `model` in LoRALinear (in place) and freeze every base parameter:
-    afterwards only lora_A/lora_B have requires_grad. Returns the model; `parameter_counts` counts them."""
+    afterwards only lora_A/lora_B have requires_grad, and the embedding rows of `row_ids` (tokens the
+    fine-tune added; see `train_token_rows`). Returns the model; `parameter_counts` counts them."""
     model = _unwrap(model)
     if lora_layers(model):
         raise BurnoutError("the model already has LoRA adapters; merge them (burnout lora merge) before adding more")
@@ -209,22 +222,134 @@ def apply_lora(model: nn.Module, cfg: LoRAConfig) -> Transformer:
             parent = getattr(block, group)
             setattr(parent, leaf, LoRALinear(getattr(parent, leaf), cfg.r, cfg.alpha, cfg.dropout))
     model.lora_config = cfg
+    row_ids = list(row_ids)
+    if row_ids:
+        train_token_rows(model, row_ids)
     return model
+
+
+# ----------------------------------------------------------------------------------------------
+# Token rows: the embedding (and untied head) rows of added tokens, trained beside the adapters
+
+ROWS_SUFFIX = ".rows"  # "tok_emb.weight.rows" (k, d) in adapter.safetensors
+
+
+def _row_matrices(model: Transformer) -> dict[str, nn.Parameter]:
+    """tok_emb.weight, and lm_head.weight when the head is untied (a tied head is the same Parameter)."""
+    out = {"tok_emb.weight": model.tok_emb.weight}
+    if model.lm_head.weight is not model.tok_emb.weight:
+        out["lm_head.weight"] = model.lm_head.weight
+    return out
+
+
+def token_rows(model: nn.Module) -> tuple[int, ...]:
+    """The token ids whose embedding rows train (sorted), or () when none do."""
+    return getattr(_unwrap(model).tok_emb.weight, "token_rows", ())
+
+
+def train_token_rows(model: nn.Module, ids: Iterable[int]) -> Transformer:
+    """Let the rows `ids` of tok_emb.weight (and of an untied lm_head.weight) train, every other row frozen
+    (in place): the matrix gets requires_grad, a gradient hook that zeroes the other rows' gradient, and a
+    `token_rows` attribute (the sorted ids) by which make_optimizer keeps weight decay off it and
+    parameter_counts counts k × d. Returns the model."""
+    model = _unwrap(model)
+    vocab = model.tok_emb.num_embeddings
+    ids = sorted(set(ids))
+    if not ids or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab for i in ids):
+        raise BurnoutError(f"token rows {ids}: give the ids of the added tokens, each below the model's {vocab} rows")
+    have = token_rows(model)
+    if have:
+        if have == tuple(ids):
+            return model
+        raise BurnoutError(f"the model already trains the embedding rows {list(have)}, not {ids}")
+    for weight in _row_matrices(model).values():
+        weight.requires_grad_(True)
+        # NOTE: a hook on the leaf masks each gradient before it is accumulated (both uses of a tied matrix,
+        # every micro-batch, before DDP's all-reduce).
+        weight._token_rows_hook = weight.register_hook(_RowMask(vocab, ids, weight.device))
+        weight.token_rows = tuple(ids)
+    return model
+
+
+class _RowMask:
+    """Gradient hook: the gradient with every row but `ids` zeroed (masked_fill: exact zeros, NaN included)."""
+
+    def __init__(self, vocab: int, ids: list[int], device: torch.device):
+        frozen = torch.ones(vocab, 1, dtype=torch.bool, device=device)  # (V, 1)
+        frozen[ids] = False
+        self.frozen = {frozen.device: frozen}  # by device: a model moved after marking gets its own copy once
+
+    def __call__(self, grad: torch.Tensor) -> torch.Tensor:
+        frozen = self.frozen.get(grad.device)
+        if frozen is None:
+            frozen = self.frozen[grad.device] = next(iter(self.frozen.values())).to(grad.device)
+        return grad.masked_fill(frozen, 0)
+
+
+def _release_token_rows(model: Transformer) -> None:
+    """Remove the gradient hooks and marks that train_token_rows put on the matrices."""
+    for weight in _row_matrices(model).values():
+        if hasattr(weight, "token_rows"):
+            weight._token_rows_hook.remove()
+            del weight._token_rows_hook, weight.token_rows
+
+
+def token_rows_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The trained rows, "tok_emb.weight.rows" (k, d) and untied "lm_head.weight.rows", detached copies;
+    {} when no rows train."""
+    model = _unwrap(model)
+    ids = list(token_rows(model))
+    if not ids:
+        return {}
+    return {name + ROWS_SUFFIX: weight.detach()[ids].clone() for name, weight in _row_matrices(model).items()}
+
+
+def load_token_rows(model: nn.Module, ids: list[int], sd: dict[str, torch.Tensor], where: str = "adapter") -> None:
+    """Write the rows of `sd` (token_rows_state_dict's names) into the model's matrices at `ids` and let them
+    train; the model must have a row for each id and the matrices the file has (tied or untied alike)."""
+    model = _unwrap(model)
+    matrices = _row_matrices(model)
+    want = {name + ROWS_SUFFIX for name in matrices} if ids else set()
+    if set(sd) != want:
+        name = sorted(set(sd) ^ want)[0]
+        what = "is missing" if name in want else "does not fit this model (tied or untied head, or no rows)"
+        raise BurnoutError(f"{where}: token rows tensor '{name}' {what}; the adapter was made for another model")
+    if not ids:
+        return
+    if max(ids) >= model.tok_emb.num_embeddings:
+        raise BurnoutError(f"{where}: token rows {ids} reach past the model's {model.tok_emb.num_embeddings} rows; "
+                           "load it into the base grown for the added tokens")
+    for name, weight in matrices.items():
+        if tuple(sd[name + ROWS_SUFFIX].shape) != (len(ids), weight.size(1)):
+            raise BurnoutError(f"{where}: tensor '{name + ROWS_SUFFIX}' has shape {tuple(sd[name + ROWS_SUFFIX].shape)}"
+                               f", not ({len(ids)}, {weight.size(1)}); the adapter was made for another model")
+    train_token_rows(model, ids)
+    with torch.no_grad():
+        for name, weight in matrices.items():
+            weight[ids] = sd[name + ROWS_SUFFIX].to(weight.device, weight.dtype)
 
 
 @dataclass(frozen=True)
 class ParameterCounts:
-    trainable: int
+    trainable: int  # parameters that train: the adapters, and k × d for each matrix whose k token rows train
     total: int  # tied weights counted once
+    optimized: int  # parameters the optimizer keeps state for: a matrix whose rows train counts whole
 
     @property
     def share(self) -> float:
         return self.trainable / self.total if self.total else 0.0
 
+    @property
+    def optimized_share(self) -> float:
+        return self.optimized / self.total if self.total else 0.0
+
 
 def parameter_counts(model: nn.Module) -> ParameterCounts:
     params = list(_unwrap(model).parameters())  # deduplicated: a tied head is not counted twice
-    return ParameterCounts(sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params))
+    trained = [p for p in params if p.requires_grad]
+    # A matrix whose token rows train: k of its rows change, though the optimizer keeps state for all of them.
+    changing = sum(len(p.token_rows) * p.size(1) if hasattr(p, "token_rows") else p.numel() for p in trained)
+    return ParameterCounts(changing, sum(p.numel() for p in params), sum(p.numel() for p in trained))
 
 
 @contextlib.contextmanager
@@ -276,23 +401,30 @@ def load_lora_state_dict(model: nn.Module, sd: dict[str, torch.Tensor], where: s
 
 
 def save_adapter(model: nn.Module, out_dir: str | Path) -> Path:
-    """Write the adapters to `out_dir`: adapter.safetensors, then adapter_config.json (written last)."""
+    """Write the adapters and any trained token rows to `out_dir`: adapter.safetensors, then
+    adapter_config.json (written last)."""
     from safetensors.torch import save
 
     model = _unwrap(model)
     cfg = _config_of(model)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().cpu().contiguous() for k, v in lora_state_dict(model).items()}
+    tensors = {k: v.detach().cpu().contiguous() for k, v in {**lora_state_dict(model),
+                                                               **token_rows_state_dict(model)}.items()}
     write_atomic(out_dir / ADAPTER_WEIGHTS, save(tensors, metadata={"format": "pt"}))
     config = {"format": ADAPTER_FORMAT, **cfg.to_dict(), "family": model.cfg.family,
-              "layers": list(cfg.layers(model.cfg.family))}
+              "layers": list(cfg.layers(model.cfg.family)), "token_rows": list(token_rows(model))}
     write_atomic(out_dir / ADAPTER_CONFIG, json.dumps(config, indent=2) + "\n")
     return out_dir
 
 
 def read_adapter_config(adapter_dir: str | Path) -> LoRAConfig:
     """The LoRAConfig of an adapter folder written by `save_adapter`."""
+    return _read_adapter_json(adapter_dir)[0]
+
+
+def _read_adapter_json(adapter_dir: str | Path) -> tuple[LoRAConfig, list[int]]:
+    """(the LoRAConfig, the trained token rows' ids) of an adapter folder written by `save_adapter`."""
     path = Path(adapter_dir) / ADAPTER_CONFIG
     if not path.is_file():
         raise BurnoutError(f"'{adapter_dir}' holds no {ADAPTER_CONFIG}; give a folder written by save_adapter")
@@ -303,17 +435,23 @@ def read_adapter_config(adapter_dir: str | Path) -> LoRAConfig:
     if not isinstance(data, dict) or data.get("format") != ADAPTER_FORMAT:
         raise BurnoutError(f"{path}: not a GPUburnout adapter (format '{ADAPTER_FORMAT}'); "
                            "a PEFT adapter loads with peft, not here")
-    return LoRAConfig.from_dict({k: data[k] for k in ("r", "alpha", "dropout", "targets") if k in data}, str(path))
+    ids = data.get("token_rows", [])  # absent from adapters written before token rows trained
+    if not isinstance(ids, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        raise BurnoutError(f"{path}: token_rows must be a list of token ids, got {ids!r}")
+    cfg = LoRAConfig.from_dict({k: data[k] for k in ("r", "alpha", "dropout", "targets") if k in data}, str(path))
+    return cfg, ids
 
 
 def load_adapter(model: nn.Module, adapter_dir: str | Path) -> Transformer:
     """Load an adapter folder into `model` (in place): adapters are added first when the model has none,
-    otherwise the model's must have the folder's rank, alpha and layers. Returns the model."""
+    otherwise the model's must have the folder's rank, alpha and layers; trained token rows are written into
+    the embedding (and untied head) of the model, which must be the base grown for those tokens, and train
+    from then on. Returns the model."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     model = _unwrap(model)
-    cfg = read_adapter_config(adapter_dir)
+    cfg, ids = _read_adapter_json(adapter_dir)
     if not lora_layers(model):
         apply_lora(model, cfg)
     else:
@@ -329,7 +467,9 @@ def load_adapter(model: nn.Module, adapter_dir: str | Path) -> Transformer:
         sd = load_file(str(weights))
     except (OSError, SafetensorError) as exc:
         raise BurnoutError(f"{weights}: cannot read the adapter weights ({exc})") from None
+    rows = {k: sd.pop(k) for k in list(sd) if k.endswith(ROWS_SUFFIX)}
     load_lora_state_dict(model, sd, str(weights))
+    load_token_rows(model, ids, rows, str(weights))
     return model
 
 
@@ -342,7 +482,8 @@ def _config_of(model: Transformer) -> LoRAConfig:
 
 def merge_lora(model: nn.Module) -> Transformer:
     """Fold each adapter into its base weight, W ← W + (alpha/r)·B·A, and put plain nn.Linear layers back
-    (in place). Returns the model as a plain Transformer, every parameter trainable as when built."""
+    (in place). Trained token rows are in the embedding (and head) already and stay; their gradient hook goes.
+    Returns the model as a plain Transformer, every parameter trainable as when built."""
     model = _unwrap(model)
     for name, layer in lora_layers(model).items():
         with torch.no_grad():
@@ -357,13 +498,20 @@ def merge_lora(model: nn.Module) -> Transformer:
         setattr(model.get_submodule(parent_name), leaf, plain)
     if hasattr(model, "lora_config"):
         del model.lora_config
+    _release_token_rows(model)
     model.requires_grad_(True)
     return model
 
 
+# The HF modules holding our row matrices (burnout/models/hf.py's names), where peft puts a token adapter.
+_HF_ROW_MODULES = {"gpt2": {"tok_emb.weight": "transformer.wte", "lm_head.weight": "lm_head"},
+                   "llama": {"tok_emb.weight": "model.embed_tokens", "lm_head.weight": "lm_head"}}
+
+
 def peft_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The adapters under PEFT's key names for the HF model `save_hf` writes (*.lora_A.weight (r, in),
-    *.lora_B.weight (out, r)), fresh contiguous CPU tensors; llama's fused qkv split into q/k/v."""
+    *.lora_B.weight (out, r)), fresh contiguous CPU tensors; llama's fused qkv split into q/k/v. Trained token
+    rows: *.token_adapter.trainable_tokens_delta (k, d) of the embedding (and untied head), the rows' values."""
     model = _unwrap(model)
     hf_modules = hf_linear_modules(model.cfg)
     out: dict[str, torch.Tensor] = {}
@@ -377,13 +525,28 @@ def peft_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
             # (out, in) layout there too (fan_in_fan_out only transposes the merged delta): no transpose.
             out[f"base_model.model.{hf_name}.lora_A.weight"] = A.contiguous().clone()
             out[f"base_model.model.{hf_name}.lora_B.weight"] = B.contiguous().clone()
+    ids = list(token_rows(model))
+    for name, weight in (_row_matrices(model) if ids else {}).items():
+        hf_name = _HF_ROW_MODULES[model.cfg.family][name]
+        out[f"base_model.model.{hf_name}.token_adapter.trainable_tokens_delta"] = weight.detach().cpu()[ids].clone()
     return out
 
 
+def _peft_token_indices(model: Transformer) -> list[int] | dict[str, list[int]] | None:
+    """PEFT's trainable_token_indices: the ids (the input embedding, a tied head following it), or untied
+    {embedding module: ids, "lm_head": ids}; None when no rows train."""
+    ids = list(token_rows(model))
+    matrices = _row_matrices(model)
+    if not ids or len(matrices) == 1:
+        return ids or None
+    names = _HF_ROW_MODULES[model.cfg.family]
+    return {names[name].rsplit(".", 1)[-1]: ids for name in matrices}
+
+
 def save_peft_adapter(model: nn.Module, out_dir: str | Path, base_model_name_or_path: str | None = None) -> Path:
-    """Write the adapters as a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors) for the HF
-    model `burnout.models.hf.save_hf` exports from the same base: `PeftModel.from_pretrained(hf_model, out_dir)`
-    then gives our adapted model's logits."""
+    """Write the adapters (and trained token rows) as a PEFT LoRA folder (adapter_config.json +
+    adapter_model.safetensors) for the HF model `burnout.models.hf.save_hf` exports from the same base, grown
+    for the added tokens: `PeftModel.from_pretrained(hf_model, out_dir)` then gives our adapted model's logits."""
     from safetensors.torch import save
 
     model = _unwrap(model)
@@ -407,6 +570,7 @@ def save_peft_adapter(model: nn.Module, out_dir: str | Path, base_model_name_or_
         "use_dora": False,
         "init_lora_weights": True,
         "modules_to_save": None,
+        "trainable_token_indices": _peft_token_indices(model),
         "inference_mode": True,
     }
     out_dir = Path(out_dir)

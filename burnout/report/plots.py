@@ -32,6 +32,19 @@ def lr_plot(run: RunLog) -> bytes:
     return _png(fig)
 
 
+def dpo_plot(run: RunLog) -> bytes:
+    """A DPO run's reward margin (left) and reward accuracy (right), on training and held-out pairs."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5), dpi=100)
+    for ax, key, label in ((left, "margin", "reward margin (chosen − rejected)"),
+                           (right, "accuracy", "reward accuracy")):
+        for prefix, style, name in (("", "-", "train"), ("val_", "o-", "held-out")):
+            steps, _, values = run.series(prefix + key)
+            if values:
+                ax.plot(steps, values, style, label=name, markersize=4)
+        _finish(ax, "step", label, f"{run.name}: {label}", log_scale=False)
+    return _png(fig)
+
+
 def overlay_plot(runs: list[RunLog], log_scale: bool) -> bytes:
     """Loss against tokens for several runs: the ablation view (same tokens, which run learns faster)."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)

@@ -91,6 +91,7 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         Block("p", f"Run folder `{run.path}`. Every number below comes from its config.yaml, metrics.jsonl, "
                    "checkpoints and eval files."),
         Block("table", columns=["", "value"], rows=summary),
+        *fine_tune_blocks(run),
         Block("h2", "Loss and learning rate"),
         Block("image", "loss_vs_steps", png=plots.loss_plot(run, "step", log_scale)),
         Block("image", "loss_vs_tokens", png=plots.loss_plot(run, "tokens", log_scale)),
@@ -117,13 +118,48 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
     samples = [r for r in run.records if r.get("sample")]
     if samples:
         blocks.append(Block("h2", "Samples during training"))
-        blocks.append(Block("table", columns=["step", "val loss", "sample"],
-                            rows=[[r["step"], r.get("val_loss"), r["sample"]] for r in samples]))
+        blocks.append(Block("p", "Repetition: the share of a sample's word 3-grams that repeat (1 − distinct-3); "
+                                 "a loop reads near 1."))
+        blocks.append(Block("table", columns=["step", "val loss", "repetition", "sample"],
+                            rows=[[r["step"], r.get("val_loss"), r.get("sample_repetition"), r["sample"]]
+                                  for r in samples]))
     blocks += [Block("h2", "Launches"), _launch_table(run)]
     found = anomalies(run)
     blocks += [Block("h2", "Anomalies"), Block("list", items=found or ["none: no non-finite loss, skipped step "
                                                                        "or throughput drop in the log"])]
     return f"Run report: {run.name}", blocks
+
+
+def fine_tune_blocks(run: RunLog) -> list[Block]:
+    """An SFT or DPO run's section: what it started from and trained on, what its loss counts, and (DPO) the
+    rewards' margin and accuracy on training and held-out pairs."""
+    sft, dpo = run.config.get("sft"), run.config.get("dpo")
+    section = dpo or sft
+    if section is None:
+        return []
+    lora = section.get("lora")
+    rows = [["kind", ("DPO" if dpo else "SFT") + (f", LoRA r={lora['r']} alpha={lora['alpha']:g} on "
+                                                  f"{', '.join(lora['targets'])} (base frozen)" if lora else
+                                                  ", full fine-tuning")],
+            ["started from", f"`{section['base']}`"],
+            ["data", f"`{section['source']}` ({section.get('layout', 'auto')} layout), "
+                     f"{section.get('val_fraction')} held out"]]
+    if dpo:
+        rows.append(["loss", f"DPO's, β {dpo['beta']}, against the starting model as reference; ln 2 = 0.6931 "
+                             "at step 0"])
+    else:
+        rows.append(["loss", "on assistant tokens only" if sft.get("train_on", "assistant") == "assistant"
+                     else "on every token but the template's role headers"])
+    if sft and sft.get("added_tokens"):
+        rows.append(["tokens added to the base", ", ".join(f"`{t}`" for t in sft["added_tokens"])])
+    blocks = [Block("h2", "Fine-tuning"), Block("table", columns=["", "value"], rows=rows)]
+    if dpo and run.series("margin")[2]:
+        blocks.append(Block("image", "dpo_rewards", png=plots.dpo_plot(run)))
+        last = {key: run.last_value(key) for key in ("accuracy", "margin", "val_accuracy", "val_margin")}
+        blocks.append(Block("table", columns=["last", "train pairs", "held-out pairs"],
+                            rows=[["reward accuracy", last["accuracy"], last["val_accuracy"]],
+                                  ["reward margin", last["margin"], last["val_margin"]]]))
+    return blocks
 
 
 def overlay_blocks(runs: list[RunLog], log_scale: bool) -> tuple[str, list[Block]]:

@@ -10,12 +10,16 @@ rest, dispatching on the data folder's meta.json.
     start_dpo        `burnout dpo`: a chat model's pairs prepared into RUN/data (prepare_pairs), the base's sft
                      section kept (a chat model), dpo.base the starting policy and reference → Trainer, which
                      wraps the policy in dpo.DPOObjective
+    lora_token_rows  the ids of the tokens a LoRA SFT run added (sft.added_tokens): their embedding rows train
+                     beside the adapters (step.build_model), since a row frozen at the mean embedding is a token
+                     the model can never emit (models/lora.py, "Token rows")
     save_run_adapter RUN/adapter/ (adapter.safetensors + adapter_config.json) from a LoRA run's last checkpoint
     merge_run        `burnout lora merge`: the adapters folded into the base, written as a plain checkpoint
 
-Checkpoints of a LoRA run hold the base weights and the adapters (the module tree step.build_model builds, so
-a resume loads them as they are) and the optimizer state of the adapters alone; RUN/adapter/ is rewritten at
-the end of every session (a few MB at most), beside the checkpoints rather than in each one.
+Checkpoints of a LoRA run hold the base weights (with the trained token rows in the embedding) and the
+adapters (the module tree step.build_model builds, so a resume loads them as they are) and the optimizer
+state of the adapters, and of the embedding matrix (and untied head) when token rows train; RUN/adapter/ is
+rewritten at the end of every session (a few MB at most), beside the checkpoints rather than in each one.
 """
 
 from __future__ import annotations
@@ -119,13 +123,40 @@ def init_from_base(model: torch.nn.Module, cfg: RunConfig) -> None:
 def trainable_line(model: torch.nn.Module) -> str:
     """Trainable parameters and the optimizer state they need, against full fine-tuning of the same model."""
     from burnout.common import format_bytes
-    from burnout.models.lora import parameter_counts
+    from burnout.models.lora import parameter_counts, token_rows
 
     counts = parameter_counts(model)
-    # AdamW keeps two fp32 tensors (exp_avg, exp_avg_sq) per trained parameter.
-    return (f"trainable parameters: {counts.trainable:,} of {counts.total:,} ({counts.share:.2%}); optimizer "
-            f"state {format_bytes(8 * counts.trainable)} vs {format_bytes(8 * counts.total)} for full fine-tuning "
-            f"({counts.share:.2%})")
+    rows = token_rows(model)
+    trained = f", the embedding rows of {len(rows)} added tokens among them" if rows else ""
+    # AdamW keeps two fp32 tensors (exp_avg, exp_avg_sq) per parameter it updates: for the whole matrix
+    # whose token rows train, frozen rows included.
+    state = " (the whole embedding matrix's included: AdamW keeps state for every row)" if rows else ""
+    return (f"trainable parameters: {counts.trainable:,} of {counts.total:,} ({counts.share:.2%}){trained}; "
+            f"optimizer state {format_bytes(8 * counts.optimized)}{state} vs {format_bytes(8 * counts.total)} for "
+            f"full fine-tuning ({counts.optimized_share:.2%})")
+
+
+def lora_token_rows(cfg: RunConfig, tokenizer_path: str | Path | None = None) -> list[int]:
+    """The token ids whose embedding rows a LoRA fine-tune trains beside its adapters: those of the tokens this
+    very run added to its base (sft.added_tokens), looked up in its tokenizer (`tokenizer_path`, by default
+    the one in data.prepared_dir, where start_sft put it). [] for a full fine-tune (every row trains) and for
+    DPO: a DPO config keeps its base's sft section, added_tokens included, but that base already has the
+    tokens and the SFT that added them trained their rows (beside its LoRA adapters, since merged, or in full)."""
+    from burnout.data.tokenizer import load_tokenizer
+
+    if cfg.dpo is not None or cfg.sft is None or cfg.sft.lora is None or not cfg.sft.added_tokens:
+        return []
+    if tokenizer_path is None:
+        if not cfg.data.prepared_dir:
+            raise BurnoutError("sft.added_tokens: the run's tokenizer (in data.prepared_dir) gives their ids, and "
+                               "data.prepared_dir is not set; point it at the run's data folder")
+        tokenizer_path = Path(cfg.data.prepared_dir) / TOKENIZER_FILE
+    tokenizer = load_tokenizer(tokenizer_path)
+    ids = [tokenizer.token_to_id(token) for token in cfg.sft.added_tokens]
+    if None in ids:
+        missing = cfg.sft.added_tokens[ids.index(None)]
+        raise BurnoutError(f"sft.added_tokens: {tokenizer_path} has no {missing}; it is not this run's tokenizer")
+    return ids
 
 
 def sft_config(cfg: RunConfig, base: Transformer, base_cfg: RunConfig, added: list[str], base_path: Path,
@@ -208,11 +239,15 @@ def start_sft(cfg: RunConfig, run_dir: Path, on_event: Callable[[str], None] = p
 
 
 def save_run_adapter(run_dir: Path, checkpoint: Path) -> Path:
-    """RUN/adapter/ from the LoRA checkpoint `checkpoint`."""
+    """RUN/adapter/ from the LoRA checkpoint `checkpoint`, with the token rows the run trained."""
     from burnout.core.checkpoint import load_checkpoint
-    from burnout.models.lora import save_adapter
+    from burnout.models.lora import save_adapter, train_token_rows
 
-    return save_adapter(load_checkpoint(checkpoint, verify=False).model, Path(run_dir) / ADAPTER_DIR)
+    ckpt = load_checkpoint(checkpoint, verify=False)
+    rows = lora_token_rows(ckpt.config, ckpt.path / TOKENIZER_FILE)
+    if rows:  # the checkpoint's embedding holds them; marking them puts them in the adapter
+        train_token_rows(ckpt.model, rows)
+    return save_adapter(ckpt.model, Path(run_dir) / ADAPTER_DIR)
 
 
 def merge_run(source: str | Path, out_dir: str | Path) -> Path:

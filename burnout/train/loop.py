@@ -36,6 +36,7 @@ from burnout.data.loader import Prefetcher, TokenLoader, check_compatible
 from burnout.data.shards import read_meta
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
+from burnout.eval.degeneration import degeneration
 from burnout.eval.loss import evaluate_loss
 from burnout.generate.sampling import generate_text
 from burnout.models.info import flops_per_token, matmul_parameters
@@ -168,6 +169,7 @@ class Validator:
                 sample = generate_text(self.model, self.tokenizer, self.tc.sample_prompt, self.tc.sample_tokens,
                                        temperature=0.8, top_k=50, seed=self.tc.seed)
                 record["sample"] = sample
+                record["sample_repetition"] = degeneration(sample)["repetition"]
                 self.emit(f"step {step} sample: {json.dumps(sample)[:300]}")
         ts.model.train()
 
@@ -241,7 +243,9 @@ class Trainer:
             self.emit(trainable_line(model))
         if self.dist.enabled:  # then each rank its own dropout masks (one process keeps its usual stream)
             torch.manual_seed(tc.seed + self.dist.rank)
-        self.flops_per_token = flops_per_token(cfg.model, self.seq_len, matmul_parameters(model))["flops_per_token"]
+        flops = flops_per_token(cfg.model, self.seq_len, matmul_parameters(model))
+        # DPO also runs the reference's forward over every position the policy trains on.
+        self.flops_per_token = flops["flops_per_token"] + (flops["forward_flops_per_token"] if cfg.dpo else 0)
         self.step, self.elapsed_before, self.skipped, self.bad_in_row = 0, 0.0, 0, 0
         ckpt = None
         if from_checkpoint:
@@ -319,7 +323,7 @@ class Trainer:
                     self.step += 1
                     if self.stall is not None and (warning := self.stall.update(self.step, result.loss)):
                         self._say(warning)
-                    self.logger.count(time.perf_counter() - t0)
+                    self.logger.count(time.perf_counter() - t0, result.positions)
                     self.elapsed = self.elapsed_before + time.perf_counter() - t_start
                     self.bar.update(1)
                     *stop_flags, ckpt_time = result.flags

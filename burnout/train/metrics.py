@@ -89,17 +89,18 @@ class StepLogger:
         self.main = run_dir is not None  # rank 0 writes; the other ranks only measure
         self.metrics = MetricsLog(run_dir) if self.main else None
         self.external = ExternalLoggers(run_dir, tc.tensorboard, tc.wandb, config) if self.main else None
-        self.train_time, self.train_tokens = 0.0, 0  # since the last record, for tokens/s
+        self.train_time, self.train_tokens, self.train_steps = 0.0, 0, 0  # since the last record, for tokens/s
         self.first_step_s: float | None = None  # the session's first step, until a record takes it
         self.started = False  # whether this session has counted its first step
 
-    def count(self, seconds: float) -> None:
-        """One more step of `seconds` of training time."""
+    def count(self, seconds: float, positions: int) -> None:
+        """One more step of `seconds` of training time that computed `positions` token positions."""
         if not self.started:
             self.started, self.first_step_s = True, seconds
             return
         self.train_time += seconds
-        self.train_tokens += self.tokens_per_step
+        self.train_tokens += positions
+        self.train_steps += 1
 
     def due(self, step: int, final: bool) -> bool:
         tc = self.tc
@@ -111,7 +112,8 @@ class StepLogger:
         MFU, ETA and dollars_projected are left out rather than computed from a step that includes
         compilation (an ETA from a 40 s compile step would read hours); the next record has them."""
         rate = self.train_tokens / self.train_time if self.train_tokens else None
-        self.train_time, self.train_tokens = 0.0, 0
+        step_s = self.train_time / self.train_steps if self.train_steps else None
+        self.train_time, self.train_tokens, self.train_steps = 0.0, 0, 0
         measured = {"tokens_per_s": rate} if rate else {}
         record = {"step": step, "tokens": step * self.tokens_per_step, "train_loss": loss, "lr": lr,
                   "grad_norm": grad_norm, **measured, "elapsed_s": round(elapsed, 3), "skipped_steps": skipped}
@@ -121,7 +123,7 @@ class StepLogger:
         if not self.main:
             return record
         if rate:
-            eta = (self.stop_at - step) * self.tokens_per_step / rate
+            eta = (self.stop_at - step) * step_s
             record["mfu"] = rate * self.flops_per_token / self.peak_flops
             record["eta_s"] = round(eta, 1)
         if self.price is not None:

@@ -3,6 +3,12 @@
 Muon (torch.optim.Muon: momentum, then each update orthogonalized by a Newton–Schulz iteration) is
 meant for the hidden 2-D weights only; embeddings, the output head, norms and biases stay on AdamW, as
 in modded-nanogpt. `Optimizers` steps, zeroes, schedules and checkpoints the pair as one optimizer.
+
+A LoRA fine-tune that trains the embedding rows of added tokens (models/lora.py, `train_token_rows`) gives
+AdamW the whole embedding matrix (and untied head) with every other row's gradient zeroed; it goes in the
+group without weight decay, since decay would shrink the frozen rows too. With a zero gradient and no
+decay, AdamW's update of a row is exactly zero (its moments stay 0, the step 0 / (0 + eps)), so those
+rows stay bitwise the base's.
 """
 
 from __future__ import annotations
@@ -61,20 +67,28 @@ class Optimizers:
 
 
 def hidden_matrices(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The 2-D weights inside the transformer blocks (attention and MLP projections): Muon's share."""
+    """The 2-D weights inside the transformer blocks (attention and MLP projections): Muon's share. Never the
+    embedding or head, so never a matrix whose token rows train (Muon's orthogonalized update moves every row)."""
     inner = getattr(model, "module", model)  # DDP wraps the model; FSDP2 shards it in place
     return [p for p in inner.blocks.parameters() if p.requires_grad and p.dim() == 2]
 
 
+def _trains_rows(param: torch.Tensor) -> bool:
+    """Whether only some rows of `param` train (lora.train_token_rows marks it with their ids)."""
+    return bool(getattr(param, "token_rows", ()))
+
+
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> Optimizers:
-    """AdamW with weight decay on matrices only (not on norms' gains or biases); under
-    train.optimizer=muon, Muon takes the blocks' matrices and AdamW keeps embeddings, head, norms, biases."""
+    """AdamW with weight decay on matrices only (not on norms' gains or biases, nor on a matrix of which only
+    some token rows train); under train.optimizer=muon, Muon takes the blocks' matrices and AdamW keeps
+    embeddings, head, norms, biases."""
     muon_params = hidden_matrices(model) if cfg.optimizer == "muon" else []
     on_muon = {id(p) for p in muon_params}
     params = [p for p in model.parameters() if p.requires_grad and id(p) not in on_muon]
+    decays = [p.dim() >= 2 and not _trains_rows(p) for p in params]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        {"params": [p for p, decay in zip(params, decays) if decay], "weight_decay": cfg.weight_decay},
+        {"params": [p for p, decay in zip(params, decays) if not decay], "weight_decay": 0.0},
     ]
     # Fused (one kernel over all tensors) on every device: on the CPU it updates as foreach does
     # (tests/train/test_compile.py) and 4.4× faster than the per-tensor loop PyTorch picks there by

@@ -38,8 +38,18 @@ def _no_clock(part: str) -> None:
 def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
     """A freshly initialized model on `device`, as training runs it (train.activation_checkpointing:
     each block's activations recomputed during backward instead of kept; train.precision=fp8: the blocks'
-    linear layers in fp8)."""
+    linear layers in fp8; a LoRA SFT run: adapters, and the embedding rows of the tokens the run added
+    training beside them, see finetune.lora_token_rows)."""
+    from burnout.models.lora import train_token_rows
+    from burnout.train.finetune import lora_token_rows
+
     model = with_adapters(cfg, Transformer(cfg.model).to(device))
+    if rows := lora_token_rows(cfg):
+        if cfg.train.distributed == "fsdp":
+            # FSDP2 swaps each Parameter for a sharded one, leaving behind the hook that freezes the other rows.
+            raise BurnoutError("train.distributed: a LoRA fine-tune that added tokens (sft.added_tokens) trains "
+                               "their embedding rows under ddp only; use train.distributed=ddp")
+        train_token_rows(model, rows)
     if cfg.train.precision == "fp8":
         model = to_float8_training(model)
     return checkpoint_blocks(model) if cfg.train.activation_checkpointing else model
@@ -72,8 +82,9 @@ def batch_indices(start_step: int, grad_accum: int, dist: DistContext) -> Iterat
 
 def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torch.device, precision: str,
                          dist: DistContext | None = None, scaler: torch.amp.GradScaler | None = None,
-                         clock: Clock = _no_clock) -> torch.Tensor:
-    """Forward and backward over one optimizer step's micro-batches; returns this rank's mean loss.
+                         clock: Clock = _no_clock) -> tuple[torch.Tensor, int]:
+    """Forward and backward over one optimizer step's micro-batches; returns this rank's mean loss and the
+    token positions it computed (a fine-tune with sft.pad_to_longest computes fewer than batch × seq_len).
 
     Micro-batch m of rank r at step s is batch (s·W + r)·A + m of the stream: a pure function of the
     step, so a resumed run sees the same data, and the same for every split of a global batch into
@@ -99,7 +110,7 @@ def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torc
             (scaler.scale(loss) if scaler is not None else loss).backward()
             clock("backward")
         loss_sum += loss.detach()
-    return loss_sum
+    return loss_sum, sum(x.numel() for x, _ in batches)
 
 
 def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
@@ -136,6 +147,7 @@ class StepResult:
     grad_norm: float  # before clipping
     lr: float  # train.lr's schedule at this step (Muon's LR follows it in proportion)
     applied: bool  # False: the loss or the gradient was not finite and the update was skipped
+    positions: int  # the token positions the step computed, all ranks (tokens/s and MFU count these)
     flags: list[bool] = dataclasses.field(default_factory=list)  # the stop flags, agreed across ranks
 
 
@@ -169,8 +181,8 @@ class TrainStep:
         tc = self.tc
         lr = lr_at(step, tc, self.end_of_run)
         self.optimizer.scale_lr(lr / tc.lr)
-        loss_sum = accumulate_gradients(self.forward, loader, step, tc.grad_accum, self.device, self.precision,
-                                        self.dist, self.scaler, clock)
+        loss_sum, positions = accumulate_gradients(self.forward, loader, step, tc.grad_accum, self.device,
+                                                   self.precision, self.dist, self.scaler, clock)
         local = flags() if flags is not None else []
         # NOTE: one collective per step carries the loss and the stop flags; a flag averaged over ranks is > 0
         # when any rank raised it.
@@ -189,4 +201,5 @@ class TrainStep:
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         clock("optimizer")
-        return StepResult(loss, norm, lr, applied, [value > 0 for value in agreed])
+        # Rank 0's positions stand for every rank's: counting all of them exactly would take a collective.
+        return StepResult(loss, norm, lr, applied, positions * self.dist.world_size, [value > 0 for value in agreed])

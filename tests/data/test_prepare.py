@@ -24,7 +24,8 @@ def prepared(tmp_path_factory):
 def test_files_match_meta(prepared):
     out, meta = prepared
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["manifest.json", "meta.json", "tokenizer.json", "train_000000.bin", "val_000000.bin"]
+    assert names == ["manifest.json", "meta.json", "tokenizer.json", "train_000000.bin", "train_docs.npy",
+                     "val_000000.bin", "val_docs.npy"]
     assert json.loads((out / "meta.json").read_text()) == meta
     assert meta["format"] == "burnout-tokens-v2" and meta["dtype"] == "uint16"
     assert meta["vocab_size"] == 512 and meta["tokenizer_kind"] == "bpe"

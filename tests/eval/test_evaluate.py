@@ -12,6 +12,7 @@ from burnout.cli import main
 from burnout.core.checkpoint import list_checkpoints, load_checkpoint
 from burnout.core.model_files import load_model
 from burnout.data.tokenizer import load_tokenizer
+from burnout.eval.degeneration import summarize
 from burnout.eval.evaluate import evaluate_val, token_byte_lengths
 from burnout.eval.tasks import DEFAULT_FILES, load_task
 
@@ -71,7 +72,11 @@ def test_compare_writes_the_same_prompts_at_each_checkpoint(run, tmp_path, capsy
     assert saved["prompts"] == ["def f(x):", "The "]
     assert saved["settings"]["temperature"] == 0.0 and saved["settings"]["seed"] == 0
     table = (run / "compare.md").read_text()
-    assert "## def f(x):" in table and table.count("| 10 |") == 2
+    assert "## def f(x):" in table and table.count("| step_0000010 | 10 |") == 3  # the summary, then each prompt
+    for row in saved["rows"]:
+        assert row["degeneration"] == summarize(row["continuations"])
+        assert (f"| {row['checkpoint']} | {row['step']} | {row['degeneration']['degenerate']} of 2 | "
+                f"{row['degeneration']['mean_distinct_3']:.2f} |  |") in table
     # Greedy and seeded: the same command gives the same table.
     main(["compare", str(run), "--prompts", str(prompts), "--checkpoints", "10", "30", "--max-new-tokens", "8",
           "--device", "cpu"])

@@ -1,12 +1,16 @@
 """LoRA adapters (burnout/models/lora.py): only adapters train, a merge is exact, adapters round-trip through
 their folder, disabling them gives the base model back, and an adapter exported in PEFT's layout gives our
-logits in peft + transformers on the exported base model.
+logits in peft + transformers on the exported base model. Token rows (the embedding and untied head rows of
+added tokens, trained beside the adapters): only they get a gradient, they count k × d, and they travel
+through the adapter folder, a merge and a PEFT export (trainable_token_indices); frozen at the mean
+embedding, such a token could never be the argmax.
 
 Tiny random models in fp32 on the CPU; no network.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -35,6 +39,7 @@ from burnout.models.lora import (
     parameter_counts,
     save_adapter,
     save_peft_adapter,
+    train_token_rows,
 )
 from burnout.models.transformer import Transformer
 
@@ -296,5 +301,171 @@ def test_bad_uses_are_one_line(tmp_path):
     errors.append(exc)
     with pytest.raises(BurnoutError, match=r"holds no adapter_config\.json") as exc:
         load_adapter(make_base("llama-gqa"), tmp_path)
+    errors.append(exc)
+    assert all("\n" not in str(e.value) for e in errors)
+
+
+# ----------------------------------------------------------------------------------------------
+# Token rows: the embedding (and untied head) rows of added tokens train beside the adapters
+
+ROWS = [5, 95, 96]  # as if the fine-tune had added three tokens: ids 95, 96 past the base, and 5 inside it
+ROW_NAMES = ["gpt2", "llama-gqa", "llama-gqa-bias-tied"]  # tied, untied, tied
+
+
+def make_with_rows(name: str, seed: int = 0, **lora) -> Transformer:
+    """make_adapted with the ROWS of the embedding (and untied head) training and set to random values, as
+    training would leave them."""
+    model = train_token_rows(make_adapted(name, seed, **lora), ROWS)
+    g = torch.Generator().manual_seed(seed + 3)
+    with torch.no_grad():
+        for weight in {id(p): p for p in (model.tok_emb.weight, model.lm_head.weight)}.values():
+            weight[ROWS] = 0.5 * torch.randn(len(ROWS), weight.size(1), generator=g)
+    return model
+
+
+def _row_weights(model):
+    return {"tok_emb.weight": model.tok_emb.weight, "lm_head.weight": model.lm_head.weight}
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_token_rows_get_the_gradient_and_every_other_row_none(name):
+    model = apply_lora(make_base(name), LoRAConfig(r=4, alpha=8), row_ids=ROWS).train()
+    x = tokens(length=16)
+    x[:, ::3], x[:, 1::5], x[:, 2::7] = 96, 5, 95  # the added tokens as inputs (and targets)
+    model(x[:, :-1], targets=x[:, 1:]).backward()
+    tied = name != "llama-gqa"
+    for key, weight in _row_weights(model).items():
+        assert weight.requires_grad and weight.token_rows == tuple(ROWS), key
+        others = torch.ones(VOCAB, dtype=torch.bool)
+        others[ROWS] = False
+        assert torch.count_nonzero(weight.grad[others]) == 0, key  # exact zeros, not small numbers
+        assert (weight.grad[ROWS].abs().sum(dim=1) > 0).all(), key
+    assert (model.tok_emb.weight is model.lm_head.weight) is tied
+    # Every other base parameter stays frozen.
+    matrices = {id(w) for w in _row_weights(model).values()}
+    for pname, p in model.named_parameters():
+        if not pname.endswith((".lora_A", ".lora_B")) and id(p) not in matrices:
+            assert not p.requires_grad and p.grad is None, pname
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_token_rows_count_k_times_d_as_trainable_and_the_whole_matrix_in_optimizer_state(name):
+    base = make_base(name)
+    model = apply_lora(make_base(name), LoRAConfig(r=4, alpha=8), row_ids=ROWS)
+    adapters = sum(v.numel() for v in lora_state_dict(model).values())
+    matrices = 1 if name != "llama-gqa" else 2  # an untied head's rows train too
+    d = model.cfg.d_model
+    counts = parameter_counts(model)
+    assert counts.trainable == adapters + matrices * len(ROWS) * d
+    assert counts.optimized == adapters + matrices * VOCAB * d
+    assert counts.total == sum(p.numel() for p in base.parameters()) + adapters
+    plain = parameter_counts(apply_lora(make_base(name), LoRAConfig(r=4, alpha=8)))
+    assert plain.trainable == plain.optimized == adapters
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_token_rows_round_trip_through_the_adapter_folder(name, tmp_path):
+    model = make_with_rows(name).eval()
+    save_adapter(model, tmp_path)
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(tmp_path / ADAPTER_WEIGHTS))
+    row_keys = {"tok_emb.weight.rows"} | ({"lm_head.weight.rows"} if name == "llama-gqa" else set())
+    assert tensors.keys() == set(lora_state_dict(model)) | row_keys
+    assert json.loads((tmp_path / ADAPTER_CONFIG).read_text())["token_rows"] == ROWS
+    for key in row_keys:
+        assert torch.equal(tensors[key], _row_weights(model)[key.removesuffix(".rows")][ROWS])
+    x = tokens()
+    x[:, ::2] = 96
+    base = make_base(name).eval()
+    assert (base(x) - model(x)).abs().max() > 1e-2
+    fresh = load_adapter(make_base(name), tmp_path).eval()  # the base, with its own (mean) rows
+    assert torch.equal(fresh(x), model(x))
+    assert fresh.tok_emb.weight.token_rows == tuple(ROWS) and fresh.tok_emb.weight.requires_grad
+    # every other row is the base's, untouched by the load
+    others = [i for i in range(VOCAB) if i not in ROWS]
+    for key, weight in _row_weights(fresh).items():
+        assert torch.equal(weight[others], _row_weights(base)[key][others]), key
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_a_merge_keeps_the_trained_rows_and_drops_their_gradient_mask(name):
+    model = make_with_rows(name).train()
+    rows = {k: w.detach()[ROWS].clone() for k, w in _row_weights(model).items()}
+    x = tokens()
+    x[:, ::2] = 96
+    with torch.no_grad():
+        adapted = model.eval()(x)
+    merged = merge_lora(model)
+    for key, weight in _row_weights(merged).items():
+        assert torch.equal(weight.detach()[ROWS], rows[key]), key
+    assert not hasattr(merged.tok_emb.weight, "token_rows") and not hasattr(merged.lm_head.weight, "token_rows")
+    torch.testing.assert_close(merged(x), adapted, rtol=0, atol=1e-5)
+    merged.train()(x[:, :-1], targets=x[:, 1:]).backward()  # a plain model: every row gets its gradient
+    others = [i for i in range(VOCAB) if i not in ROWS]
+    assert torch.count_nonzero(merged.lm_head.weight.grad[others]) > 0
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_a_peft_export_with_trained_rows_gives_our_logits_in_peft(name, tmp_path):
+    model = make_with_rows(name, r=4, alpha=16.0)
+    x = tokens(length=16)
+    x[:, ::3] = 96  # the added tokens as inputs, and (below) their logits in every row
+    x[:, 1::4] = 5
+    with torch.no_grad():
+        ours = model(x)
+    base = make_base(name)  # what save_hf exports of the grown base: the rows as they were before training
+    save_hf(base, tmp_path / "base")
+    save_peft_adapter(model, tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / PEFT_CONFIG).read_text())
+    untied = name == "llama-gqa"
+    assert config["trainable_token_indices"] == ({"embed_tokens": ROWS, "lm_head": ROWS} if untied else ROWS)
+    theirs, _ = _peft_logits_and_modules(tmp_path / "base", tmp_path / "adapter", x)
+    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-4)
+    # Without the rows peft's model is another one: the rows, not the adapters alone, give the match.
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(tmp_path / "adapter" / PEFT_WEIGHTS))
+    delta = [k for k in tensors if k.endswith(".token_adapter.trainable_tokens_delta")]
+    assert len(delta) == (2 if untied else 1)
+    save_file({k: v for k, v in tensors.items() if k not in delta}, str(tmp_path / "adapter" / PEFT_WEIGHTS))
+    (tmp_path / "adapter" / PEFT_CONFIG).write_text(json.dumps({**config, "trainable_token_indices": None}))
+    without, _ = _peft_logits_and_modules(tmp_path / "base", tmp_path / "adapter", x)
+    assert (without - ours).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "llama-gqa-bias-tied"])
+def test_a_row_frozen_at_the_mean_embedding_is_never_the_argmax(name):
+    """Why the rows must train: a new token's row at the mean of the others (models/resize.py) has the mean of
+    the other logits as its logit, which is never their maximum, so a frozen row could never be emitted."""
+    from burnout.models.resize import grow_vocab
+
+    model = make_base(name)
+    new = grow_vocab(model, VOCAB + 2)
+    hidden = torch.randn(4096, model.cfg.d_model, generator=torch.Generator().manual_seed(0)) * 3
+    with torch.no_grad():
+        logits = model.lm_head(hidden)  # (N, V + 2)
+    assert not torch.isin(logits.argmax(dim=-1), torch.tensor(new)).any()
+    torch.testing.assert_close(logits[:, new[0]], logits[:, :VOCAB].mean(dim=-1), rtol=0, atol=1e-5)
+
+
+def test_bad_token_rows_are_one_line(tmp_path):
+    errors = []
+    with pytest.raises(BurnoutError, match=r"^token rows \[5, 97\]: give the ids of the added tokens, each below "
+                                           r"the model's 97 rows") as exc:
+        apply_lora(make_base("gpt2"), LoRAConfig(), row_ids=[97, 5])
+    errors.append(exc)
+    model = make_with_rows("llama-gqa")
+    with pytest.raises(BurnoutError, match=r"already trains the embedding rows \[5, 95, 96\], not \[3\]") as exc:
+        train_token_rows(model, [3])
+    errors.append(exc)
+    save_adapter(model, tmp_path / "untied")
+    with pytest.raises(BurnoutError, match=r"token rows tensor 'lm_head\.weight\.rows' does not fit this model") as exc:
+        load_adapter(Transformer(dataclasses.replace(CONFIGS["llama-gqa"], tie_embeddings=True)), tmp_path / "untied")
+    errors.append(exc)
+    small = Transformer(dataclasses.replace(CONFIGS["llama-gqa"], vocab_size=90))
+    with pytest.raises(BurnoutError, match=r"token rows \[5, 95, 96\] reach past the model's 90 rows; load it into "
+                                           r"the base grown") as exc:
+        load_adapter(small, tmp_path / "untied")
     errors.append(exc)
     assert all("\n" not in str(e.value) for e in errors)

@@ -12,6 +12,7 @@ from PIL import Image
 
 from burnout.cli import main
 from burnout.errors import BurnoutError
+from burnout.eval.degeneration import distinct_n
 from burnout.report.render import text_curve, write_report
 from burnout.train.metrics import read_metrics
 
@@ -56,7 +57,8 @@ def test_report_of_one_run_holds_its_logged_numbers(sampled_runs, tmp_path):
     assert [r["step"] for r in samples] == [8, 16, 24]
     for r in samples:
         cell = r["sample"].replace("|", "\\|").replace("\n", " ")
-        assert f"| {r['step']} | {fmt(r['val_loss'])} | {cell} |" in md
+        assert r["sample_repetition"] == pytest.approx(1 - distinct_n(r["sample"], 3))
+        assert f"| {r['step']} | {fmt(r['val_loss'])} | {fmt(r['sample_repetition'])} | {cell} |" in md
 
     # The HTML page embeds the same PNGs, and loads nothing from elsewhere.
     page = (tmp_path / "r" / "report.html").read_text()

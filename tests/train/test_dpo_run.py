@@ -93,6 +93,15 @@ def test_step_1_is_ln_2_and_the_pair_metrics_are_logged_beside_the_loss(dpo_run)
     assert metrics[-1]["margin"] > 0 and metrics[-1]["accuracy"] > 0.5
 
 
+def test_mfu_counts_the_reference_forward_too(dpo_run, sft_run):
+    """Tokens/s counts both rows of a pair (chosen, rejected: StepResult.positions); MFU adds the reference's
+    forward (a third of a training step's FLOPs) to the policy's forward and backward: 4/3 of an SFT step's
+    FLOPs per position."""
+    record = next(r for r in _metrics(dpo_run) if "tokens_per_s" in r)
+    sft = next(r for r in _metrics(sft_run) if "tokens_per_s" in r)
+    assert record["mfu"] / record["tokens_per_s"] == pytest.approx(sft["mfu"] / sft["tokens_per_s"] * 4 / 3, rel=1e-4)
+
+
 def test_held_out_accuracy_and_margin_rise(dpo_run):
     evals = [r for r in _metrics(dpo_run) if "val_loss" in r]
     assert [r["step"] for r in evals] == [4, 8, 12]
@@ -108,6 +117,22 @@ def test_a_dpo_checkpoint_is_the_plain_policy_of_a_chat_model(dpo_run, sft_run):
     assert ckpt.config.sft is not None and ckpt.config.dpo.base == str(list_checkpoints(sft_run)[-1].resolve())
     base, _, _ = load_model(sft_run)
     assert not torch.equal(model.lm_head.weight, base.lm_head.weight)  # the policy moved
+
+
+def test_the_report_has_a_fine_tuning_section_with_the_rewards(dpo_run, sft_run):
+    from burnout.report.render import run_blocks
+    from burnout.report.runlog import load_run
+
+    _, blocks = run_blocks(load_run(dpo_run), log_scale=False)
+    at = next(i for i, b in enumerate(blocks) if b.kind == "h2" and b.text == "Fine-tuning")
+    about = dict(blocks[at + 1].rows)
+    assert about["kind"] == "DPO, full fine-tuning"
+    assert str(list_checkpoints(sft_run)[-1].resolve()) in about["started from"]
+    assert blocks[at + 2].kind == "image" and blocks[at + 2].png.startswith(b"\x89PNG")
+    last = _metrics(dpo_run)[-1]
+    held_out = [r for r in _metrics(dpo_run) if "val_loss" in r][-1]
+    assert blocks[at + 3].rows == [["reward accuracy", last["accuracy"], held_out["val_accuracy"]],
+                                   ["reward margin", last["margin"], held_out["val_margin"]]]
 
 
 def test_a_working_learning_rate_gives_no_stall_warning(dpo_run):

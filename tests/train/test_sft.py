@@ -22,6 +22,7 @@ from burnout.data.sft import SFTBatches
 from burnout.errors import BurnoutError
 from burnout.eval.loss import evaluate_loss
 from burnout.train.finetune import init_from_base, load_base
+from burnout.train.metrics import StepLogger
 from burnout.train.run import resume_training, start_training
 from burnout.train.step import accumulate_gradients, build_model, target_weights
 
@@ -190,11 +191,65 @@ def test_micro_batches_average_per_target_token(tiny_run_config):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 
 
+def test_narrow_batches_count_the_positions_they_computed(tiny_run_config, tmp_path):
+    """With sft.pad_to_longest a batch is narrower than seq_len: tokens/s and MFU count the positions the
+    step computed, and the ETA comes from seconds per step, not from batch × seq_len over that rate."""
+    model = build_model(tiny_run_config(), CPU)
+    x = torch.randint(0, 512, (2, 16))
+    _, positions = accumulate_gradients(model, _Loader([(x, x), (x[:1, :8], x[:1, :8])]), 0, 2, CPU, "fp32")
+    assert positions == 2 * 16 + 8
+    tc = tiny_run_config().train
+    logger = StepLogger(tmp_path, tc, tokens_per_step=4 * 64, flops_per_token=6.0, peak_flops=1e3, price=None,
+                        stop_at=10, bar=None, emit=_quiet, config={})
+    for seconds, computed in ((9.0, 256), (2.0, 100), (2.0, 60)):  # the first step is compile's, left out
+        logger.count(seconds, computed)
+    record = logger.record(3, 1.0, 1e-3, 1.0, elapsed=13.0, skipped=0)
+    logger.close()
+    assert record["tokens_per_s"] == 40.0 and record["mfu"] == pytest.approx(40 * 6.0 / 1e3)
+    assert record["eta_s"] == 7 * 2.0
+
+
+def test_compare_puts_the_base_beside_the_fine_tune_and_asks_the_chat_model_in_its_template(base_run, full_run,
+                                                                                             tmp_path):
+    from burnout.generate.chat import chat_replies
+    from burnout.generate.sampling import generate_texts
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("What is 3 plus 3?\nThe \n")
+    assert main(["compare", str(full_run), "--prompts", str(prompts), "--checkpoints", "12", "--max-new-tokens", "6",
+                 "--device", "cpu"]) == 0
+    saved = json.loads((full_run / "compare.json").read_text())
+    assert [(r["checkpoint"], r["step"], r["chat"]) for r in saved["rows"]] == [("base", 6, False),
+                                                                              ("step_0000012", 12, True)]
+    model, tokenizer, _ = load_model(full_run / "checkpoints" / "step_0000012")
+    assert saved["rows"][1]["continuations"] == chat_replies(model, tokenizer, saved["prompts"], 6, temperature=0.0,
+                                                             top_k=None, seed=0)
+    base, base_tokenizer, _ = load_model(base_run)
+    texts = generate_texts(base, base_tokenizer, saved["prompts"], 6, temperature=0.0, top_k=None, seed=0)
+    assert saved["rows"][0]["continuations"] == [t[len(p):] for p, t in zip(saved["prompts"], texts)]
+    assert "| base | 6 |" in (full_run / "compare.md").read_text()
+
+
+def test_the_report_says_what_a_fine_tune_started_from_and_what_its_loss_counts(base_run, lora_run):
+    from burnout.report.render import run_blocks
+    from burnout.report.runlog import load_run
+
+    _, blocks = run_blocks(load_run(lora_run), log_scale=False)
+    at = next(i for i, b in enumerate(blocks) if b.kind == "h2" and b.text == "Fine-tuning")
+    about = dict(blocks[at + 1].rows)
+    assert about["kind"] == "SFT, LoRA r=4 alpha=8 on attn, mlp (base frozen)"
+    assert about["loss"] == "on assistant tokens only"
+    assert about["tokens added to the base"] == "`<|im_start|>`, `<|im_end|>`"
+    assert str(list_checkpoints(base_run)[-1].resolve()) in about["started from"]
+
+
 # ----------------------------------------------------------------------------------------------
 # LoRA
 
 
-def test_lora_trains_the_adapters_alone_and_saves_them_beside_the_checkpoints(base_run, lora_run):
+def test_lora_trains_the_adapters_and_the_added_rows_and_saves_them_beside_the_checkpoints(base_run, lora_run):
+    """Base frozen but for the embedding rows of the chat tokens the run added (ids 512, 513): frozen at the
+    mean, their logit could never win (tests/train/test_lora_new_tokens.py)."""
     events = (lora_run / "events.txt").read_text()
     line = next(e for e in events.splitlines() if e.startswith("trainable parameters"))
     assert "for full fine-tuning" in line
@@ -203,11 +258,13 @@ def test_lora_trains_the_adapters_alone_and_saves_them_beside_the_checkpoints(ba
     start = build_model(load_run_config(lora_run / "config.yaml"), CPU)
     init_from_base(start, load_run_config(lora_run / "config.yaml"))
     for key, value in start.state_dict().items():
-        if key in final:  # a tied matrix is saved under one of its names
+        if key in ("tok_emb.weight", "lm_head.weight") and key in final:  # tied: saved under one name
+            assert torch.equal(final[key][:512], value[:512]) and not torch.equal(final[key][512:], value[512:])
+        elif key in final:
             trained = key.endswith((".lora_A", ".lora_B"))
             assert torch.equal(final[key], value) is not trained, key  # base frozen, adapters trained
     adapter = safetensors.torch.load_file(lora_run / "adapter" / "adapter.safetensors")
-    assert adapter.keys() == {k for k in final if k.endswith((".lora_A", ".lora_B"))}
+    assert adapter.keys() == {k for k in final if k.endswith((".lora_A", ".lora_B"))} | {"tok_emb.weight.rows"}
     assert json.loads((lora_run / "adapter" / "adapter_config.json").read_text())["r"] == 4
 
 
