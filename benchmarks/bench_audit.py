@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from burnout.core.device import cpu_model
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -102,14 +104,6 @@ def in_subprocess(corpus: Path, capacity: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

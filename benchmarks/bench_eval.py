@@ -53,6 +53,7 @@ for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "T
 import torch  # noqa: E402
 
 from burnout.config import ModelConfig  # noqa: E402
+from burnout.core.device import cpu_model  # noqa: E402
 from burnout.data.tokenizer import gpt2_tokenizer  # noqa: E402
 from burnout.errors import BurnoutError  # noqa: E402
 from burnout.eval.harness import hf_model, run_lm_eval, write_task_configs  # noqa: E402
@@ -84,17 +85,6 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "?"
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def bench_icl(n: int, model, tokenizer, data_root: Path, batch_size: int, repeats: int) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -47,6 +46,7 @@ for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "T
 import torch  # noqa: E402
 
 from burnout.config import ModelConfig  # noqa: E402
+from burnout.core.device import cpu_model  # noqa: E402
 from burnout.data.tokenizer import gpt2_tokenizer  # noqa: E402
 from burnout.errors import BurnoutError  # noqa: E402
 from burnout.eval.lm_adapter import BurnoutLM, require_lm_eval  # noqa: E402
@@ -60,14 +60,6 @@ SHAPES = {
 LM_CALLS = ("loglikelihood", "loglikelihood_rolling", "generate_until")
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load() -> str:

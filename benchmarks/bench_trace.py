@@ -36,20 +36,14 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from burnout.core.device import cpu_model  # noqa: E402
+
 VOCAB, EOT, DOC_TOKENS = 50257, 50256, 999  # 999: document ends fall off the shard boundaries
 PATTERN = [1234, 50100, 4321, 50101]  # 50100 and 50101 are outside the random ids: only plants have them
 DECOY = [1234, 50100, 4321, 999]
 GEN_CHUNK = 1 << 24
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def fit_to_disk(folder: Path, tokens: int) -> int:

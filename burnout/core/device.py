@@ -28,10 +28,11 @@ def describe_device(device: torch.device) -> str:
     """What the steps run on: the GPU's name, or the CPU's model and thread count."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{_cpu_model()}, {torch.get_num_threads()} threads"
+    return f"{cpu_model()}, {torch.get_num_threads()} threads"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), for the logs and benchmarks that quote it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

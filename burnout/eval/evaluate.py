@@ -246,6 +246,16 @@ def evaluate_checkpoint(
     return record
 
 
+def checkpoints_to_evaluate(target: str | Path, all_checkpoints: bool) -> list[Path]:
+    """The checkpoint `target` names (a run folder: its latest), or with all_checkpoints every one of the run."""
+    if not all_checkpoints:
+        return [resolve_checkpoint(target)]
+    paths = list_checkpoints(Path(target))
+    if not paths:
+        raise BurnoutError(f"'{target}' holds no checkpoints/step_* folders; --all-checkpoints needs a run folder")
+    return paths
+
+
 def evaluate(
     target: str | Path,
     tasks: list[str] | str | None,
@@ -259,12 +269,7 @@ def evaluate(
     """Evaluate a checkpoint, a run's latest checkpoint, or (all_checkpoints) every checkpoint of a run;
     then rewrite RUN/eval/summary.{md,json} from every result in RUN/eval and print the table."""
     plan = plan_tasks(tasks, data_root, task_files, icl_tasks)
-    if all_checkpoints:
-        paths = list_checkpoints(Path(target))
-        if not paths:
-            raise BurnoutError(f"'{target}' holds no checkpoints/step_* folders; --all-checkpoints needs a run folder")
-    else:
-        paths = [resolve_checkpoint(target)]
+    paths = checkpoints_to_evaluate(target, all_checkpoints)
     for line in plan.lines:
         say(line)
     records = [evaluate_checkpoint(p, plan, say=say, data_root=data_root, **kwargs) for p in paths]

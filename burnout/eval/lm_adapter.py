@@ -39,11 +39,11 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from burnout.common import EOT_TOKEN, first_line, write_atomic
-from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint
 from burnout.core.device import configure_backends, resolve_device, resolve_precision
 from burnout.core.model_files import is_chat_model, load_model
 from burnout.data.chat import IM_END
 from burnout.errors import BurnoutError
+from burnout.eval.evaluate import checkpoints_to_evaluate
 from burnout.eval.scoring import _batches, _score_batch, shared_prefix_groups
 from burnout.generate.sampling import generate_batch
 from burnout.models import Transformer
@@ -366,12 +366,7 @@ def run_harness(target: str | Path, tasks: str | Sequence[str], include: Sequenc
         raise BurnoutError(f"--limit must be at least 1, not {limit}")
     if batch_size < 1:
         raise BurnoutError(f"--batch-size must be at least 1, not {batch_size}")
-    if all_checkpoints:
-        paths = list_checkpoints(Path(target))
-        if not paths:
-            raise BurnoutError(f"'{target}' holds no checkpoints/step_* folders; --all-checkpoints needs a run folder")
-    else:
-        paths = [resolve_checkpoint(target)]
+    paths = checkpoints_to_evaluate(target, all_checkpoints)
     dev = resolve_device(device)
     manager = task_manager(include, include_defaults)  # indexing lm-eval's built-in tasks takes seconds
     names = parse_harness_tasks(tasks, manager)
