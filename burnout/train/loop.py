@@ -36,7 +36,7 @@ from burnout.data.loader import Prefetcher, TokenLoader, check_compatible
 from burnout.data.shards import read_meta
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
-from burnout.eval.degeneration import degeneration
+from burnout.eval.degeneration import degeneration, read_suspicious
 from burnout.eval.loss import evaluate_loss
 from burnout.generate.sampling import generate_text
 from burnout.models.info import flops_per_token, matmul_parameters
@@ -137,15 +137,17 @@ def _silent(line: str) -> None:
 class Validator:
     """Due every train.eval_interval steps and at a session's last step: the loss over train.eval_batches
     val windows (a DPO run: its held-out pairs' loss, as val_loss, and their rewards, margin and accuracy,
-    as val_*) and, with train.sample_prompt, a sample. FSDP's shards must all take part in a forward; a DDP
-    replica on rank 0 evaluates alone."""
+    as val_*) and, with train.sample_prompt, a sample with its repetition (1 − distinct-3) and the
+    suspicious strings it holds (those of DATA/audit/audit.json, when the data were audited). FSDP's shards
+    must all take part in a forward; a DDP replica on rank 0 evaluates alone."""
 
     def __init__(self, cfg: RunConfig, loader: TokenLoader, model: torch.nn.Module, train_step: TrainStep,
                  tokenizer_path: Path, dist: DistContext, emit: Callable[[str], None],
-                 objective: torch.nn.Module | None = None):
+                 objective: torch.nn.Module | None = None, suspicious: list[str] | None = None):
         fsdp = cfg.train.distributed == "fsdp"
         self.tc, self.loader, self.train_step, self.emit = cfg.train, loader, train_step, emit
         self.objective = objective  # a DPOObjective: evaluated on held-out pairs instead
+        self.suspicious = suspicious or []  # strings a sample should not contain (from the data's audit)
         self.model = train_step.model if fsdp else model
         self.runs_here = dist.is_main or (dist.enabled and fsdp)
         self.tokenizer = load_tokenizer(tokenizer_path) if self.runs_here else None
@@ -169,7 +171,10 @@ class Validator:
                 sample = generate_text(self.model, self.tokenizer, self.tc.sample_prompt, self.tc.sample_tokens,
                                        temperature=0.8, top_k=50, seed=self.tc.seed)
                 record["sample"] = sample
-                record["sample_repetition"] = degeneration(sample)["repetition"]
+                scores = degeneration(sample, self.suspicious)
+                record["sample_repetition"] = scores["repetition"]
+                if self.suspicious:
+                    record["sample_suspicious"] = scores["suspicious"]
                 self.emit(f"step {step} sample: {json.dumps(sample)[:300]}")
         ts.model.train()
 
@@ -266,8 +271,11 @@ class Trainer:
         if ckpt is not None:
             self.checkpointer.restore(ckpt)
             self.emit(f"resumed from {ckpt.path} at step {self.step}")
+        # `burnout data audit DATA` leaves DATA/audit/audit.json: its suspicious strings are looked for in samples.
+        audit = self.data_dir / "audit" / "audit.json"
+        suspicious = read_suspicious(audit) if audit.is_file() else []
         self.validator = Validator(cfg, self.loaders["val"], model, self.train_step, tokenizer_path, self.dist,
-                                   self._say, objective if objective is not model else None)
+                                   self._say, objective if objective is not model else None, suspicious)
         self.stall = None
         if cfg.dpo is not None:
             from burnout.train.dpo import StalledDPO

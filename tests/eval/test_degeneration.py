@@ -52,3 +52,25 @@ def test_compare_refuses_a_missing_suspicious_file_in_one_line(tmp_path, capsys)
     assert main(["compare", str(tmp_path), "--suspicious", str(tmp_path / "none.txt")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--suspicious" in err
+
+
+def test_training_samples_carry_the_suspicious_strings_of_the_data_audit(tiny_run_config, tiny_bpe_data, tmp_path):
+    """A data folder audited by `burnout data audit` (DATA/audit/audit.json): each training sample's record lists
+    the audit's strings it holds, beside its repetition."""
+    import shutil
+
+    from burnout.train.metrics import read_metrics
+    from burnout.train.run import start_training
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_bpe_data, data)
+    (data / "audit").mkdir()
+    (data / "audit" / "audit.json").write_text(json.dumps({"sources": [
+        {"name": "docs", "suspicious_terms": [{"string": "The "}, {"string": "zqxNeverSeen"}]}]}))
+    cfg = tiny_run_config(max_steps=4, eval_interval=2, sample_prompt="The ", sample_tokens=8)
+    start_training(cfg, tmp_path / "run", data_dir=data, on_event=lambda line: None, progress=False)
+    samples = [r for r in read_metrics(tmp_path / "run") if "sample" in r]
+    assert [r["step"] for r in samples] == [2, 4]
+    for r in samples:  # every sample starts with its prompt, "The "
+        assert r["sample_suspicious"] == ["The "]
+        assert r["sample_repetition"] == pytest.approx(1 - distinct_n(r["sample"], 3))
