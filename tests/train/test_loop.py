@@ -226,13 +226,14 @@ def test_gradient_accumulation_equals_one_big_batch(tiny_run_config, tiny_bpe_da
     model = Transformer(cfg.model)
     twin = copy.deepcopy(model)
 
-    loss = accumulate_gradients(model, loader, step=3, grad_accum=2, device=CPU, precision="fp32")
+    loss, positions = accumulate_gradients(model, loader, step=3, grad_accum=2, device=CPU, precision="fp32")
     # Step 3 with accumulation 2 is micro-batches 6 and 7.
     (x0, y0), (x1, y1) = loader.get_batch(6), loader.get_batch(7)
     big_loss = twin(torch.cat([x0, x1]), torch.cat([y0, y1]))
     big_loss.backward()
 
     assert loss.item() == pytest.approx(big_loss.item(), rel=1e-5)
+    assert positions == x0.numel() + x1.numel()
     for (name, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
 
