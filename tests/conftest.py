@@ -156,3 +156,41 @@ def chat_checkpoint(tmp_path_factory) -> ChatCheckpoint:
     save_checkpoint(run_dir, cfg, model, {"step": 10, "tokens": 640}, {"step": 10, "tokens": 640},
                     root / "tokenizer.json", keep_last=1)
     return ChatCheckpoint(run_dir, CHAT_ANSWER, answer_ids)
+
+
+@dataclass
+class FineTuneData:
+    chats: Path  # 40 conversations in the messages layout, answers of different lengths
+    pairs: Path  # 40 preference pairs: chosen a sentence, rejected its words reversed
+
+
+@pytest.fixture(scope="session")
+def fine_tune_data(tmp_path_factory) -> FineTuneData:
+    """SFT and DPO data short enough for chat_checkpoint's 64-token context, and whose target counts differ
+    from batch to batch (what a compiled fine-tune must not recompile for)."""
+    import json
+
+    root = tmp_path_factory.mktemp("fine_tune_data")
+    chats, pairs = root / "chats.jsonl", root / "pairs.jsonl"
+    chats.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": f"Capital {i}?"},
+        {"role": "assistant", "content": "Paris" + " is it" * (i % 4) + "."}]}) + "\n" for i in range(40)))
+    pairs.write_text("".join(json.dumps({
+        "prompt": f"Capital {i}?", "chosen": "It is Paris" + " yes" * (i % 3) + ".",
+        "rejected": " ".join(reversed(("It is Paris" + " yes" * (i % 3) + ".").split()))}) + "\n" for i in range(40)))
+    return FineTuneData(chats, pairs)
+
+
+@pytest.fixture(scope="session")
+def chat_run(tiny_run, fine_tune_data, tmp_path_factory) -> Path:
+    """tiny_run fine-tuned for 6 steps on fine_tune_data.chats: a trained chat model, for DPO to start from
+    (unlike chat_checkpoint's rig, whose 40× logits turn rounding into visible loss differences). Do not modify."""
+    from burnout.config import load_run_config
+    from burnout.train.run import start_training
+
+    run = tmp_path_factory.mktemp("chat_run") / "run"
+    train = {"device": "cpu", "precision": "fp32", "batch_size": 4, "seq_len": 64, "max_steps": 6, "lr": 3e-3,
+             "warmup_steps": 2, "eval_interval": 6, "ckpt_interval": 6}
+    cfg = load_run_config({"sft": {"base": str(tiny_run.run_dir), "source": str(fine_tune_data.chats)}, "train": train})
+    start_training(cfg, run, on_event=lambda line: None, progress=False)
+    return run

@@ -194,7 +194,12 @@ class Checkpointer:
                 state["rng_by_rank"] = rngs
             if ts.scaler is not None:
                 state["scaler"] = ts.scaler.state_dict()
-            weights = self.model if model_state is None else module_from_state(self.cfg, model_state)
+            if model_state is None:
+                weights = self.model
+            else:  # FSDP's gathered names are the wrapped module's: a DPO objective's start with "policy."
+                prefix = next((f"{name}." for name, module in ts.model.named_modules() if module is self.model
+                               and name), "")
+                weights = module_from_state(self.cfg, {k.removeprefix(prefix): v for k, v in model_state.items()})
             info = {"step": step, "tokens": tokens, "train_loss": train_loss, "val_loss": val_loss,
                     "val_step": val_step, "elapsed_s": elapsed}
             best = self._best_step(info) if tc.keep_best else None

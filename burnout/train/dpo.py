@@ -22,7 +22,9 @@ The reference is the starting policy, in one of two ways:
   set of weights in their training dtype (4 bytes per parameter in fp32: 4 GB at 1B parameters), and no
   gradients or optimizer state. Precomputing the reference log-probs instead would save those bytes but
   needs a pass over the data before step 1 and a store keyed by pair, which the batch-index-only loader
-  does not give; a frozen copy keeps `objective(x, y)` a pure function of the batch.
+  does not give; a frozen copy keeps `objective(x, y)` a pure function of the batch. Under torchrun the copy is
+  made before DDP or FSDP wraps the objective, so every rank holds it whole, FSDP included (only the
+  policy is sharded); a LoRA DPO holds no copy.
 
 The reference runs under no_grad and in eval mode (no dropout), so at step 0 the policy and the reference
 give the very same log-probabilities and the loss is exactly ln 2 when the policy has no dropout either
@@ -30,7 +32,8 @@ give the very same log-probabilities and the loss is exactly ln 2 when the polic
 
 Checkpoints: the objective's parameters are the policy's (the frozen copy is not a submodule), so the
 optimizer sees only the policy's trainable weights; save `objective.policy`, whose state-dict keys are the
-plain model's.
+plain model's (FSDP gathers the objective's, "policy." in front). Call the objective, never its methods, for a
+forward: FSDP gathers the weights outside the blocks in the root module's forward hook.
 """
 
 from __future__ import annotations
@@ -70,22 +73,35 @@ def sequence_logprobs(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tor
     full (M, V) logits exist at once; the log-softmax is taken in fp32 whatever autocast computed the
     logits in. Any other model's logits(x) are used whole.
     """
-    targets = y.reshape(-1)
-    positions = torch.nonzero(targets != -1).squeeze(1)  # (M,)
-    rows = torch.div(positions, y.size(1), rounding_mode="floor")  # (M,) the row each target belongs to
-    picked = targets[positions]
     inner = getattr(model, "_orig_mod", model)
     if hasattr(inner, "hidden_states") and hasattr(inner, "lm_head"):
-        hidden = inner.hidden_states(x).flatten(0, 1)[positions]  # (M, C)
-        weight = inner.lm_head.weight
-        chunk = loss_chunk_rows(weight.size(0))
-        parts = [checkpoint(_target_logprobs, hidden[s : s + chunk], weight, picked[s : s + chunk],
-                            use_reentrant=False, preserve_rng_state=False)
-                 for s in range(0, hidden.size(0), chunk)]
-        token_logprobs = torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
-    else:
-        logits = model(x).flatten(0, 1)[positions]  # (M, V)
-        token_logprobs = -F.cross_entropy(logits.float(), picked, reduction="none")
+        return _head_logprobs(inner.hidden_states(x), inner.lm_head.weight, y)
+    targets = y.reshape(-1)
+    positions = torch.nonzero(targets != -1).squeeze(1)  # (M,)
+    logits = model(x).flatten(0, 1)[positions]  # (M, V)
+    token_logprobs = -F.cross_entropy(logits.float(), targets[positions], reduction="none")
+    return _sum_per_row(token_logprobs, positions, y)
+
+
+# NOTE: outside torch.compile. The number of target positions M differs from batch to batch, and a graph
+# taking the (M, C) rows was compiled again for every new M (7 recompiles in a 6-step run, those steps 60×
+# slower, then eager for good at dynamo's recompile limit). The blocks, whose shapes depend on x's alone,
+# stay in the compiled graph; what runs eager here is the head's matmuls, a chunk at a time.
+@torch.compiler.disable
+def _head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    targets = y.reshape(-1)
+    positions = torch.nonzero(targets != -1).squeeze(1)  # (M,)
+    hidden, picked = hidden.flatten(0, 1)[positions], targets[positions]  # (M, C), (M,)
+    chunk = loss_chunk_rows(weight.size(0))
+    parts = [checkpoint(_target_logprobs, hidden[s : s + chunk], weight, picked[s : s + chunk],
+                        use_reentrant=False, preserve_rng_state=False)
+             for s in range(0, hidden.size(0), chunk)]
+    token_logprobs = torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+    return _sum_per_row(token_logprobs, positions, y)
+
+
+def _sum_per_row(token_logprobs: torch.Tensor, positions: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    rows = torch.div(positions, y.size(1), rounding_mode="floor")  # (M,) the row each target belongs to
     return torch.zeros(y.size(0), dtype=torch.float32, device=y.device).index_add(0, rows, token_logprobs)
 
 
@@ -187,8 +203,11 @@ class DPOObjective(nn.Module):
         policy_chosen, policy_rejected = sequence_logprobs(self.policy, x, y).chunk(2)
         return dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, self.beta)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, y: torch.Tensor, with_metrics: bool = False):
+        """The loss; with `with_metrics`, (loss, metrics) and nothing recorded (evaluation)."""
         loss, metrics = self.pair_metrics(x, y)
+        if with_metrics:
+            return loss, metrics
         if torch.is_grad_enabled():
             self._record(metrics)
         return loss
@@ -226,7 +245,9 @@ def evaluate_pairs(objective: DPOObjective, batches: Iterable[tuple[torch.Tensor
     pairs = 0
     with torch.no_grad(), _eval_mode(objective):
         for x, y in batches:
-            _, metrics = objective.pair_metrics(x.to(device), y.to(device))
+            # NOTE: through the module's call, not pair_metrics: FSDP2 gathers the weights outside the blocks
+            # (embedding, final norm, head) in the root module's forward hook.
+            _, metrics = objective(x.to(device), y.to(device), with_metrics=True)
             n = x.size(0) // 2
             for key in METRIC_KEYS:
                 totals[key] += float(metrics[key]) * n

@@ -11,6 +11,7 @@ import safetensors.torch
 import torch
 from torch._dynamo.utils import counters
 
+from burnout.config import load_run_config
 from burnout.data.loader import TokenLoader
 from burnout.report.render import write_report
 from burnout.train.metrics import read_metrics
@@ -165,3 +166,39 @@ def test_fused_adamw_updates_as_foreach_adamw(tiny_run_config, tiny_bpe_data):
     # eps 1e-7 instead of 1e-8 already fails, and one step at lr 3e-3 moves a weight by up to 3e-3.
     for (key, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-6, msg=key)
+
+
+FINE_TUNE_TRAIN = {"device": "cpu", "precision": "fp32", "batch_size": 4, "seq_len": 64, "max_steps": 6, "lr": 1e-3,
+                   "min_lr": 1e-4, "warmup_steps": 2, "log_interval": 2, "eval_interval": 3, "eval_batches": 2,
+                   "ckpt_interval": 6}
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+def test_compiled_fine_tunes_train_like_eager_and_compile_once(tiny_run, chat_run, fine_tune_data, tmp_path,
+                                                               fresh_dynamo, stage):
+    """SFT and DPO with train.compile=true: eager's losses and weights, and every graph compiled by the first
+    logged step (2): none again for later batches whose number of targets differs (DPO's whole model was, for each new
+    count, until dynamo's recompile limit left it eager)."""
+    base, source = (tiny_run.run_dir, fine_tune_data.chats) if stage == "sft" else (chat_run, fine_tune_data.pairs)
+    runs, graphs_by_step_2 = {}, {}
+
+    def count_graphs(line):
+        if line.startswith("step 2/"):
+            graphs_by_step_2[compiled] = counters["stats"]["unique_graphs"]
+
+    for compiled in (False, True):
+        cfg = load_run_config({stage: {"base": str(base), "source": str(source)},
+                               "train": {**FINE_TUNE_TRAIN, "compile": compiled}})
+        counters.clear()
+        start_training(cfg, tmp_path / str(compiled), on_event=count_graphs, progress=False)
+        assert counters["stats"]["unique_graphs"] == graphs_by_step_2[compiled]
+        runs[compiled] = read_metrics(tmp_path / str(compiled))
+    assert graphs_by_step_2[False] == 0 and graphs_by_step_2[True] > 0
+    for a, b in zip(runs[False], runs[True], strict=True):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5), (a, b)
+        if "val_loss" in a:
+            assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+    assert "val_loss" in runs[True][-1]
+    w_eager, w_compiled = _weights(tmp_path / "False"), _weights(tmp_path / "True")
+    for key in w_eager:
+        torch.testing.assert_close(w_compiled[key], w_eager[key], rtol=0, atol=3e-4, msg=key)

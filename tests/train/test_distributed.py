@@ -1,11 +1,13 @@
 """torchrun on the CPU (gloo): DDP, FSDP2 and two nodes equal one process with the same global batch, a
-killed FSDP run resumes bitwise, ranks agree on the auto-batch, and the README's command prepares its data
-once; in this process (a gloo group of one), how the model is wrapped, compiled and saved."""
+killed FSDP run resumes bitwise, fine-tunes (SFT, DPO, LoRA DPO) shard under FSDP as DDP runs them, ranks
+agree on the auto-batch, and the README's command prepares its data once; in this process (a gloo group of
+one), how the model is wrapped, compiled and saved."""
 
 import dataclasses
 import datetime
 import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -160,6 +162,47 @@ def test_fsdp_killed_mid_run_then_resumed_is_bitwise_identical(tiny_run_config, 
     a, b = _weights(list_checkpoints(killed)[-1]), _weights(list_checkpoints(whole)[-1])
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
     assert _without_timing(read_metrics(killed)) == _without_timing(read_metrics(whole))
+
+
+# ----------------------------------------------------------------------------------------------
+# Fine-tunes under FSDP
+
+FINE_TUNE = {"device": "cpu", "precision": "fp32", "batch_size": 2, "seq_len": 64, "max_steps": 6, "lr": 1e-3,
+             "min_lr": 1e-4, "warmup_steps": 2, "log_interval": 1, "eval_interval": 3, "eval_batches": 2,
+             "ckpt_interval": 3, "keep_last": 10}
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo", "dpo-lora"])
+def test_fine_tunes_shard_under_fsdp_as_ddp_runs_them(tiny_run, chat_run, fine_tune_data, tmp_path, stage):
+    """On 2 gloo ranks FSDP's losses, held-out metrics and weights are DDP's. DPO shards its objective, the
+    policy inside it: the gathered weights are saved under the policy's names, held-out pairs go through the
+    root module (whose hook gathers the embedding and head), and a run resumed under FSDP is bitwise the whole
+    one. (A LoRA SFT that trains added tokens' rows is refused under FSDP: test_lora_new_tokens.)"""
+    kind = stage.split("-")[0]
+    base, source = (tiny_run.run_dir, fine_tune_data.chats) if kind == "sft" else (chat_run, fine_tune_data.pairs)
+    section = {"base": str(base), "source": str(source), "val_fraction": 0.25}
+    if stage.endswith("lora"):
+        section["lora"] = {"r": 4, "alpha": 8}
+    for strategy in ("ddp", "fsdp"):
+        config = tmp_path / f"{strategy}.yaml"
+        config.write_text(yaml.safe_dump({kind: section, "train": {**FINE_TUNE, "distributed": strategy}}))
+        proc = _torchrun(["-m", "burnout", "train", config, "--out", tmp_path / strategy], tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    _assert_matches(tmp_path / "fsdp", tmp_path / "ddp")
+    if kind == "dpo":
+        held_out = [r for r in read_metrics(tmp_path / "ddp") if "val_margin" in r]
+        assert [r["step"] for r in held_out] == [3, 6]
+        for a, b in zip(read_metrics(tmp_path / "fsdp")[2::3], held_out, strict=True):
+            assert a["val_margin"] == pytest.approx(b["val_margin"], rel=1e-5, abs=1e-7)
+            assert a["val_accuracy"] == b["val_accuracy"]
+    if stage == "dpo":
+        resumed = tmp_path / "resumed"
+        shutil.copytree(tmp_path / "fsdp", resumed)
+        shutil.rmtree(list_checkpoints(resumed)[-1])
+        proc = _torchrun(["-m", "burnout", "train", "--resume", resumed], tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        a, b = _weights(list_checkpoints(resumed)[-1]), _weights(list_checkpoints(tmp_path / "fsdp")[-1])
+        assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
 
 
 # ----------------------------------------------------------------------------------------------
