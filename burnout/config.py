@@ -296,10 +296,16 @@ class TrainConfig:
     wandb: bool = False
     sample_prompt: str = ""
     sample_tokens: int = 64
+    # Benchmarks scored at each evaluation, named as `burnout eval --tasks` names them (hellaswag, arc_easy,
+    # lambada, icl:FILE.yaml), each on its first eval_task_items items (of each category), logged as
+    # eval/TASK/METRIC; their files under eval_data_root (default: $BURNOUT_EVAL_DATA, else shared/data).
+    eval_tasks: list[str] = field(default_factory=list)
+    eval_task_items: int = 500
+    eval_data_root: str | None = None
 
     def validate(self) -> None:
         for key in ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval",
-                    "eval_batches", "ckpt_interval", "keep_last"):
+                    "eval_batches", "ckpt_interval", "keep_last", "eval_task_items"):
             _require_positive(f"train.{key}", getattr(self, key))
         if self.seq_len is not None:
             _require_positive("train.seq_len", self.seq_len)
@@ -313,6 +319,13 @@ class TrainConfig:
             # torch.optim.Muon on FSDP's shards orthogonalizes each shard, not the matrix: wrong updates.
             raise BurnoutError("train.optimizer: muon orthogonalizes whole matrices, which FSDP shards; "
                                "use train.distributed=ddp or train.optimizer=adamw")
+        if "val" in self.eval_tasks:
+            raise BurnoutError("train.eval_tasks: val is measured at every evaluation already (val_loss); list "
+                               "benchmarks only, e.g. [hellaswag]")
+        if self.eval_tasks and self.distributed == "fsdp":
+            # Scoring runs the model's blocks outside its forward, where FSDP gathers nothing.
+            raise BurnoutError("train.eval_tasks: not supported under train.distributed=fsdp; use ddp, or score "
+                               "the checkpoints afterwards with burnout eval RUN --all-checkpoints")
         if not 0 <= self.min_lr <= self.lr:
             raise BurnoutError(f"train.min_lr: {self.min_lr} must lie in [0, train.lr={self.lr}]")
         if self.warmup_steps < 0:

@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tqdm import tqdm
+
 from burnout.common import write_atomic
 from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
@@ -62,13 +64,17 @@ def compare_checkpoints(
     paths = select_checkpoints(run_dir, checkpoints)
     dev = resolve_device(device)
     rows = []
-    for label, path in [*_starting_model(paths[-1], say), *((p.name, p) for p in paths)]:
-        model, tokenizer, ckpt = load_model(path, dev)
-        texts = answers(model, tokenizer, ckpt.config, list(prompts), max_new_tokens, **sampling)
-        rows.append({"checkpoint": label, "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
-                     "chat": is_chat_model(ckpt.config), "continuations": texts,
-                     "degeneration": summarize(texts, suspicious)})
-        say(f"generated with {label} (step {ckpt.info.get('step')})")
+    models = [*_starting_model(paths[-1], say), *((p.name, p) for p in paths)]
+    # A checkpoint's prompts decode in batches together, so the bar moves a checkpoint at a time.
+    with tqdm(total=len(models) * len(prompts), desc="compare", unit="answer", disable=None, leave=False) as bar:
+        for label, path in models:
+            model, tokenizer, ckpt = load_model(path, dev)
+            texts = answers(model, tokenizer, ckpt.config, list(prompts), max_new_tokens, **sampling)
+            rows.append({"checkpoint": label, "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
+                         "chat": is_chat_model(ckpt.config), "continuations": texts,
+                         "degeneration": summarize(texts, suspicious)})
+            bar.update(len(prompts))
+            say(f"generated with {label} (step {ckpt.info.get('step')})")
     settings = {"max_new_tokens": max_new_tokens, **sampling}
     lines = ["# Checkpoint comparison", "",
              "Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
+from tqdm import tqdm
 
 from burnout.common import write_atomic
 from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint
@@ -33,6 +34,7 @@ from burnout.data.shards import read_meta
 from burnout.data.tokenizer import tokenizer_sha256
 from burnout.errors import BurnoutError
 from burnout.eval.icl import Suite, load_suite, result_keys, score_task, suite_core
+from burnout.eval.references import REFERENCES_FILE, reference_table
 from burnout.eval.tasks import (
     BENCHMARKS,
     BUILTIN_TASKS,
@@ -127,6 +129,20 @@ def plan_tasks(tasks: list[str] | str, data_root: str | Path | None = None, task
     return plan
 
 
+def score_plan(model: Transformer, tokenizer: Tokenizer, plan: Plan, limit: int | None = None, batch_size: int = 16,
+               data_root: str | Path | None = None, progress: bool | None = None) -> tuple[dict, dict | None]:
+    """({result key: metrics} for each of the plan's benchmark tasks, CORE or None); what `burnout eval` and
+    training's train.eval_tasks both score. A progress bar per task (items, items/s, ETA) on stderr when
+    `progress`, by default when stderr is a terminal."""
+    results: dict[str, dict] = {}
+    for task, records in zip(plan.tasks, plan.records):
+        with tqdm(desc=task.label, unit="item", disable=None if progress is None else not progress,
+                  leave=False) as bar:
+            results.update(score_task(model, tokenizer, task, limit, batch_size, records, bar))
+    core = suite_core(plan.suites, results, data_root) if plan.suites else None
+    return results, core
+
+
 def run_dir_of(checkpoint: Path) -> Path:
     """The run folder holding RUN/checkpoints/step_N, or the checkpoint folder itself when it stands alone."""
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint
@@ -174,7 +190,9 @@ def evaluate_val(model: Transformer, tokenizer: Tokenizer, data_dir: str | Path,
     precision = resolve_precision("auto", device)
     configure_backends(device)
     total_nats, count, text_nats, text_bytes = 0.0, 0, 0.0, 0
-    for x, y in loader.iter_eval_batches(math.ceil(windows / batch_size)):
+    batches = math.ceil(windows / batch_size)
+    for x, y in tqdm(loader.iter_eval_batches(batches), desc="val", unit="batch", total=batches, disable=None,
+                     leave=False):
         left = windows - count // seq_len
         x, y = x[:left], y[:left]
         with autocast(device, precision):
@@ -230,17 +248,15 @@ def evaluate_checkpoint(
         seq_len = ckpt.config.train.seq_len or model.cfg.context_length
         record["tasks"]["val"] = evaluate_val(model, tokenizer, val_dir, seq_len, limit=limit)
         report("val", record["tasks"]["val"])
-    for task, records in zip(plan.tasks, plan.records):
-        for key, result in score_task(model, tokenizer, task, limit, batch_size, records).items():
-            record["tasks"][key] = result
-            report(key, result)
-    if plan.suites:
-        core = suite_core(plan.suites, record["tasks"], data_root)
-        if core is not None:
-            record["core"] = core
-            say(f"step {record['step']}: CORE {_fmt(core['score'])} (DCLM's centered accuracy over {core['tasks']} "
-                f"of its {core['of']} core tasks" + (f"; missing: {', '.join(core['missing'])}" if core["missing"]
-                                                     else "") + ")")
+    results, core = score_plan(model, tokenizer, plan, limit, batch_size, data_root)
+    for key, result in results.items():
+        record["tasks"][key] = result
+        report(key, result)
+    if core is not None:
+        record["core"] = core
+        say(f"step {record['step']}: CORE {_fmt(core['score'])} (DCLM's centered accuracy over {core['tasks']} of "
+            f"its {core['of']} core tasks" + (f"; missing: {', '.join(core['missing'])}" if core["missing"] else "")
+            + ")")
     out = run_dir_of(ckpt.path) / EVAL_DIR / f"{ckpt.path.name}.json"
     _write_json(out, record)
     return record
@@ -307,6 +323,15 @@ def write_summary(run_dir: Path) -> str:
         cells += [_fmt(r.get("core", {}).get("score"))] * has_core
         lines.append(f"| {r.get('step')} | {r.get('tokens') or ''} | " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
+    latest = records[-1]["tasks"] if records else {}
+    settings = [f"{task}: {m['num_fewshot']}-shot, {m['examples']} items" for task, m in latest.items()
+                if "num_fewshot" in m and "examples" in m]
+    if settings:
+        table += "\nSettings (latest row): " + "; ".join(settings) + "\n"
+    published = reference_table(t for r in records for t in r["tasks"])
+    if published:
+        table += (f"\nPublished scores at comparable sizes ({REFERENCES_FILE.name}, each with its source):\n\n"
+                  f"{published}")
     write_atomic(eval_dir / "summary.md", table)
     _write_json(eval_dir / "summary.json", {"rows": records})
     return table

@@ -249,15 +249,19 @@ def result_keys(task: IclTask) -> list[tuple[int, str]]:
 
 
 def score_task(model, tokenizer, task: IclTask, limit: int | None = None, batch_size: int = 16,
-               records: list[dict] | None = None) -> dict[str, dict]:
+               records: list[dict] | None = None, bar=None) -> dict[str, dict]:
     """{result key: metrics} for each of `task`'s shot counts over the first `limit` items (of each category);
-    `records` are the task's (`read_records`), read here when not given."""
+    `records` are the task's (`read_records`), read here when not given. `bar` (a tqdm) is reset to each
+    shot count's items and advanced as they are scored."""
     records = read_records(task) if records is None else records
     prefix_space = needs_prefix_space(tokenizer)
     out = {}
     for shots, key in result_keys(task):
         items = build_items(task, records, shots, prefix_space, limit)
-        _, samples = score_items(model, tokenizer, task.type, items, batch_size)
+        if bar is not None:
+            bar.reset(total=len(items))
+            bar.set_description(key)
+        _, samples = score_items(model, tokenizer, task.type, items, batch_size, bar.update if bar else None)
         metrics = item_metrics(task.type, samples)
         if task.has_categories:
             by_category: dict[str, list[dict]] = {}

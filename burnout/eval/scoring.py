@@ -155,7 +155,7 @@ def score_requests(
     tokenizer: Tokenizer,
     requests: list[tuple[str, str]],
     batch_size: int = 16,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[list[int]], None] | None = None,
     items: Sequence[Hashable] | None = None,
     names: Callable[[int], str] | None = None,
 ) -> list[RequestScore]:
@@ -180,11 +180,12 @@ def score_encoded(
     model: Transformer,
     encoded: list[tuple[list[int], list[int]]],
     batch_size: int = 16,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[list[int]], None] | None = None,
     items: Sequence[Hashable] | None = None,
     names: Callable[[int], str] | None = None,
 ) -> list[RequestScore]:
-    """`score_requests` on requests already encoded as (context ids, continuation ids)."""
+    """`score_requests` on requests already encoded as (context ids, continuation ids). `progress` is called
+    with the indices of the requests each batch scored."""
     if batch_size < 1:
         raise BurnoutError(f"the batch size must be at least 1, not {batch_size}")
     name = names or (lambda i: f"request {i}")
@@ -218,7 +219,7 @@ def score_encoded(
                 ctx_ids, cont_ids = encoded[i]
                 results[i] = RequestScore(ll, g, len(cont_ids), len(ctx_ids) + len(cont_ids) > window + 1)
             if progress is not None:
-                progress(len(members))
+                progress(members)
     finally:
         model.train(was_training)
     return results  # type: ignore[return-value]
@@ -229,7 +230,7 @@ def loglikelihoods(
     tokenizer: Tokenizer,
     requests: list[tuple[str, str]],
     batch_size: int = 16,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[list[int]], None] | None = None,
 ) -> list[tuple[float, bool]]:
     """(log P(continuation | context), continuation is the greedy output) for each request."""
     return [(s.loglikelihood, s.greedy) for s in score_requests(model, tokenizer, requests, batch_size, progress)]
@@ -321,7 +322,16 @@ def score_items(
     whose prompt lost tokens on the left to fit the model's window."""
     requests = [r for it in items for r in it.requests]
     owner = [k for k, it in enumerate(items) for _ in it.requests]
-    scores = iter(score_requests(model, tokenizer, requests, batch_size, progress, items=owner,
+    left = [len(it.requests) for it in items]  # requests not scored yet, per item
+
+    def count_items(done: list[int]) -> None:  # `progress` counts items: those whose last request was scored
+        finished = 0
+        for i in done:
+            left[owner[i]] -= 1
+            finished += left[owner[i]] == 0
+        progress(finished)
+
+    scores = iter(score_requests(model, tokenizer, requests, batch_size, progress and count_items, items=owner,
                                  names=lambda i: items[owner[i]].where or f"item {owner[i]}"))
     samples = []
     for it in items:

@@ -45,6 +45,22 @@ def dpo_plot(run: RunLog) -> bytes:
     return _png(fig)
 
 
+def task_plot(run: RunLog) -> bytes:
+    """train.eval_tasks' scores against tokens: each task's acc_norm where it has one (else acc), and CORE."""
+    keys = sorted({k for r in run.records for k in r if k.startswith("eval/")})
+    tasks = dict.fromkeys(k.rsplit("/", 1)[0] for k in keys if k != "eval/core")
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for task in tasks:
+        metric = f"{task}/acc_norm" if f"{task}/acc_norm" in keys else f"{task}/acc"
+        _, tokens, values = run.series(metric)
+        ax.plot(tokens, values, "o-", label=metric.removeprefix("eval/"), markersize=4)
+    if "eval/core" in keys:
+        _, tokens, values = run.series("eval/core")
+        ax.plot(tokens, values, "s--", color="black", label="CORE (centered)", markersize=4)
+    _finish(ax, "tokens", "score", f"{run.name}: benchmarks during training", log_scale=False)
+    return _png(fig)
+
+
 def overlay_plot(runs: list[RunLog], log_scale: bool) -> bytes:
     """Loss against tokens for several runs: the ablation view (same tokens, which run learns faster)."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)

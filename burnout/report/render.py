@@ -16,6 +16,7 @@ from pathlib import Path
 from burnout.common import REPORT_DIR, format_duration, write_atomic
 from burnout.core.checkpoint import mirror_run_logs
 from burnout.errors import BurnoutError
+from burnout.eval.references import reference_table
 from burnout.report import plots
 from burnout.report.runlog import RunLog, anomalies, eval_rows, load_run, phase_rows
 from burnout.train.checkpointing import best_checkpoint
@@ -105,9 +106,18 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
                      format_duration(c["elapsed_s"]) if "elapsed_s" in c else None] for c in run.checkpoints]),
     ]
     blocks.append(Block("h2", "Evaluation"))
+    if any(k.startswith("eval/") for r in run.records for k in r):
+        blocks.append(Block("p", f"Scored during training at each evaluation (train.eval_tasks, the first "
+                                 f"{train.get('eval_task_items')} items of each):"))
+        blocks.append(Block("image", "benchmarks_during_training", png=plots.task_plot(run)))
     if run.evals:
         columns, rows = eval_rows(run)
         blocks.append(Block("table", columns=columns, rows=[[row.get(c) for c in columns] for row in rows]))
+        published = reference_table(task for _, data in run.evals for task in data.get("tasks", {}))
+        if published:
+            blocks.append(Block("p", "Published scores of public models at comparable sizes, for context "
+                                     "(burnout/eval/references.yaml, each row with its source):"))
+            blocks.append(Block("markdown", published))
     else:
         blocks.append(Block("p", f"No evaluation results in `{run.path / 'eval'}`; run `burnout eval {run.path}`."))
     blocks.append(Block("h2", "Same prompts, different checkpoints"))

@@ -137,9 +137,10 @@ def _silent(line: str) -> None:
 class Validator:
     """Due every train.eval_interval steps and at a session's last step: the loss over train.eval_batches
     val windows (a DPO run: its held-out pairs' loss, as val_loss, and their rewards, margin and accuracy,
-    as val_*) and, with train.sample_prompt, a sample with its repetition (1 − distinct-3) and the
-    suspicious strings it holds (those of DATA/audit/audit.json, when the data were audited). FSDP's shards
-    must all take part in a forward; a DDP replica on rank 0 evaluates alone."""
+    as val_*), train.eval_tasks' benchmarks (eval/TASK/METRIC, eval/core) and, with train.sample_prompt, a
+    sample with its repetition (1 − distinct-3) and the suspicious strings it holds (those of
+    DATA/audit/audit.json, when the data were audited). FSDP's shards must all take part in a forward; a DDP
+    replica on rank 0 evaluates alone."""
 
     def __init__(self, cfg: RunConfig, loader: TokenLoader, model: torch.nn.Module, train_step: TrainStep,
                  tokenizer_path: Path, dist: DistContext, emit: Callable[[str], None],
@@ -151,6 +152,13 @@ class Validator:
         self.model = train_step.model if fsdp else model
         self.runs_here = dist.is_main or (dist.enabled and fsdp)
         self.tokenizer = load_tokenizer(tokenizer_path) if self.runs_here else None
+        self.tasks = None  # train.eval_tasks resolved and read now: a missing file fails before step 1
+        if self.tc.eval_tasks and self.runs_here:
+            from burnout.eval.evaluate import plan_tasks
+
+            self.tasks = plan_tasks(self.tc.eval_tasks, self.tc.eval_data_root)
+            for line in self.tasks.lines:
+                emit(line)
         self.last_loss = math.nan
         self.last_step: int | None = None  # the step whose weights last_loss was measured on
 
@@ -167,6 +175,11 @@ class Validator:
                 record["val_loss"] = evaluate_loss(self.model, self.loader, self.tc.eval_batches, ts.device,
                                                    ts.precision)
             self.last_loss, self.last_step = record["val_loss"], step
+            if self.tasks is not None:
+                scores = self._task_scores()
+                record.update(scores)
+                self.emit(f"step {step} eval: " + ", ".join(f"{k.removeprefix('eval/')} {v:.4f}"
+                                                            for k, v in scores.items()))
             if self.tc.sample_prompt and self.tc.sample_tokens:
                 sample = generate_text(self.model, self.tokenizer, self.tc.sample_prompt, self.tc.sample_tokens,
                                        temperature=0.8, top_k=50, seed=self.tc.seed)
@@ -177,6 +190,18 @@ class Validator:
                     record["sample_suspicious"] = scores["suspicious"]
                 self.emit(f"step {step} sample: {json.dumps(sample)[:300]}")
         ts.model.train()
+
+    def _task_scores(self) -> dict[str, float]:
+        from burnout.eval.evaluate import score_plan
+
+        self.model.eval()
+        results, core = score_plan(self.model, self.tokenizer, self.tasks, self.tc.eval_task_items,
+                                   data_root=self.tc.eval_data_root, progress=False)
+        scores = {f"eval/{key}/{name}": value for key, metrics in results.items() for name, value in metrics.items()
+                  if isinstance(value, float) and name not in ("examples", "truncated")}
+        if core is not None:
+            scores["eval/core"] = core["score"]
+        return scores
 
     def _pair_metrics(self) -> dict:
         from burnout.core.device import autocast

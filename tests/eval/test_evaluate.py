@@ -12,9 +12,12 @@ from burnout.cli import main
 from burnout.core.checkpoint import list_checkpoints, load_checkpoint
 from burnout.core.model_files import load_model
 from burnout.data.tokenizer import load_tokenizer
+from burnout.errors import BurnoutError
 from burnout.eval.degeneration import summarize
 from burnout.eval.evaluate import evaluate_val, token_byte_lengths
 from burnout.eval.tasks import DEFAULT_FILES, load_task
+from burnout.train.metrics import read_metrics
+from burnout.train.run import start_training
 
 CPU = torch.device("cpu")
 
@@ -41,7 +44,24 @@ def test_eval_all_checkpoints_in_one_command(run, shared_data, capsys):
     assert summary[-1]["tasks"]["val"]["loss"] < summary[0]["tasks"]["val"]["loss"]
     table = (run / "eval" / "summary.md").read_text()
     assert "| step | tokens | val loss" in table and table.count("\n| 10 |") == 1
+    assert "Settings (latest row): hellaswag: 0-shot, 6 items; arc_easy: 0-shot, 6 items" in table
+    # Published scores beside ours, each model's row with its source: HellaSwag, ARC-Easy and LAMBADA columns.
+    assert "| model | parameters | tokens | hellaswag reported | arc_easy acc | arc_easy acc_norm |" in table
+    assert "| Pythia-160M | 162M | 300B |  | 0.4352 | 0.3965 |" in table and "160m_step143000.json" in table
     assert table in capsys.readouterr().out
+
+
+def test_every_published_reference_names_its_source_and_settings():
+    from burnout.eval.references import METRICS, load_references
+
+    models = load_references()
+    assert {m["name"] for m in models} >= {"Pythia-160M", "Pythia-410M", "Pythia-1B", "GPUburnout-1B"}
+    for model in models:
+        assert model["source"] and model["settings"] and model["parameters"] and model["tokens"], model["name"]
+        for task, scores in model["scores"].items():
+            assert scores and set(scores) <= set(METRICS), (model["name"], task)
+            for metric, value in scores.items():
+                assert value > 1 if metric == "perplexity" else 0 < value < 1, (model["name"], task, metric)
 
 
 def test_val_loss_and_bits_per_byte_by_hand(trained_run, tiny_bpe_data):
@@ -172,3 +192,64 @@ def test_task_readers_accept_the_original_formats(tmp_path, shared_data):
     (ex,) = load_task("lambada", lam)
     assert (ex.context, ex.continuations) == ("he said hello to his friend", [" Bob"])
     assert len(load_task("lambada", shared_data / DEFAULT_FILES["lambada"])) == 5153
+
+
+def test_eval_tasks_during_training_equal_burnout_eval_of_the_checkpoint(tiny_run_config, tiny_bpe_data,
+                                                                         shared_data, tmp_path, capsys):
+    """train.eval_tasks scores at each evaluation what `burnout eval --limit N` scores on that step's
+    checkpoint, logs it as eval/TASK/METRIC, prints it, and the report plots it against tokens."""
+    cfg = tiny_run_config(["model.context_length=128", "train.eval_tasks=[hellaswag, arc_easy]",
+                           "train.eval_task_items=8", f"train.eval_data_root={shared_data}"],
+                          max_steps=8, eval_interval=4, ckpt_interval=4)
+    run = tmp_path / "run"
+    events: list[str] = []
+    start_training(cfg, run, data_dir=tiny_bpe_data, on_event=events.append, progress=False)
+    logged = [r for r in read_metrics(run) if "eval/hellaswag/acc_norm" in r]
+    assert [r["step"] for r in logged] == [4, 8]
+    for record in logged:
+        assert main(["eval", str(run / "checkpoints" / f"step_{record['step']:07d}"), "--tasks",
+                     "hellaswag,arc_easy", "--limit", "8", "--data-root", str(shared_data), "--device", "cpu"]) == 0
+        scored = json.loads((run / "eval" / f"step_{record['step']:07d}.json").read_text())["tasks"]
+        for task in ("hellaswag", "arc_easy"):
+            for metric in ("acc", "acc_norm", "acc_per_token"):
+                assert record[f"eval/{task}/{metric}"] == scored[task][metric], (task, metric)
+            assert scored[task]["examples"] == 8
+    line = next(e for e in events if e.startswith("step 8 eval: "))
+    assert f"hellaswag/acc_norm {logged[-1]['eval/hellaswag/acc_norm']:.4f}" in line
+    capsys.readouterr()
+    assert main(["report", str(run), "--md"]) == 0
+    report = (run / "report" / "report.md").read_text()
+    assert "train.eval_tasks, the first 8 items of each" in report
+    assert "Published scores of public models at comparable sizes" in report and "| Pythia-1B | 1.01B |" in report
+    assert (run / "report" / "benchmarks_during_training.png").stat().st_size > 5_000
+
+
+def test_eval_tasks_refuse_val_fsdp_and_a_missing_file(tiny_run_config, tiny_bpe_data, tmp_path):
+    with pytest.raises(BurnoutError, match="val is measured at every evaluation already"):
+        tiny_run_config(["train.eval_tasks=[val]"])
+    with pytest.raises(BurnoutError, match="not supported under train.distributed=fsdp"):
+        tiny_run_config(["train.eval_tasks=[hellaswag]"], distributed="fsdp")
+    cfg = tiny_run_config(["train.eval_tasks=[hellaswag]", f"train.eval_data_root={tmp_path}"], max_steps=2)
+    with pytest.raises(BurnoutError, match="hellaswag"):
+        start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=lambda _: None, progress=False)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_each_task_shows_a_progress_bar_that_counts_its_items(trained_run, shared_data, capsys, monkeypatch):
+    from tqdm import tqdm
+
+    from burnout.eval import evaluate
+
+    closed = {}
+
+    class Recording(tqdm):
+        def close(self):
+            closed[self.desc.removesuffix(": ")] = (self.n, self.total)
+            super().close()
+
+    monkeypatch.setattr(evaluate, "tqdm", Recording)
+    model, tokenizer, _ = load_model(trained_run, CPU)
+    evaluate.score_plan(model, tokenizer, evaluate.plan_tasks(["arc_easy", "hellaswag"], shared_data), limit=5,
+                        progress=True)
+    assert closed == {"arc_easy": (5, 5), "hellaswag": (5, 5)}  # items, not their 4 choices' requests
+    assert "hellaswag:   0%|          | 0/5" in capsys.readouterr().err
