@@ -14,8 +14,8 @@ CPU in fp32 with the same batch size, in one process:
     gsm8k     generate_until, lm-eval's gsm8k template over shared/data/gsm8k (--fewshot from train.jsonl),
               greedy up to --max-gen-toks new tokens (random weights never say "Question:"); a 5-shot prompt
               is longer than 512 - 32 tokens, so every prompt is cut to the same length and all decode in
-              one batch (a longer --window leaves prompts of many lengths, which burnout decodes in batches
-              of equal length, HF in left-padded batches)
+              one batch (a longer --window leaves prompts of many lengths: both sides decode them in
+              left-padded batches)
 
     lm-eval   simple_evaluate with its "hf" model (HFLM on the exported folder)
     burnout   simple_evaluate with BurnoutLM on our model object

@@ -1,13 +1,16 @@
-"""Training throughput of nanoGPT's 10.7M Shakespeare model (burnout/configs/shakespeare-10m.yaml) against nanoGPT.
+"""Training throughput of nanoGPT's 10.7M Shakespeare model (burnout/configs/shakespeare-10m.yaml) beside a peer.
 
-    .venv/bin/python -m benchmarks.bench_train [--config shakespeare-10m] [--steps 5] [--variants fp32 bf16 ...]
+    .venv/bin/python -m benchmarks.bench_train [--config shakespeare-10m] [--steps 5] [--variants auto fp32 ...]
 
-Each variant is one `burnout bench CONFIG --json` in a fresh process, run back to back (so peak RSS is
-that variant's own), and printed with tokens/s, the step split, MFU against the matmul peak measured in
-that process, peak RSS, and the ratio to nanoGPT's figures on this machine type (torch 2.13 CPU, fp32,
-no compile: 2.15 s/iteration = 1.9K tokens/s, 2.4 GB peak RSS). Variants are `burnout bench` overrides:
+Each variant is one `burnout bench CONFIG --json` in a fresh process, and the peer runs in a fresh process of
+its own between them, in the same invocation: the same shape in transformers' GPT2LMHeadModel with nanoGPT's
+settings (6 layers × 384, 6 heads, block 256, batch 16, dropout 0.2, AdamW at lr 1e-3), fp32, eager, as
+nanoGPT's train.py runs on a CPU. Printed per variant: tokens/s, the step split, MFU against the matmul peak
+measured in that process, peak RSS, and the ratio to the peer measured in the same invocation. Variants are
+`burnout bench` overrides:
 
-    fp32      train.precision=fp32 (the default on this CPU)
+    auto      the config as it is (precision auto: bf16 or fp32, as a measurement on this CPU decided)
+    fp32      train.precision=fp32
     bf16      train.precision=bf16 (autocast)
     compile   train.compile=true
     math      model.attention=math (explicit attention instead of SDPA)
@@ -21,14 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 
-NANOGPT_TOKENS_PER_S = 16 * 256 / 2.15  # 1,905
-NANOGPT_RSS_MB = 2.4 * 1024
 TARGET_RATIO = 2.5
 
 VARIANTS = {
+    "auto": [],
     "fp32": ["train.precision=fp32"],
     "bf16": ["train.precision=bf16"],
     "compile": ["train.compile=true"],
@@ -48,28 +52,78 @@ def run_variant(config: str, overrides: list[str], steps: int, warmup: int, data
     return json.loads(out[out.index("{"):])
 
 
+def run_peer(steps: int, warmup: int) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.bench_train", "--peer-only", "--steps", str(steps),
+           "--warmup", str(warmup)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out[out.index("{"):])
+
+
+def peer(steps: int, warmup: int) -> dict:
+    """nanoGPT's Shakespeare-char training step in transformers' GPT2LMHeadModel, fp32 eager, on random
+    character ids (the step's cost does not depend on which ids)."""
+    import resource
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=65, n_positions=256, n_embd=384, n_layer=6, n_head=6, resid_pdrop=0.2,
+                     embd_pdrop=0.2, attn_pdrop=0.2)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    x = torch.randint(0, 65, (16, 256))
+
+    def step() -> float:
+        start = time.perf_counter()
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    for _ in range(warmup):
+        step()
+    step_s = statistics.median(step() for _ in range(steps))
+    return {"tokens_per_s": 16 * 256 / step_s, "step_s": step_s, "params": sum(p.numel() for p in model.parameters()),
+            "threads": torch.get_num_threads(),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="shakespeare-10m")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--data", help="prepared data folder (default: prepared once into runs/bench-data/)")
-    parser.add_argument("--variants", nargs="+", default=["fp32", "bf16"], choices=sorted(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=["auto", "fp32"], choices=sorted(VARIANTS))
+    parser.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(f"{args.config}: median of {args.steps} steps after {args.warmup} warm-up, each variant in a fresh process")
-    results = {}
+    if args.peer_only:
+        print(json.dumps(peer(args.steps, args.warmup)))
+        return
+    from burnout.core.device import cpu_model
+
+    print(f"{args.config}: median of {args.steps} steps after {args.warmup} warm-up, each run in a fresh process, "
+          f"the peer measured between our variants; CPU {cpu_model()}, {os.cpu_count()} cores")
+    peers = []
     for name in args.variants:
         before = load()
+        peers.append(run_peer(args.steps, args.warmup))
+        p = peers[-1]
+        print(f"peer     {p['tokens_per_s']:>8,.0f} tokens/s  {p['step_s']:.2f} s/step  transformers GPT2LMHeadModel "
+              f"({p['params']:,} params), fp32 eager, dropout 0.2, {p['threads']} threads, "
+              f"peak RSS {p['peak_rss_mb']:,.0f} MB   load before {before}, after {load()}")
+        before = load()
         r = run_variant(args.config, VARIANTS[name], args.steps, args.warmup, args.data)
-        results[name] = r
-        split = "  ".join(f"{p} {v:.1%}" for p, v in r["split_fraction"].items())
+        split = "  ".join(f"{part} {v:.1%}" for part, v in r["split_fraction"].items())
         print(f"{name:<8} {r['tokens_per_s']:>8,.0f} tokens/s  {r['step_s']:.2f} s/step  "
-              f"{r['tokens_per_s'] / NANOGPT_TOKENS_PER_S:.2f}x nanoGPT (target {TARGET_RATIO}x)  "
-              f"MFU {r['mfu_measured']:.1%} of {r['peak_flops_measured'] / 1e9:.0f} GFLOP/s {r['setup']['precision']}  "
-              f"peak RSS {r['peak_rss_mb']:,.0f} MB ({r['peak_rss_mb'] / NANOGPT_RSS_MB:.0%} of nanoGPT's)")
+              f"{r['tokens_per_s'] / p['tokens_per_s']:.2f}x the peer just measured (target {TARGET_RATIO}x)  "
+              f"{r['setup']['precision']}  MFU {r['mfu_measured']:.1%} of {r['peak_flops_measured'] / 1e9:.0f} "
+              f"GFLOP/s  peak RSS {r['peak_rss_mb']:,.0f} MB")
         print(f"         split: {split}   load before {before}, after {load()}")
-    if "fp32" in results and "bf16" in results:
-        print(f"bf16 / fp32 tokens/s: {results['bf16']['tokens_per_s'] / results['fp32']['tokens_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

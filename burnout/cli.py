@@ -752,7 +752,9 @@ def cmd_compare(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--prompts", help="file with one prompt per line (default: a few built-in prompts)")
     p.add_argument("--suspicious", metavar="FILE",
                    help="strings that mark an answer degenerate: one per line, or `burnout data audit`'s audit.json")
-    sampling_flags(p, temperature=0.0, top_k=0, max_new_tokens=60)
+    # Sampled with a fixed seed, as the blog compared its checkpoints: greedy decoding of a small model loops
+    # ("the the the") and hides what changed; --temperature 0 asks for it.
+    sampling_flags(p, temperature=0.8, top_k=50, max_new_tokens=60)
     p.set_defaults(seed=0)
 
     def run(args, overrides):

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import math
 import time
 from pathlib import Path
 
 from burnout.config import load_run_config
-from burnout.core.model_files import load_model
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
+from burnout.eval.compare import compare_checkpoints
 from burnout.generate.prompts import SAMPLE_PROMPTS
-from burnout.generate.sampling import generate_text
 from burnout.models.info import model_info
 from burnout.report.render import write_report
 from burnout.train.probe import measure_step_seconds
@@ -71,10 +71,17 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     say(f"[4/4] done in {(time.perf_counter() - started) / 60:.1f} min: {result.step} steps, "
         f"{result.tokens:,} tokens at {result.tokens_per_s:,.0f} tokens/s; "
         f"val loss {result.val_loss:.3f} (a uniform guess scores {math.log(meta['vocab_size']):.3f})")
-    model, tokenizer, _ = load_model(result.checkpoint)
-    for prompt in SAMPLE_PROMPTS:
-        text = generate_text(model, tokenizer, prompt, 60, temperature=0.8, top_k=50, seed=0)
-        say(f"--- sample ({prompt!r}) ---\n{text}")
+    # Learning a person can see: the same prompts at each kept checkpoint, sampled as the blog sampled them
+    # (greedy decoding of a small model loops on "the the the", which hides the progress). Also compare.md,
+    # which the report shows.
+    compare_checkpoints(run_dir, prompts=SAMPLE_PROMPTS, max_new_tokens=40, say=lambda line: None,
+                        temperature=0.8, top_k=50, seed=0)
+    rows = json.loads((run_dir / "compare.json").read_text(encoding="utf-8"))["rows"]
+    say("same prompt, different checkpoint (temperature 0.8, top-k 50, seed 0; burnout compare writes more):")
+    for i, prompt in enumerate(SAMPLE_PROMPTS):
+        say(f"--- {prompt!r} ---")
+        for row in rows:
+            say(f"  step {row['step']:>5}: {prompt + row['continuations'][i]!r}"[:110])
     say("")
     say(f"run folder:   {run_dir}   (config.yaml, metrics.jsonl, checkpoints/)")
     say(f"checkpoint:   {result.checkpoint}")

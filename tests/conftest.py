@@ -16,6 +16,13 @@ if TYPE_CHECKING:  # the fixtures import burnout when used, so collecting a test
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Training's CPU precision measurement (train/hardware.py) caches in a folder of the session's own, not
+    the user's ~/.cache; subprocesses inherit it."""
+    os.environ["BURNOUT_CACHE_DIR"] = str(tmp_path_factory.mktemp("burnout_cache"))
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The shared data folder next to the repo (../shared/data); CI must have it, elsewhere tests skip."""

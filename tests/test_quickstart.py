@@ -39,6 +39,16 @@ def test_quickstart_generate_export(tmp_path):
     assert f"report:       {run / 'report' / 'report.html'}" in first.stdout
     assert (run / "report" / "report.md").is_file() and (run / "report" / "loss_vs_tokens.png").is_file()
     assert f"playground:   burnout playground {run}" in first.stdout
+    # Learning to be seen: each sample prompt at every kept checkpoint, sampled with a fixed seed, also in
+    # compare.md, which the report shows.
+    table = first.stdout.split("same prompt, different checkpoint")[1].split("run folder:")[0]
+    steps = [int(p.name.removeprefix("step_")) for p in list_checkpoints(run)]
+    assert len(steps) >= 2
+    for prompt in ("The ", "def ", "To create a"):
+        block = table.split(f"--- {prompt!r} ---\n")[1].split("---")[0]
+        assert [int(line.split(":")[0].split()[-1]) for line in block.strip().splitlines()] == steps
+    assert "temperature=0.8, top_k=50" in (run / "compare.md").read_text()
+    assert "No `compare.md` yet" not in (run / "report" / "report.md").read_text()
 
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(records) >= 2

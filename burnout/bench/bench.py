@@ -39,14 +39,25 @@ import torch
 
 from burnout.common import first_line
 from burnout.config import RunConfig
-from burnout.core.device import configure_backends, describe_device, resolve_device, resolve_precision
+from burnout.core.device import (
+    configure_backends,
+    describe_device,
+    resolve_device,
+    resolve_precision,
+)
 from burnout.core.rng import seed_everything
 from burnout.data.loader import TokenLoader, check_compatible
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 from burnout.models.info import flops_per_token, matmul_parameters
-from burnout.train.hardware import detect, hardware_table, measure_cpu_peak, measure_gpu_peak
+from burnout.train.hardware import (
+    detect,
+    hardware_table,
+    measure_cpu_peak,
+    measure_gpu_peak,
+    training_precision,
+)
 from burnout.train.loop import loader_mode
 from burnout.train.probe import oom_message
 from burnout.train.schedule import total_steps
@@ -282,7 +293,8 @@ def _device_line(device: torch.device) -> str:
 def default_setup(cfg: RunConfig, data_dir: Path, device: torch.device) -> Setup:
     """The setup `burnout train` runs this config with."""
     return Setup(loader=loader_mode(data_dir), batching="vectorized", compile=cfg.train.compile,
-                 precision=resolve_precision(cfg.train.precision, device), attention=cfg.model.attention)
+                 precision=training_precision(cfg.train.precision, device),
+                 attention=cfg.model.attention)
 
 
 def bench(cfg: RunConfig, data_dir: Path, steps: int = 10, warmup: int = 2) -> dict:

@@ -10,7 +10,7 @@ its requests, with no export and no transformers model in memory:
                            branches of it; the LM head only where a continuation token is predicted)
     loglikelihood_rolling  a document's log-likelihood over lm-eval's own rolling windows, same scorer
     generate_until         our KV-cache generator (burnout.generate.sampling), greedy unless the task samples,
-                           prompts of equal length decoded together, up to max_gen_toks or a stop sequence
+                           batch_size prompts at a time, padded on the left, up to max_gen_toks or a stop sequence
 
 Every number is what lm-eval's "hf" backend gives on the exported folder (tests/eval/test_lm_adapter.py):
   - tokens: a pair is split as TemplateLM._encode_pair splits it (trailing spaces of the context move to the
@@ -250,8 +250,8 @@ class BurnoutLM(TemplateLM):
         return totals
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """Each request's continuation, decoded with its task's settings; requests of equal settings and equal
-        (truncated) prompt length decode together, at most batch_size at a time."""
+        """Each request's continuation, decoded with its task's settings; requests of equal settings decode
+        together, batch_size at a time, longest prompts first, each batch padded on the left."""
         by_settings: dict[str, list[int]] = {}
         for i, req in enumerate(requests):
             by_settings.setdefault(json.dumps(req.args[1], sort_keys=True, default=str), []).append(i)
@@ -274,18 +274,18 @@ class BurnoutLM(TemplateLM):
         for i, ids in enumerate(prompts):
             if not ids:
                 raise BurnoutError(f"generation request {i}: the prompt {contexts[i][:40]!r} encodes to no tokens")
-        by_length: dict[int, list[int]] = {}
-        for i in sorted(range(len(prompts)), key=lambda i: -len(prompts[i])):
-            by_length.setdefault(len(prompts[i]), []).append(i)
+        # Longest first, batch_size at a time, each batch padded on the left: neighbours have similar lengths,
+        # so little padding, and prompts of many lengths still decode together.
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         texts = [""] * len(prompts)
-        for rows in by_length.values():
-            for start in range(0, len(rows), self.batch_size):
-                chunk = rows[start : start + self.batch_size]
-                new_ids = generate_batch(self.model, [prompts[i] for i in chunk], max_gen_toks, stop_id=self.stop_ids,
-                                         is_done=lambda r, ids: _has_stop(self.tok_decode(ids), until), **sampling)
-                for i, ids in zip(chunk, new_ids):
-                    texts[i] = _cut_at_stop(self.tok_decode(ids), until)
-                bar.update(len(chunk))
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            new_ids = generate_batch(self.model, [prompts[i] for i in chunk], max_gen_toks, stop_id=self.stop_ids,
+                                     is_done=lambda r, ids: _has_stop(self.tok_decode(ids), until), pad=True,
+                                     **sampling)
+            for i, ids in zip(chunk, new_ids):
+                texts[i] = _cut_at_stop(self.tok_decode(ids), until)
+            bar.update(len(chunk))
         return texts
 
     def generation_settings(self, gen_kwargs: dict) -> tuple[list[str], int, dict]:

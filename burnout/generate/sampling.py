@@ -89,28 +89,22 @@ def stream_batch(
     stop_id: int | Collection[int] | None = None,
     is_done: Callable[[int, list[int]], bool] | None = None,
 ) -> Iterator[list[int | None]]:
-    """Decode prompts of one length together; each step yields every row's new token (None once done).
+    """Decode prompts together; each step yields every row's new token (None once done).
 
-    A row is done at stop_id (one id or several; not yielded), when is_done(row, its new ids) says so,
-    after max_new_tokens, or when the context window is full.
+    Prompts of different lengths are padded on the left: a row's pad slots are masked out of every
+    attention and its positions count from its own first token, so it continues as it would alone, up to
+    float rounding (the padded batch's kernels sum in another order). A row is done at stop_id (one id or
+    several; not yielded), when is_done(row, its new ids) says so, after max_new_tokens, or when the
+    context window is full (for the longest prompt).
     """
-    if len({len(p) for p in prompts}) > 1:
-        raise ValueError("stream_batch decodes prompts of one length; generate_batch groups them")
     for p in prompts:
         check_sampling(model, p, temperature, top_k, top_p, repetition_penalty)
     stop_ids = {stop_id} if isinstance(stop_id, int) else set(stop_id or ())
     device = model.tok_emb.weight.device
     precision = resolve_precision("auto", device)
     configure_backends(device)
-    generators = []
-    for _ in prompts:
-        generator = torch.Generator(device=device)
-        if seed is not None:
-            generator.manual_seed(seed)
-        else:  # a fresh Generator starts from one fixed default seed: without this, every call samples alike
-            generator.seed()
-        generators.append(generator)
-    context, length = model.cfg.context_length, len(prompts[0])
+    generators = [_generator(device, seed) for _ in prompts]
+    context, length = model.cfg.context_length, max(len(p) for p in prompts)
     steps = min(max_new_tokens, context - length)
     if steps <= 0:
         return
@@ -120,12 +114,16 @@ def stream_batch(
     new: list[list[int]] = [[] for _ in prompts]
     done = [False] * len(prompts)
     cache = model.new_cache(len(prompts), length + steps)
-    step_input = torch.tensor(history, dtype=torch.long, device=device)
+    pads = torch.tensor([length - len(p) for p in prompts], device=device)  # (B,)
+    step_input = torch.tensor([[0] * (length - len(p)) + list(p) for p in prompts], dtype=torch.long, device=device)
+    # With pads: each step's positions and attention mask (None: one length, the model's own causal mask).
+    masking = _pad_masking(pads, length, steps) if bool(pads.any()) else None
     # Greedy without a penalty needs no per-row processing: one argmax for the whole batch, and its
     # result is the next step's input as it is (no Python list turned back into a tensor).
     plain_greedy = temperature == 0 and repetition_penalty == 1.0
     try:
-        for _ in range(steps):
+        for t in range(steps):
+            positions, mask = masking(t) if masking is not None else (None, None)
             # The prompt runs under autocast on a GPU (bf16, fp16 before Ampere): many tokens at once, where
             # tensor cores and flash attention pay. A one-token step is bound by reading the weights, and
             # autocast would cast each of them anew at every step (its cast cache lasts one autocast region),
@@ -133,7 +131,8 @@ def stream_batch(
             with autocast(device, precision if step_input.size(1) > 1 else "fp32"):
                 # The head at the last position only: over the whole prompt, a 50k vocabulary's head
                 # tripled the prefill's time (measured with benchmarks/bench_lm_adapter.py).
-                logits = model.lm_head(model.hidden_states(step_input, cache)[:, -1])  # (B, V)
+                hidden = model.hidden_states(step_input, cache, positions, mask)
+                logits = model.lm_head(hidden[:, -1])  # (B, V)
             if plain_greedy:
                 next_ids = logits.argmax(dim=-1)
                 tokens = next_ids.tolist()
@@ -173,6 +172,34 @@ def stream_batch(
         model.train(was_training)
 
 
+def _generator(device: torch.device, seed: int | None) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    if seed is not None:
+        generator.manual_seed(seed)
+    else:  # a fresh Generator starts from one fixed default seed: without this, every call samples alike
+        generator.seed()
+    return generator
+
+
+def _pad_masking(pads: torch.Tensor, length: int, steps: int):
+    """For left-padded prompts (pads: each row's pad count, `length` the padded width): step t → (positions
+    (B, T), mask (B, T, keys)). Step 0 is the prompt; step t > 0 is the token in slot length + t - 1."""
+    slots = torch.arange(length + steps, device=pads.device)
+    real = slots[None, :] >= pads[:, None]  # (B, S): the slots holding a row's own tokens
+    prompt_positions = (slots[None, :length] - pads[:, None]).clamp(min=0)  # (B, L)
+    causal = torch.ones(length, length, dtype=torch.bool, device=pads.device).tril()
+    # A pad slot's query sees itself only: a row of the mask with no key at all would give NaN in softmax,
+    # and NaN values, even weighted by 0, would reach the real tokens.
+    prompt_mask = (causal[None] & real[:, None, :length]) | torch.eye(length, dtype=torch.bool, device=pads.device)
+
+    def at(t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if t == 0:
+            return prompt_positions, prompt_mask
+        return (length - pads + t - 1)[:, None], real[:, None, : length + t]
+
+    return at
+
+
 def stream_tokens(model: Transformer, prompt_ids: Sequence[int], max_new_tokens: int, **sampling) -> Iterator[int]:
     """Yield one prompt's new token ids one at a time (temperature 0 means greedy); see stream_batch."""
     for (token,) in stream_batch(model, [prompt_ids], max_new_tokens, **sampling):
@@ -181,13 +208,15 @@ def stream_tokens(model: Transformer, prompt_ids: Sequence[int], max_new_tokens:
 
 
 def generate_batch(model: Transformer, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                   is_done: Callable[[int, list[int]], bool] | None = None, **sampling) -> list[list[int]]:
-    """New token ids for each prompt. Prompts of equal length decode together in one batch: the model
-    has no padding mask, so only equal lengths share a batch without changing any row's result.
-    is_done(prompt index, its new ids) ends a prompt early."""
+                   is_done: Callable[[int, list[int]], bool] | None = None, pad: bool = False,
+                   **sampling) -> list[list[int]]:
+    """New token ids for each prompt. Prompts of equal length decode together in one batch, so each row's
+    result is bitwise what it would be alone; with `pad`, all of them in one left-padded batch (equal up to
+    float rounding, and one batch however many lengths). is_done(prompt index, its new ids) ends a prompt
+    early."""
     by_length: dict[int, list[int]] = {}
     for i, p in enumerate(prompts):
-        by_length.setdefault(len(p), []).append(i)
+        by_length.setdefault(0 if pad else len(p), []).append(i)
     out: list[list[int]] = [[] for _ in prompts]
     for rows in by_length.values():
         row_done = (lambda r, ids, rows=rows: is_done(rows[r], ids)) if is_done is not None else None

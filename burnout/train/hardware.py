@@ -7,7 +7,10 @@ measured: the best of a few large matrix multiplies in the run's precision.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -16,8 +19,9 @@ from pathlib import Path
 
 import torch
 
+from burnout.common import write_atomic
 from burnout.config import CONFIG_DIR, read_yaml
-from burnout.core.device import compute_precision
+from burnout.core.device import compute_precision, cpu_model, resolve_precision
 from burnout.errors import BurnoutError
 
 HARDWARE_FILE = CONFIG_DIR / "hardware.yaml"
@@ -125,6 +129,58 @@ def measure_cpu_peak(precision: str, size: int = 1024, repeats: int = 5) -> floa
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t0)
     return 2 * size**3 / best
+
+
+# On a CPU, bf16 beats fp32 only where the CPU has bf16 matrix instructions (AVX-512 BF16, AMX): 2.4x on a
+# Zen 4 EPYC (a 2048 x 256 x 1024 matmul under autocast: 409 vs 172 GFLOP/s, 2 threads); elsewhere bf16 is
+# emulated and slower. So training's `auto` measures on the running machine, once per CPU model, torch version
+# and thread count, and picks bf16 when it is at least this much faster.
+CPU_BF16_MIN_SPEEDUP = 1.2
+PRECISION_CACHE_FILE = "cpu_precision.json"
+
+
+def training_precision(name: str, device: torch.device, say: Callable[[str], None] = print) -> str:
+    """`resolve_precision`, except that `auto` on a CPU is what a measurement on this machine found faster,
+    bf16 autocast or fp32, said in one line with the figures that decided it. (Evaluation and generation
+    stay fp32 on a CPU: their scores must equal lm-eval's.)"""
+    if name != "auto" or device.type != "cpu":
+        return resolve_precision(name, device)
+    entry, cached = cpu_precision_entry()
+    say(f"precision auto on this CPU ({entry['cpu']}, {entry['threads']} threads): {entry['choice']}; a "
+        f"1024^3 matmul ran {entry['bf16_gflops']:.0f} GFLOP/s in bf16 vs {entry['fp32_gflops']:.0f} in fp32 "
+        f"({'measured earlier' if cached else 'measured now'}, cached in {precision_cache_path()}; "
+        "train.precision=fp32 or bf16 overrides)")
+    return entry["choice"]
+
+
+def precision_cache_path() -> Path:
+    """$BURNOUT_CACHE_DIR, else $XDG_CACHE_HOME/gpuburnout or ~/.cache/gpuburnout, then cpu_precision.json."""
+    root = os.environ.get("BURNOUT_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
+                                                       "gpuburnout")
+    return Path(root) / PRECISION_CACHE_FILE
+
+
+def cpu_precision_entry() -> tuple[dict, bool]:
+    """(this machine's entry: the choice and both throughputs, whether it came from the cache); measured with
+    `measure_cpu_peak` (a tenth of a second) when the cache has none."""
+    path = precision_cache_path()
+    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    try:
+        cache = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    if isinstance(cache, dict) and isinstance(cache.get(key), dict) and cache[key].get("choice") in ("fp32", "bf16"):
+        return cache[key], True
+    cache = cache if isinstance(cache, dict) else {}
+    rates = {precision: measure_cpu_peak(precision) / 1e9 for precision in ("fp32", "bf16")}
+    entry = {"choice": "bf16" if rates["bf16"] >= CPU_BF16_MIN_SPEEDUP * rates["fp32"] else "fp32",
+             "fp32_gflops": rates["fp32"], "bf16_gflops": rates["bf16"], "cpu": cpu_model(),
+             "threads": torch.get_num_threads(), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    cache[key] = entry
+    with contextlib.suppress(OSError):  # a read-only home costs a measurement next time, nothing more
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(cache, indent=2) + "\n")
+    return entry, False
 
 
 def measure_gpu_peak(device: torch.device, precision: str, size: int = 8192, repeats: int = 10) -> float:

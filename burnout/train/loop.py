@@ -30,7 +30,7 @@ from tqdm import tqdm
 from burnout.common import METRICS_FILE, RUN_CONFIG_FILE, TOKENIZER_FILE, write_atomic
 from burnout.config import RunConfig
 from burnout.core.checkpoint import list_checkpoints
-from burnout.core.device import configure_backends, resolve_device, resolve_precision
+from burnout.core.device import configure_backends, resolve_device
 from burnout.core.rng import seed_everything
 from burnout.data.loader import Prefetcher, TokenLoader, check_compatible
 from burnout.data.shards import read_meta
@@ -51,7 +51,7 @@ from burnout.train.finetune import (
     sft_meta,
     trainable_line,
 )
-from burnout.train.hardware import get_hardware
+from burnout.train.hardware import get_hardware, training_precision
 from burnout.train.metrics import MetricsLog, StepLogger
 from burnout.train.phases import current_phase, phase_summary
 from burnout.train.plan import check_fits
@@ -225,7 +225,9 @@ class Trainer:
         from_scratch = resume and not list_checkpoints(run_dir)
         if from_scratch:
             self.emit(f"{run_dir} holds no checkpoint yet: starting it again from step 0")
-        self.precision = resolve_precision(cfg.train.precision, device)
+        self.precision = training_precision(cfg.train.precision, device, self.emit)
+        if cfg.train.precision == "auto" and device.type == "cpu":  # each rank measured: bf16 only if all found it
+            self.precision = "bf16" if min_across_ranks(int(self.precision == "bf16"), dist, device) else "fp32"
         configure_backends(device, cfg.train.deterministic)
         self.seq_len = cfg.train.seq_len or cfg.model.context_length
         # A prepare_sft folder (conversations, loss on the assistant tokens) or pretraining shards.

@@ -1,6 +1,8 @@
 """The GPU table: device names map to the right entry, an unlisted GPU trains on a measured peak, and a
 precision a card lacks is refused in one line."""
 
+import json
+
 import pytest
 import torch
 
@@ -125,3 +127,73 @@ def test_the_gpu_measurement_waits_for_each_multiply(monkeypatch):
     cpu = torch.device("cpu")
     peak = hardware.measure_gpu_peak(cpu, "fp32", size=64, repeats=3)
     assert synced == [cpu] * 4 and peak > 0  # after the warm-up multiply, then after each timed one
+
+
+# ----------------------------------------------------------------------------------------------
+# precision: auto on a CPU, measured once per machine
+
+
+def _peaks(monkeypatch, fp32: float, bf16: float) -> list[str]:
+    measured: list[str] = []
+
+    def fake_peak(precision, *args, **kwargs):
+        measured.append(precision)
+        return {"fp32": fp32, "bf16": bf16}[precision] * 1e9
+
+    monkeypatch.setattr(hardware, "measure_cpu_peak", fake_peak)
+    return measured
+
+
+def test_auto_on_a_cpu_measures_once_then_reads_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path))
+    measured = _peaks(monkeypatch, fp32=160, bf16=400)
+    lines: list[str] = []
+    assert hardware.training_precision("auto", torch.device("cpu"), lines.append) == "bf16"
+    assert measured == ["fp32", "bf16"]
+    assert "bf16; a 1024^3 matmul ran 400 GFLOP/s in bf16 vs 160 in fp32 (measured now" in lines[0]
+    assert str(tmp_path / "cpu_precision.json") in lines[0]
+    entry = next(iter(json.loads((tmp_path / "cpu_precision.json").read_text()).values()))
+    assert entry["choice"] == "bf16" and entry["bf16_gflops"] == 400
+    # Another process on this machine: no measurement, the cached figures said again.
+    measured.clear()
+    assert hardware.training_precision("auto", torch.device("cpu"), lines.append) == "bf16"
+    assert measured == [] and "(measured earlier" in lines[1]
+
+
+@pytest.mark.parametrize(("fp32", "bf16", "choice"), [(160, 400, "bf16"), (160, 180, "fp32"), (160, 90, "fp32")])
+def test_bf16_only_where_it_is_clearly_faster(monkeypatch, tmp_path, fp32, bf16, choice):
+    monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path))
+    _peaks(monkeypatch, fp32, bf16)
+    assert hardware.training_precision("auto", torch.device("cpu"), lambda line: None) == choice
+
+
+def test_an_explicit_precision_or_a_gpu_measures_nothing_and_a_bad_cache_is_measured_again(monkeypatch, tmp_path):
+    monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path))
+    measured = _peaks(monkeypatch, fp32=160, bf16=400)
+    assert hardware.training_precision("fp32", torch.device("cpu")) == "fp32"
+    assert hardware.training_precision("bf16", torch.device("cpu")) == "bf16"
+    assert measured == [] and not (tmp_path / "cpu_precision.json").exists()
+    (tmp_path / "cpu_precision.json").write_text("{not json")
+    assert hardware.training_precision("auto", torch.device("cpu"), lambda line: None) == "bf16"
+    assert measured == ["fp32", "bf16"] and json.loads((tmp_path / "cpu_precision.json").read_text())
+
+
+def test_a_run_with_auto_precision_trains_in_the_measured_one_and_says_why(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                          monkeypatch):
+    from burnout.train import loop
+    from burnout.train.run import start_training
+
+    monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path / "cache"))
+    _peaks(monkeypatch, fp32=160, bf16=400)
+    steps, real_step = [], loop.TrainStep
+
+    def spy(*args, **kwargs):
+        steps.append(args[3])  # TrainStep(model, train config, device, precision, ...)
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "TrainStep", spy)
+    events: list[str] = []
+    start_training(tiny_run_config(precision="auto", max_steps=2), tmp_path / "run", data_dir=tiny_bpe_data,
+                   on_event=events.append, progress=False)
+    assert any(e.startswith("precision auto on this CPU") and ": bf16;" in e for e in events)
+    assert steps == ["bf16"]  # what the train step computes in

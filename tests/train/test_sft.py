@@ -222,10 +222,10 @@ def test_compare_puts_the_base_beside_the_fine_tune_and_asks_the_chat_model_in_i
     assert [(r["checkpoint"], r["step"], r["chat"]) for r in saved["rows"]] == [("base", 6, False),
                                                                               ("step_0000012", 12, True)]
     model, tokenizer, _ = load_model(full_run / "checkpoints" / "step_0000012")
-    assert saved["rows"][1]["continuations"] == chat_replies(model, tokenizer, saved["prompts"], 6, temperature=0.0,
-                                                             top_k=None, seed=0)
+    assert saved["rows"][1]["continuations"] == chat_replies(model, tokenizer, saved["prompts"], 6, temperature=0.8,
+                                                             top_k=50, seed=0)
     base, base_tokenizer, _ = load_model(base_run)
-    texts = generate_texts(base, base_tokenizer, saved["prompts"], 6, temperature=0.0, top_k=None, seed=0)
+    texts = generate_texts(base, base_tokenizer, saved["prompts"], 6, temperature=0.8, top_k=50, seed=0)
     assert saved["rows"][0]["continuations"] == [t[len(p):] for p, t in zip(saved["prompts"], texts)]
     assert "| base | 6 |" in (full_run / "compare.md").read_text()
 

@@ -1,0 +1,50 @@
+"""Dropout whose mask costs two random bytes an element on the CPU.
+
+torch's CPU dropout draws a float per element with a Bernoulli sampler: on nanoGPT's 10.7M Shakespeare shape
+(16 x 256 x 384 activations) 13.0 ms a call against 1.6 ms to draw the same number of random bytes, and a
+forward pass with dropout 0.2 took 1,170 ms against 475 ms without (bf16, 2-core Zen 4). Here the mask is
+`random 16-bit integer < threshold`, four elements from each 64-bit draw: the keep probability is (1 - p)
+rounded to a multiple of 1/65536 (0.8 → 0.8000030518), and kept values are scaled by its exact inverse, so the
+expectation is the input's exactly and the variance differs from torch's by less than 1e-5 relative. The
+draws come from torch's default generator, which checkpoints save and resume restores. Compiled graphs and
+GPUs keep F.dropout: inductor and CUDA draw their masks fast already.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+LEVELS = 1 << 16  # a 16-bit draw per element
+
+
+def keep_probability(p: float) -> float:
+    """The probability an element is kept: 1 - p on a 1/65536 grid."""
+    return round((1 - p) * LEVELS) / LEVELS
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    if not training or p == 0:
+        return x
+    if x.device.type != "cpu" or torch.compiler.is_compiling() or not 0 < keep_probability(p) < 1:
+        return F.dropout(x, p, training=True)
+    keep = keep_probability(p)
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(1 << 63), (1 << 63) - 1)
+    draws = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform over [-32768, 32767]
+    kept = draws < round(keep * LEVELS) - LEVELS // 2  # (..) bool: P = keep
+    return torch.where(kept, x, 0.0) * (1 / keep)
+
+
+class Dropout(nn.Module):
+    """nn.Dropout with `dropout`'s cheaper mask."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
