@@ -16,6 +16,29 @@ if TYPE_CHECKING:  # the fixtures import burnout when used, so collecting a test
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config):
+    """Under CI=true a missing dev extra fails the suite: pytest.importorskip would otherwise skip the HF
+    parity and lm-eval equality proofs without a word."""
+    if os.environ.get("CI") == "true":
+        pytest.importorskip = _import_or_fail
+
+
+def _import_or_fail(modname: str, minversion: str | None = None, reason: str | None = None, **kwargs):
+    import importlib
+
+    try:
+        module = importlib.import_module(modname)
+    except ImportError as exc:
+        pytest.fail(f"{modname} is missing under CI=true ({exc}); the dev extras install it: make .venv/.stamp-dev",
+                    pytrace=False)
+    if minversion is not None:
+        from packaging.version import Version
+
+        if Version(getattr(module, "__version__", "0")) < Version(minversion):
+            pytest.fail(f"{modname} {module.__version__} is older than {minversion} under CI=true", pytrace=False)
+    return module
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
     """Training's CPU precision measurement (train/hardware.py) caches in a folder of the session's own, not

@@ -27,7 +27,7 @@ def test_quickstart_by_name_resolves_llama_tiny():
         "llama", 4096, 4, 256, 8, 4, 256)
     assert m.ffn_hidden == 768 and m.bias is False and m.tie_embeddings is True
     assert m == load_model_preset("llama-tiny")
-    assert cfg.train.lr == 3e-3 and cfg.train.batch_size == 8 and cfg.train.seq_len == 256
+    assert cfg.train.lr == 1e-2 and cfg.train.batch_size == 8 and cfg.train.seq_len == 256
     assert [(s.name, s.kind, s.weight) for s in cfg.data.sources] == [
         ("docs", "stdlib_docs", 0.7), ("code", "stdlib_code", 0.3)]
     assert cfg.tokenizer.vocab_size == 4096
@@ -171,9 +171,10 @@ def test_non_positive_sizes(override, key):
 
 
 def test_optimizer_choice():
-    assert load_run_config("quickstart").train.optimizer == "adamw"
-    muon = load_run_config("quickstart", ["train.optimizer=muon", "train.muon_lr=0.05"]).train
-    assert (muon.optimizer, muon.muon_lr, muon.muon_momentum) == ("muon", 0.05, 0.95)
+    assert load_run_config("quickstart").train.optimizer == "muon"  # measured the better at its 3 minutes
+    muon = load_run_config("quickstart", ["train.muon_lr=0.03", "train.muon_momentum=0.95"]).train
+    assert (muon.optimizer, muon.muon_lr, muon.muon_momentum) == ("muon", 0.03, 0.95)
+    assert load_run_config("quickstart", ["train.optimizer=adamw"]).train.optimizer == "adamw"
     rejects(["train.optimizer=sgd"], "config.train.optimizer", "'sgd' is not one of 'adamw', 'muon'")
     rejects(["train.optimizer=muon", "train.distributed=fsdp"], "train.optimizer", "FSDP")
 

@@ -63,3 +63,17 @@ def test_wheel_install_runs_outside_the_repo(tmp_path):
     assert checkpoints and (checkpoints[-1] / "model.safetensors").is_file(), trained
     assert checkpoints[-1].name.endswith("2"), checkpoints
     assert list(outside.iterdir()) == []  # nothing written to the cwd
+
+
+def test_a_missing_dev_extra_fails_under_ci_and_skips_elsewhere(tmp_path):
+    """The equality proofs importorskip transformers, peft, lm_eval and trl: under CI=true a missing one must
+    fail the suite (tests/conftest.py), not skip it."""
+    (tmp_path / "test_probe.py").write_text('import pytest\n\n\ndef test_needs_an_extra():\n'
+                                           '    pytest.importorskip("no_such_dev_extra")\n')
+    runs = {}
+    for ci in ("true", "false"):
+        runs[ci] = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
+                                   "test_probe.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                                  env={**os.environ, "CI": ci, "PYTHONPATH": str(REPO / "tests")})
+    assert runs["true"].returncode != 0 and "no_such_dev_extra is missing under CI=true" in runs["true"].stdout
+    assert runs["false"].returncode == 0 and "1 skipped" in runs["false"].stdout

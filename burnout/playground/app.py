@@ -21,6 +21,9 @@ try:
 except ImportError:
     raise BurnoutError("the playground needs Gradio; install it with: pip install 'gpuburnout[playground]'") from None
 
+from starlette.middleware import Middleware  # noqa: E402  (installed with Gradio)
+from starlette.responses import PlainTextResponse  # noqa: E402
+
 from burnout.generate.prompts import SAMPLE_PROMPTS  # noqa: E402
 from burnout.playground.catalog import (  # noqa: E402
     MAX_NEW_TOKENS,
@@ -186,6 +189,20 @@ def _columns(chosen: list[str], texts: list[str]) -> list:
             for i in range(MAX_SIDE_BY_SIDE)]
 
 
+class RefuseUploads:
+    """ASGI middleware: the playground takes no files, yet Gradio's upload route would store any file from any
+    origin and answer with its path on the server (which /gradio_api/file= then serves back). 403 instead."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].rstrip("/").endswith("/upload"):
+            await PlainTextResponse("this playground takes no uploads", status_code=403)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def serve(sources: list[str | Path], host: str = "127.0.0.1", port: int = 7860, max_cache_mb: float = 2048,
           concurrency: int = 2, queue_size: int = 32) -> None:
     """Start the app and block until interrupted."""
@@ -198,6 +215,7 @@ def serve(sources: list[str | Path], host: str = "127.0.0.1", port: int = 7860, 
     app.queue(default_concurrency_limit=concurrency, max_size=queue_size)
     print(f"serving {len(entries)} checkpoint(s): " + ", ".join(entries))
     try:
-        app.launch(server_name=host, server_port=port, footer_links=[])
+        app.launch(server_name=host, server_port=port, footer_links=[], max_file_size=0,
+                   app_kwargs={"middleware": [Middleware(RefuseUploads)]})
     except OSError as exc:
         raise BurnoutError(f"cannot listen on {host}:{port} ({exc}); choose another --port") from None

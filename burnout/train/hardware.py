@@ -115,14 +115,16 @@ def _is_gpu(device: torch.device | None) -> bool:
 
 
 @functools.cache
-def measure_cpu_peak(precision: str, size: int = 1024, repeats: int = 5) -> float:
-    """Best observed FLOP/s of a size×size matrix multiply on the CPU, in the given precision."""
+def measure_cpu_peak(precision: str, size: int = 2048, repeats: int = 6) -> float:
+    """Best observed FLOP/s of a size×size matrix multiply on the CPU, in the given precision: large and
+    warmed, so that no GEMM of a model outruns it (one 1024² multiply timed alone read "mfu 96.3%" on
+    gpt2-134m, whose 768 x 3072 GEMMs ran faster than it)."""
     dtype = DTYPES[precision]
     # A private generator: this runs after a resume restored the run's RNG states, and must not move them.
     g = torch.Generator().manual_seed(0)
     a = torch.randn(size, size, dtype=dtype, generator=g)
     b = torch.randn(size, size, dtype=dtype, generator=g)
-    torch.mm(a, b)  # first call pays for kernel selection
+    torch.mm(a, b)  # first call pays for kernel selection and brings the operands into cache
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -147,7 +149,7 @@ def training_precision(name: str, device: torch.device, say: Callable[[str], Non
         return resolve_precision(name, device)
     entry, cached = cpu_precision_entry()
     say(f"precision auto on this CPU ({entry['cpu']}, {entry['threads']} threads): {entry['choice']}; a "
-        f"1024^3 matmul ran {entry['bf16_gflops']:.0f} GFLOP/s in bf16 vs {entry['fp32_gflops']:.0f} in fp32 "
+        f"2048^3 matmul ran {entry['bf16_gflops']:.0f} GFLOP/s in bf16 vs {entry['fp32_gflops']:.0f} in fp32 "
         f"({'measured earlier' if cached else 'measured now'}, cached in {precision_cache_path()}; "
         "train.precision=fp32 or bf16 overrides)")
     return entry["choice"]
@@ -162,9 +164,9 @@ def precision_cache_path() -> Path:
 
 def cpu_precision_entry() -> tuple[dict, bool]:
     """(this machine's entry: the choice and both throughputs, whether it came from the cache); measured with
-    `measure_cpu_peak` (a tenth of a second) when the cache has none."""
+    `measure_cpu_peak` (about a second) when the cache has none."""
     path = precision_cache_path()
-    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | 2048^3 matmul"
     try:
         cache = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

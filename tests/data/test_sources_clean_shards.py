@@ -333,6 +333,23 @@ def test_edited_source_files_mean_starting_over(tmp_path, monkeypatch):
     assert edited == prepare_data(cfg, TOK, tmp_path / "fresh")
 
 
+def test_a_source_edited_to_the_same_size_means_starting_over(tmp_path, monkeypatch):
+    """Same bytes count and record count, other words: only the modification time tells (README: "if the
+    source files changed (size or modification time), it starts over")."""
+    corpus = tmp_path / "corpus.jsonl"
+    records = [{"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)]
+    corpus.write_bytes(_jsonl_bytes(records))
+    cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=100_000,
+                     max_tokens=30_000, shard_tokens=2_000)
+    _interrupt_after_first_resume_point(monkeypatch, cfg, tmp_path / "out")
+    before = corpus.stat()
+    edited = _jsonl_bytes({"text": r["text"].replace("document", "dokument")} for r in records)
+    assert len(edited) == before.st_size
+    corpus.write_bytes(edited)
+    os.utime(corpus, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert prepare_data(cfg, TOK, tmp_path / "out") == prepare_data(cfg, TOK, tmp_path / "fresh")
+
+
 def test_a_source_that_shrank_unseen_is_refused_on_resume(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus.jsonl"
     records = [{"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)]

@@ -67,7 +67,10 @@ def test_compiled_training_matches_eager(tiny_run_config, tiny_bpe_data, tmp_pat
     first = compiled[0]
     tokens_per_step = 4 * 32
     second_step_s = first["elapsed_s"] - first["first_step_s"]
-    assert first["tokens_per_s"] == pytest.approx(tokens_per_step / second_step_s, rel=0.1)
+    # elapsed_s also holds the loop's own work between the two steps: ~1 ms, a fifth of this 4 ms step on a
+    # busy machine, so the step time the rate implies lies at or a little below the elapsed difference.
+    implied_step_s = tokens_per_step / first["tokens_per_s"]
+    assert 0.5 * second_step_s <= implied_step_s <= 1.01 * second_step_s
     assert first["first_step_s"] > second_step_s
 
 

@@ -264,6 +264,33 @@ def test_auto_batch_picks_the_largest_divisor_that_fits(tiny_run_config, tiny_bp
     assert any(line.startswith("auto-batch: micro-batch 8 × accumulation 1") for line in events)
 
 
+def test_the_real_probe_counts_an_out_of_memory_step_as_not_fitting(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                     monkeypatch):
+    """The probe's own trial steps: one that runs out of memory (here: any micro-batch above 4, as a small GPU
+    would) is a batch that does not fit, and the run trains at the largest divisor that did."""
+    from burnout.train import probe
+    from burnout.train.step import TrainStep
+
+    real_call, tried = TrainStep.__call__, []
+
+    def small_device(self, batches, *args, **kwargs):
+        if isinstance(batches, probe.RandomBatches):
+            tried.append(batches.batch_size)
+            if batches.batch_size > 4:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_call(self, batches, *args, **kwargs)
+
+    monkeypatch.setattr(TrainStep, "__call__", small_device)
+    fits = probe.memory_probe(tiny_run_config(), torch.device("cpu"), "fp32", 32)
+    assert (fits(8), fits(4), fits(1)) == (False, True, True)
+    events = []
+    start_training(tiny_run_config(batch_size=2, grad_accum=4), tmp_path / "run", data_dir=tiny_bpe_data,
+                   on_event=events.append, progress=False, auto_batch=True)
+    saved = load_run_config(tmp_path / "run" / "config.yaml").train
+    assert (saved.batch_size, saved.grad_accum) == (4, 2) and 8 in tried
+    assert any(line.startswith("auto-batch: micro-batch 4 × accumulation 2") for line in events)
+
+
 # ----------------------------------------------------------------------------------------------
 # Milestones, mirror, resume records
 
