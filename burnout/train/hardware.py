@@ -115,16 +115,23 @@ def _is_gpu(device: torch.device | None) -> bool:
 
 
 @functools.cache
-def measure_cpu_peak(precision: str, size: int = 2048, repeats: int = 6) -> float:
-    """Best observed FLOP/s of a size×size matrix multiply on the CPU, in the given precision: large and
-    warmed, so that no GEMM of a model outruns it (one 1024² multiply timed alone read "mfu 96.3%" on
-    gpt2-134m, whose 768 x 3072 GEMMs ran faster than it)."""
+def measure_cpu_peak(precision: str, max_size: int = 2048, repeats: int = 6) -> float:
+    """Best observed FLOP/s of a square matrix multiply on the CPU, in the given precision: large and warmed,
+    so that no GEMM of a model outruns it (one 1024² multiply timed alone read "mfu 96.3%" on gpt2-134m, whose
+    768 x 3072 GEMMs ran faster than it). The size doubles from 256 while a multiply takes under 20 ms, up to
+    max_size: a precision the CPU emulates (fp16 on most) stays small instead of taking minutes."""
     dtype = DTYPES[precision]
     # A private generator: this runs after a resume restored the run's RNG states, and must not move them.
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(size, size, dtype=dtype, generator=g)
-    b = torch.randn(size, size, dtype=dtype, generator=g)
-    torch.mm(a, b)  # first call pays for kernel selection and brings the operands into cache
+    size = 256
+    while True:
+        a = torch.randn(size, size, dtype=dtype, generator=g)
+        b = torch.randn(size, size, dtype=dtype, generator=g)
+        t0 = time.perf_counter()
+        torch.mm(a, b)  # at the size kept, the warm-up: kernel selection, the operands brought into cache
+        if size >= max_size or time.perf_counter() - t0 >= 0.02:
+            break
+        size *= 2
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
