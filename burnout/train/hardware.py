@@ -156,7 +156,7 @@ def training_precision(name: str, device: torch.device, say: Callable[[str], Non
         return resolve_precision(name, device)
     entry, cached = cpu_precision_entry()
     say(f"precision auto on this CPU ({entry['cpu']}, {entry['threads']} threads): {entry['choice']}; a "
-        f"2048^3 matmul ran {entry['bf16_gflops']:.0f} GFLOP/s in bf16 vs {entry['fp32_gflops']:.0f} in fp32 "
+        f"matmul peak of {entry['bf16_gflops']:.0f} GFLOP/s in bf16 vs {entry['fp32_gflops']:.0f} in fp32 "
         f"({'measured earlier' if cached else 'measured now'}, cached in {precision_cache_path()}; "
         "train.precision=fp32 or bf16 overrides)")
     return entry["choice"]
@@ -173,7 +173,7 @@ def cpu_precision_entry() -> tuple[dict, bool]:
     """(this machine's entry: the choice and both throughputs, whether it came from the cache); measured with
     `measure_cpu_peak` (about a second) when the cache has none."""
     path = precision_cache_path()
-    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | 2048^3 matmul"
+    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | peak v2"
     try:
         cache = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
