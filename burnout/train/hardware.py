@@ -178,9 +178,9 @@ def cpu_precision_entry() -> tuple[dict, bool]:
         cache = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         cache = {}
-    if isinstance(cache, dict) and isinstance(cache.get(key), dict) and cache[key].get("choice") in ("fp32", "bf16"):
-        return cache[key], True
     cache = cache if isinstance(cache, dict) else {}
+    if isinstance(cache.get(key), dict) and cache[key].get("choice") in ("fp32", "bf16"):
+        return cache[key], True
     rates = {precision: measure_cpu_peak(precision) / 1e9 for precision in ("fp32", "bf16")}
     entry = {"choice": "bf16" if rates["bf16"] >= CPU_BF16_MIN_SPEEDUP * rates["fp32"] else "fp32",
              "fp32_gflops": rates["fp32"], "bf16_gflops": rates["bf16"], "cpu": cpu_model(),

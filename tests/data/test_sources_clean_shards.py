@@ -322,12 +322,20 @@ def _interrupt_after_first_resume_point(monkeypatch, cfg, out):
     monkeypatch.setattr(shards_module, "save_manifest", real_save)
 
 
-def test_edited_source_files_mean_starting_over(tmp_path, monkeypatch):
+def _interrupted_prepare(tmp_path, monkeypatch):
+    """(corpus, its records, cfg): a 3,000-record jsonl source whose prepare into tmp_path/out was
+    interrupted after its first resume point."""
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_bytes(_jsonl_bytes({"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)))
+    records = [{"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)]
+    corpus.write_bytes(_jsonl_bytes(records))
     cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=100_000,
                      max_tokens=30_000, shard_tokens=2_000)
     _interrupt_after_first_resume_point(monkeypatch, cfg, tmp_path / "out")
+    return corpus, records, cfg
+
+
+def test_edited_source_files_mean_starting_over(tmp_path, monkeypatch):
+    corpus, _, cfg = _interrupted_prepare(tmp_path, monkeypatch)
     corpus.write_bytes(_jsonl_bytes({"text": f"other {i} " + "words " * (i % 30)} for i in range(2000)))
     edited = prepare_data(cfg, TOK, tmp_path / "out")
     assert edited == prepare_data(cfg, TOK, tmp_path / "fresh")
@@ -336,12 +344,7 @@ def test_edited_source_files_mean_starting_over(tmp_path, monkeypatch):
 def test_a_source_edited_to_the_same_size_means_starting_over(tmp_path, monkeypatch):
     """Same bytes count and record count, other words: only the modification time tells (README: "if the
     source files changed (size or modification time), it starts over")."""
-    corpus = tmp_path / "corpus.jsonl"
-    records = [{"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)]
-    corpus.write_bytes(_jsonl_bytes(records))
-    cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=100_000,
-                     max_tokens=30_000, shard_tokens=2_000)
-    _interrupt_after_first_resume_point(monkeypatch, cfg, tmp_path / "out")
+    corpus, records, cfg = _interrupted_prepare(tmp_path, monkeypatch)
     before = corpus.stat()
     edited = _jsonl_bytes({"text": r["text"].replace("document", "dokument")} for r in records)
     assert len(edited) == before.st_size
@@ -351,12 +354,7 @@ def test_a_source_edited_to_the_same_size_means_starting_over(tmp_path, monkeypa
 
 
 def test_a_source_that_shrank_unseen_is_refused_on_resume(tmp_path, monkeypatch):
-    corpus = tmp_path / "corpus.jsonl"
-    records = [{"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)]
-    corpus.write_bytes(_jsonl_bytes(records))
-    cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=100_000,
-                     max_tokens=30_000, shard_tokens=2_000)
-    _interrupt_after_first_resume_point(monkeypatch, cfg, tmp_path / "out")
+    corpus, records, cfg = _interrupted_prepare(tmp_path, monkeypatch)
     stat = corpus.stat()
     # Same size and modification time, fewer records: only the replay itself can notice.
     shrunk = _jsonl_bytes(records[:100])
