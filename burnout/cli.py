@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from burnout.common import checked_number
 from burnout.errors import BurnoutError
 
 # A handler gets the parsed arguments and the `key=value` overrides; it returns an exit code or None (0).
@@ -40,6 +41,29 @@ def command(*path: str, help: str, description: str) -> Callable[[Setup], Setup]
         _UNITS.append((path, {"help": help, "description": description}, setup))
         return setup
     return register
+
+
+def number(integer: bool = False, **bounds) -> Callable[[str], int | float]:
+    """An argparse type for a numeric flag: finite and within `bounds` (checked_number's), or argparse's error."""
+    def parse(text: str) -> int | float:
+        try:
+            return checked_number("", text, integer=integer, **bounds)
+        except BurnoutError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.integer, parse.bounds = integer, bounds  # what tests/test_input_properties.py holds every flag to
+    return parse
+
+
+counting, natural = number(integer=True, low=1), number(integer=True, low=0)  # 1, 2, ... and 0, 1, ...
+positive, non_negative, fraction = number(low=0, low_open=True), number(low=0), number(low=0, low_open=True, high=1)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors (a bad flag value, a missing argument) raised as BurnoutError, so that `main` says them in
+    one line like every other error, with the command's --help named instead of argparse's usage block."""
+
+    def error(self, message: str):
+        raise BurnoutError(f"{message} (see '{self.prog} --help')")
 
 
 def _overrides(values: list[str], unknown: list[str], accepts_overrides: bool = True) -> list[str]:
@@ -77,7 +101,7 @@ def _overrides(values: list[str], unknown: list[str], accepts_overrides: bool = 
                      "minutes, then print validation loss, samples and where everything is.")
 def cmd_quickstart(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--out", default="runs/quickstart", help="folder for data, run and checkpoints")
-    p.add_argument("--minutes", type=float, default=3.0, help="training time budget (default 3)")
+    p.add_argument("--minutes", type=positive, default=3.0, help="training time budget (default 3)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.batch_size=8")
 
     def run(args, overrides):
@@ -98,8 +122,8 @@ group("model", help="inspect model presets: parameters, FLOPs, memory", descript
 def cmd_model_info(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("preset")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--seq-len", type=int, default=None, help="default: the model's context length")
+    p.add_argument("--batch-size", type=counting, default=1)
+    p.add_argument("--seq-len", type=counting, default=None, help="default: the model's context length")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
@@ -146,7 +170,8 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
                    help="my.txt, folder/, '*.jsonl', file.parquet; or a recipe name or YAML path (or a run config)")
     p.add_argument("--out", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace a finished data folder at --out")
-    p.add_argument("--workers", type=int, default=None, help="encoding threads (default: one per core; 1: one thread)")
+    p.add_argument("--workers", type=counting, default=None,
+                   help="encoding threads (default: one per core; 1: one thread)")
     p.add_argument("--tokenizer", metavar="SPEC",
                    help="your text's tokenizer: bpe (default, vocabulary sized to the corpus), bpe:8192, char, "
                         "gpt2 (GPT-2's files from shared/data/gpt2_tokenizer) or gpt2:FOLDER")
@@ -182,9 +207,9 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
                      "a prepared folder, and decode a sample of it.")
 def cmd_data_inspect(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("data_dir")
-    p.add_argument("--sample-tokens", type=int, default=200)
+    p.add_argument("--sample-tokens", type=natural, default=200)
     p.add_argument("--split", choices=["train", "val"], default="train")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=natural, default=0)
     p.add_argument("--verify", action="store_true", help="re-hash every shard against the manifest")
 
     def run(args, overrides):
@@ -205,11 +230,11 @@ def cmd_data_trace(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("text", nargs="?", metavar="TEXT", help="the string to look for")
     p.add_argument("data_dir", nargs="?", metavar="DATA", help="a prepared data folder")
     p.add_argument("--from-samples", metavar="RUN", help="trace a run's generated samples instead of TEXT")
-    p.add_argument("--limit", type=int, default=20, help="hits (or table rows) to list (default 20)")
-    p.add_argument("--context", type=int, default=16, help="tokens of the document shown on each side of a hit")
+    p.add_argument("--limit", type=natural, default=20, help="hits (or table rows) to list (default 20)")
+    p.add_argument("--context", type=natural, default=16, help="tokens of the document shown on each side of a hit")
     p.add_argument("--split", choices=["train", "val", "all"], default="all", help="splits to search (default all)")
-    p.add_argument("--n", type=int, default=3, help="--from-samples: words per n-gram (default 3)")
-    p.add_argument("--rare", type=int, default=5, help="--from-samples: list n-grams seen at most this often")
+    p.add_argument("--n", type=counting, default=3, help="--from-samples: words per n-gram (default 3)")
+    p.add_argument("--rare", type=counting, default=5, help="--from-samples: list n-grams seen at most this often")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def run(args, overrides):
@@ -217,9 +242,6 @@ def cmd_data_trace(p: argparse.ArgumentParser) -> Handler:
 
         from burnout.data import trace
 
-        for flag, value in (("--limit", args.limit), ("--context", args.context)):
-            if value < 0:
-                raise BurnoutError(f"{flag}: {value} must be 0 or more")
         if args.from_samples:
             if args.data_dir is not None:
                 raise BurnoutError("--from-samples RUN takes DATA only, not TEXT: "
@@ -253,21 +275,19 @@ def cmd_data_audit(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--sft", action="store_true", help="SOURCE_OR_DATA is conversations: audit each role's messages")
     p.add_argument("--layout", default="auto", help="conversation layout with --sft (default: auto)")
     p.add_argument("--split", choices=["train", "val"], default="train", help="split of a prepared folder")
-    p.add_argument("--chars-per-source", type=int, default=None, metavar="N",
+    p.add_argument("--chars-per-source", type=natural, default=None, metavar="N",
                    help="characters read per source (default: its share of data.max_chars; 0: all of it)")
     p.add_argument("--junk", action="append", default=[], metavar="REGEX",
                    help="count documents matching REGEX too (repeatable), besides data.junk_patterns")
-    p.add_argument("--threshold", type=float, default=0.8, help="near-duplicate Jaccard threshold (default 0.8)")
-    p.add_argument("--top", type=int, default=25, help="rows per table in the report (default 25)")
-    p.add_argument("--capacity", type=int, default=300_000,
+    p.add_argument("--threshold", type=fraction, default=0.8, help="near-duplicate Jaccard threshold (default 0.8)")
+    p.add_argument("--top", type=counting, default=25, help="rows per table in the report (default 25)")
+    p.add_argument("--capacity", type=counting, default=300_000,
                    help="keys per counting table per source: bounds memory (default 300,000)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. data.max_chars=5000000")
 
     def run(args, overrides):
         from burnout.data.audit import AuditSettings, audit_target, default_out, summary, write_audit
 
-        if args.chars_per_source is not None and args.chars_per_source < 0:
-            raise BurnoutError(f"--chars-per-source: {args.chars_per_source} is negative")
         settings = AuditSettings(near_dup_threshold=args.threshold, top=args.top, capacity=args.capacity)
         report = audit_target(args.target, sft=args.sft, layout=args.layout, split=args.split,
                               chars_per_source=args.chars_per_source, overrides=overrides, junk=args.junk,
@@ -464,7 +484,7 @@ def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")
     p.add_argument("--config", help="a run config YAML whose train (and dpo) sections apply")
     p.add_argument("--lora", action="store_true", help="train LoRA adapters (dpo.lora.r=… etc. to shape them)")
-    p.add_argument("--beta", type=float, help="DPO's β (default 0.1)")
+    p.add_argument("--beta", type=positive, help="DPO's β (default 0.1)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
@@ -498,8 +518,8 @@ def cmd_lora_merge(p: argparse.ArgumentParser) -> Handler:
                      "attention → preload → vectorized batching → compile → bf16 → SDPA).")
 def cmd_bench(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("config", help="run config YAML or a built-in name (e.g. shakespeare-fast)")
-    p.add_argument("--steps", type=int, default=10, help="timed steps (median reported; default 10)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.add_argument("--steps", type=counting, default=10, help="timed steps (median reported; default 10)")
+    p.add_argument("--warmup", type=natural, default=2, help="untimed steps first (default 2)")
     p.add_argument("--ablate", action="store_true", help="run the optimization ladder, one rung per change")
     p.add_argument("--skip", action="append", default=[], metavar="RUNG",
                    help="with --ablate: leave a rung out (preload, vectorize, compile, bf16, sdpa); repeatable")
@@ -536,9 +556,9 @@ def cmd_bench(p: argparse.ArgumentParser) -> Handler:
 def cmd_plan(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("config", help="run config YAML or a built-in name (e.g. gpuburnout-1b)")
     p.add_argument("--gpu", default="a100-80gb", help="a burnout/configs/hardware.yaml entry or cpu (measured peak)")
-    p.add_argument("--mfu", type=float, default=0.4, help="assumed model FLOPs utilization (default 0.4)")
-    p.add_argument("--price", type=float, default=None, help="dollars per device-hour (default: the table's)")
-    p.add_argument("--gpus", type=int, default=1,
+    p.add_argument("--mfu", type=fraction, default=0.4, help="assumed model FLOPs utilization (default 0.4)")
+    p.add_argument("--price", type=non_negative, default=None, help="dollars per device-hour (default: the table's)")
+    p.add_argument("--gpus", type=counting, default=1,
                    help="devices training together (default 1); train.distributed picks DDP or FSDP")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None,
                    help="default: the config's, or bf16 on a GPU")
@@ -559,20 +579,18 @@ def cmd_plan(p: argparse.ArgumentParser) -> Handler:
 
 def sampling_flags(p: argparse.ArgumentParser, temperature: float, top_k: int, max_new_tokens: int) -> None:
     """Sampling flags shared by generate, chat and compare (read back by `_sampling`)."""
-    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    p.add_argument("--temperature", type=float, default=temperature, help="0 means greedy")
-    p.add_argument("--top-k", type=int, default=top_k, help="0 turns top-k off")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling; 1 turns it off")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 means none (HF/CTRL style)")
-    p.add_argument("--repetition-window", type=int, default=64, help="recent tokens the penalty looks at")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=counting, default=max_new_tokens)
+    p.add_argument("--temperature", type=non_negative, default=temperature, help="0 means greedy")
+    p.add_argument("--top-k", type=natural, default=top_k, help="0 turns top-k off")
+    p.add_argument("--top-p", type=fraction, default=1.0, help="nucleus sampling; 1 turns it off")
+    p.add_argument("--repetition-penalty", type=positive, default=1.0, help="1 means none (HF/CTRL style)")
+    p.add_argument("--repetition-window", type=counting, default=64, help="recent tokens the penalty looks at")
+    p.add_argument("--seed", type=natural, default=None)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
 
 
 def _sampling(args) -> dict:
     """Sampling flags shared by generate, chat and compare; 0 turns top-k off and 1 turns top-p off."""
-    if args.max_new_tokens < 1:
-        raise BurnoutError(f"--max-new-tokens: {args.max_new_tokens} must be at least 1")
     return {"temperature": args.temperature, "top_k": args.top_k or None,
             "top_p": args.top_p if args.top_p < 1 else None, "repetition_penalty": args.repetition_penalty,
             "repetition_window": args.repetition_window, "seed": args.seed}
@@ -679,7 +697,7 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--tasks", default=None,
                    help="comma-separated: val, hellaswag, arc_easy, lambada, icl:FILE.yaml (an llm-foundry icl_tasks "
                         "list), or all (default val,hellaswag,arc_easy,lambada; none when --task is given)")
-    p.add_argument("--limit", type=int, default=None, help="first N examples per task (N windows for val)")
+    p.add_argument("--limit", type=counting, default=None, help="first N examples per task (N windows for val)")
     p.add_argument("--all-checkpoints", action="store_true", help="every checkpoint of the run")
     p.add_argument("--data-root", help="folder holding the task files (default $BURNOUT_EVAL_DATA or shared/data)")
     p.add_argument("--task-file", action="append", default=[], metavar="TASK=PATH",
@@ -696,14 +714,14 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--example-delimiter", help="--task: between few-shot examples (default '\\n')")
     p.add_argument("--prelimiter", help="--task: before each query, e.g. 'Question: ' (default none)")
     p.add_argument("--data", help="prepared data folder for val (default: the one the run trained on)")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=counting, default=16)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--harness", metavar="TASKS",
                    help="lm-evaluation-harness tasks instead of --tasks (comma-separated names, groups or globs: "
                         "mmlu,gsm8k,...), run through burnout's scorer and generator; RUN/eval/harness_step_N.json")
     p.add_argument("--harness-include", action="append", default=[], metavar="PATH",
                    help="a folder (or file) of custom lm-eval task YAMLs, e.g. over local data files offline")
-    p.add_argument("--harness-fewshot", type=int, default=None, metavar="N",
+    p.add_argument("--harness-fewshot", type=natural, default=None, metavar="N",
                    help="few-shot examples per --harness task (default: each task's own)")
 
     def run(args, overrides):
@@ -830,10 +848,10 @@ def cmd_report(p: argparse.ArgumentParser) -> Handler:
 def cmd_playground(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("sources", nargs="+", metavar="RUN_OR_CKPT")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=7860)
-    p.add_argument("--max-cache-mb", type=float, default=2048, help="memory bound on loaded models' weights")
-    p.add_argument("--concurrency", type=int, default=2, help="generations running at once")
-    p.add_argument("--queue-size", type=int, default=32, help="requests that may wait; more are refused")
+    p.add_argument("--port", type=number(integer=True, low=0, high=65535), default=7860)
+    p.add_argument("--max-cache-mb", type=positive, default=2048, help="memory bound on loaded models' weights")
+    p.add_argument("--concurrency", type=counting, default=2, help="generations running at once")
+    p.add_argument("--queue-size", type=counting, default=32, help="requests that may wait; more are refused")
 
     def run(args, overrides):
         from burnout.playground.app import serve
@@ -845,7 +863,7 @@ def cmd_playground(p: argparse.ArgumentParser) -> Handler:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `burnout` parser: one subparser per registered unit, in the order they appear above."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="burnout",
         description="GPUburnout: train language models from scratch — data, tokenizer, model, training, use.",
     )
@@ -861,8 +879,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
     try:
+        args, unknown = parser.parse_known_args(argv)
         overrides = _overrides(getattr(args, "overrides", []), unknown, accepts_overrides=hasattr(args, "overrides"))
         code = args.func(args, overrides)
     except BurnoutError as exc:

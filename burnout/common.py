@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 from burnout.errors import BurnoutError
@@ -101,6 +102,47 @@ def read_jsonl(path: str | Path) -> list[dict]:
 def is_finite_number(value) -> bool:
     """A real, finite int or float (a logged loss can be NaN, null or missing)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def checked_number(where: str, value, *, integer: bool = False, low: float | None = None,
+                   high: float | None = None, low_open: bool = False) -> int | float:
+    """`value` (a number, or a string as a flag gives it) as a finite number within [low, high] ((low, high] with
+    `low_open`), a whole one with `integer`; else a one-line BurnoutError that begins with `where` (if given).
+
+    Written so that NaN fails it: every comparison with NaN is false, so `value < low` alone lets it through.
+    """
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    kind = "a whole number" if integer else "a number"
+
+    def refuse(problem: str) -> BurnoutError:
+        return BurnoutError(f"{where}: {problem}" if where else problem)
+
+    number = value
+    if isinstance(value, str):
+        try:
+            number = int(value) if integer else float(value)
+        except ValueError:
+            number = None
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        raise refuse(f"{shown} is not {kind}")
+    if integer and isinstance(number, float) and number.is_integer():
+        number = int(number)
+    elif integer and not isinstance(number, int):
+        raise refuse(f"{shown} is not {kind}")
+    if not integer:
+        number = float(number) if abs(number) <= sys.float_info.max else math.inf  # float() of a huge int raises
+    if isinstance(number, float) and not math.isfinite(number):
+        raise refuse(f"{shown} is not a finite number")
+    below = low is not None and (number <= low if low_open else number < low)
+    if below or (high is not None and number > high):
+        if high is None:
+            bound = f"more than {low:g}" if low_open else f"at least {low:g}"
+        elif low is None:
+            bound = f"at most {high:g}"
+        else:
+            bound = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+        raise refuse(f"{shown} must be {bound}")
+    return number
 
 
 def first_line(error: BaseException | str, limit: int = 200) -> str:

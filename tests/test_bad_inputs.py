@@ -183,7 +183,7 @@ CASES = [
     Case("nan-temperature", ["generate", "{run}", "--prompt", "The ", "--temperature", "nan"],
          ["temperature", "nan", "finite"]),
     Case("nan-repetition-penalty", ["generate", "{run}", "--prompt", "The ", "--repetition-penalty", "nan"],
-         ["repetition penalty", "nan", "finite"]),
+         ["--repetition-penalty", "nan", "finite"]),
     Case("negative-max-new-tokens", ["generate", "{run}", "--prompt", "The ", "--max-new-tokens", "-3"],
          ["--max-new-tokens", "-3"]),
     Case("token-ids-not-numbers", ["tokenizer", "decode", "{data}", "12 twelve"], ["twelve"]),

@@ -31,6 +31,7 @@ from burnout.playground.catalog import (  # noqa: E402
     Entry,
     ModelCache,
     discover,
+    sampling_settings,
     stream_chat,
     stream_text,
 )
@@ -63,21 +64,20 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
             f"- val loss: {val:.4f}" if isinstance(val, (int, float)) else "- val loss: not measured",
         ])
 
-    def settings(temperature: float, top_k: float, top_p: float, penalty: float) -> dict:
-        return {"temperature": temperature, "top_k": int(top_k), "top_p": top_p, "repetition_penalty": penalty}
-
     def generate(label: str, prompt: str, max_new: float, *sampling: float) -> Iterator[str]:
         try:
             loaded = cache.get(label)
-            yield from stream_text(loaded, prompt, int(max_new), **settings(*sampling))
+            yield from stream_text(loaded, prompt, max_new, **sampling_settings(*sampling))
         except BurnoutError as exc:
             raise gr.Error(str(exc)) from None
 
     def side_by_side(chosen: list[str], prompt: str, max_new: float, *sampling: float):
-        if not 2 <= len(chosen) <= MAX_SIDE_BY_SIDE:
-            raise gr.Error(f"choose 2 or {MAX_SIDE_BY_SIDE} checkpoints to compare (chosen: {len(chosen)})")
+        if not isinstance(chosen, list) or not 2 <= len(chosen) <= MAX_SIDE_BY_SIDE:
+            count = len(chosen) if isinstance(chosen, list) else 0
+            raise gr.Error(f"choose 2 or {MAX_SIDE_BY_SIDE} checkpoints to compare (chosen: {count})")
         try:
-            streams = [stream_text(cache.get(label), prompt, int(max_new), **settings(*sampling)) for label in chosen]
+            settings = sampling_settings(*sampling)
+            streams = [stream_text(cache.get(label), prompt, max_new, **settings) for label in chosen]
             texts = [""] * len(chosen)
             live = list(range(len(chosen)))
             # One token for each checkpoint in turn, so the columns grow together.
@@ -125,22 +125,23 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
                            for i in range(MAX_SIDE_BY_SIDE)]
             compare_button.click(side_by_side, [chosen, compare_prompt, *sampling], columns)
         if chat_labels:
-            _chat_tab(entries, cache, sampling, settings)
+            _chat_tab(entries, cache, sampling)
     return app
 
 
-def _chat_tab(entries: dict[str, Entry], cache: ModelCache, sampling: list, settings) -> None:
+def _chat_tab(entries: dict[str, Entry], cache: ModelCache, sampling: list) -> None:
     """The Chat tab: a chat checkpoint's conversation, and beside it a base checkpoint's answers to the same."""
     chat_labels = [label for label, entry in entries.items() if entry.chat]
     base_labels = [label for label, entry in entries.items() if not entry.chat]
 
     def chat_turn(label: str, base_label: str, system: str, message: str, history: list, base_history: list,
                   max_new: float, *values: float):
-        chats = [(label, list(history or []))]
+        chats = [(label, history if isinstance(history, list) else [])]
         if base_label in base_labels:
-            chats.append((base_label, list(base_history or [])))
+            chats.append((base_label, base_history if isinstance(base_history, list) else []))
         try:
-            streams = [stream_chat(cache.get(name), past, message, int(max_new), system or "", **settings(*values))
+            streams = [stream_chat(cache.get(name), past, message, max_new, system or "",
+                                   **sampling_settings(*values))
                        for name, past in chats]
             answers = [next(stream) for stream in streams]  # the requests are checked here, before any output
             live = list(range(len(streams)))

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnout.common import RUN_CONFIG_FILE
+from burnout.common import RUN_CONFIG_FILE, checked_number
 from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.model_files import is_chat_model, load_model
@@ -85,7 +85,7 @@ class ModelCache:
         self._lock = threading.Lock()
 
     def get(self, label: str) -> Loaded:
-        if label not in self.entries:
+        if not isinstance(label, str) or label not in self.entries:
             raise BurnoutError(f"unknown checkpoint '{label}'; choose one from the list")
         with self._lock:  # one load at a time: two requests for one cold model load it once
             if label in self._loaded:
@@ -106,19 +106,29 @@ class ModelCache:
         return list(self._loaded)
 
 
-def _check_request(prompt: str, max_new_tokens: int, what: str = "prompt") -> None:
+def sampling_settings(temperature: float, top_k: float, top_p: float, penalty: float) -> dict:
+    """The sampling fields as the app's API may send them (any JSON value, NaN included), checked: else one line."""
+    return {"temperature": checked_number("temperature", temperature, low=0),
+            "top_k": checked_number("top-k", top_k, integer=True, low=1),
+            "top_p": checked_number("top-p", top_p, low=0, low_open=True, high=1),
+            "repetition_penalty": checked_number("repetition penalty", penalty, low=0, low_open=True)}
+
+
+def _check_request(prompt: str, max_new_tokens: float, what: str = "prompt") -> int:
+    """The prompt checked, and max new tokens as a whole number in range."""
+    if not isinstance(prompt, str):
+        raise BurnoutError(f"the {what} must be text, got {type(prompt).__name__}")
     if not prompt.strip():
         raise BurnoutError(f"the {what} is empty; type some text")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise BurnoutError(f"the {what} is {len(prompt):,} characters; "
                            f"the playground takes at most {MAX_PROMPT_CHARS:,}")
-    if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-        raise BurnoutError(f"max new tokens {max_new_tokens} is outside 1–{MAX_NEW_TOKENS}")
+    return checked_number("max new tokens", max_new_tokens, integer=True, low=1, high=MAX_NEW_TOKENS)
 
 
 def stream_text(loaded: Loaded, prompt: str, max_new_tokens: int, **sampling) -> Iterator[str]:
     """The prompt and its continuation so far, growing as tokens arrive (for a streaming text box)."""
-    _check_request(prompt, max_new_tokens)
+    max_new_tokens = _check_request(prompt, max_new_tokens)
     # Made before the first yield: the sampler checks its settings and the prompt's length right here.
     pieces = sampling_stream_text(loaded.model, loaded.tokenizer, prompt, max_new_tokens, **sampling)
     text = prompt
@@ -156,7 +166,9 @@ def stream_chat(loaded: Loaded, history: list, message: str, max_new_tokens: int
     A chat model answers in its template and stops at <|im_end|>; a base model continues the conversation as
     a plain transcript and stops where it starts the user's next line. The oldest turns that do not fit the
     context are left out."""
-    _check_request(message, max_new_tokens, "message")
+    max_new_tokens = _check_request(message, max_new_tokens, "message")
+    if not isinstance(system, str):
+        raise BurnoutError(f"the system prompt must be text, got {type(system).__name__}")
     if len(system) > MAX_PROMPT_CHARS:
         raise BurnoutError(f"the system prompt is {len(system):,} characters; the playground takes at most "
                            f"{MAX_PROMPT_CHARS:,}")

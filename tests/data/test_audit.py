@@ -358,7 +358,7 @@ def _train_hits(data: Path, pattern: str) -> dict[str, int]:
     (["{tmp}/ok.yaml", "--junk", "(unclosed"], "not a valid regular expression"),
     (["{tmp}/missing.jsonl", "--sft"], "does not exist"),
     (["{tmp}/ok.yaml", "--threshold", "1.5"], "threshold"),
-    (["{tmp}/ok.yaml", "--chars-per-source", "-1"], "negative"),
+    (["{tmp}/ok.yaml", "--chars-per-source", "-1"], "argument --chars-per-source: '-1' must be at least 0"),
 ])
 def test_bad_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
     (tmp_path / "empty").mkdir()

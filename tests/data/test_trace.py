@@ -403,7 +403,7 @@ def test_bad_inputs_are_one_line(char_data, tmp_path, capsys, monkeypatch):
     _one_line_error(capsys, ["data", "trace", "Romeo", str(tmp_path)], "has no meta.json")
     _one_line_error(capsys, ["data", "trace", "Romeo", str(tmp_path / "nowhere")], "does not exist")
     _one_line_error(capsys, ["data", "trace", "Romeo"], "needs TEXT and DATA")
-    _one_line_error(capsys, ["data", "trace", "Romeo", str(data), "--limit", "-1"], "--limit: -1")
+    _one_line_error(capsys, ["data", "trace", "Romeo", str(data), "--limit", "-1"], "--limit: '-1' must be at least 0")
     _one_line_error(capsys, ["data", "trace", "--from-samples", str(tmp_path / "norun"), str(data)], "does not exist")
     (tmp_path / "run").mkdir()
     _one_line_error(capsys, ["data", "trace", "--from-samples", str(tmp_path / "run"), str(data)],
