@@ -109,6 +109,36 @@ def test_the_same_command_starts_then_resumes_after_sigterm(tiny_run, tmp_path):
     _assert_same_weights(run / "checkpoints/step_0000024", tiny_run.run_dir / "checkpoints/step_0000024")
 
 
+def test_ctrl_c_through_the_command_saves_and_exits_130(tiny_run, tmp_path):
+    """Ctrl-C during training: the step ends, a checkpoint is saved, exit 130 as an interrupted process."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run.cfg.to_dict()))
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    command = subprocess.Popen([sys.executable, "-m", "burnout", "train", str(config), "--out", str(run), "--data",
+                                str(tiny_run.data_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    for line in command.stdout:
+        if line.startswith("step 2/"):
+            command.send_signal(signal.SIGINT)
+    err = command.stderr.read()
+    assert command.wait(timeout=300) == 130, err[-3000:]
+    assert "Traceback" not in err and line.startswith("stopped by signal: step "), err[-3000:]
+    assert 2 <= _steps(run)[-1] < 24
+
+
+def test_ctrl_c_outside_training_is_one_line_and_exit_130(tiny_run):
+    """Ctrl-C anywhere else (here while `burnout generate` streams): one line, exit 130, no traceback."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    command = subprocess.Popen([sys.executable, "-m", "burnout", "generate", str(tiny_run.run_dir), "--prompt",
+                                "The ", "--max-new-tokens", "100000", "--seed", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    assert command.stdout.read(1)  # streaming has begun
+    command.send_signal(signal.SIGINT)
+    err = command.stderr.read()
+    assert command.wait(timeout=120) == 130 and err == "burnout: interrupted\n", err[-3000:]
+
+
 # ----------------------------------------------------------------------------------------------
 # A corrupt checkpoint: resume falls back to the newest good one and says which it skipped
 

@@ -56,3 +56,29 @@ def test_stop_flags_ride_on_the_loss_all_reduce(tmp_path):
     mean = (results[0]["local_loss"] + results[1]["local_loss"]) / 2
     assert results[0]["loss"] == results[1]["loss"]
     assert abs(results[0]["loss"] - mean) < 1e-5
+
+
+def test_fp16_steps_through_the_grad_scaler_and_skips_an_overflow():
+    """Under fp16 the loss is scaled before backward and the gradients unscaled before clipping (the norm is
+    fp32's, not 65,536 times it); a scale so large that fp16's backward overflows skips the update and halves
+    the scale, as GradScaler promises."""
+    from burnout.models import Transformer
+
+    norms = {}
+    for precision in ("fp32", "fp16"):
+        cfg = load_run_config({"model": MODEL, "train": {"device": "cpu", "precision": precision, "batch_size": 2,
+                                                         "seq_len": 16, "warmup_steps": 0, "grad_clip": 1.0}})
+        torch.manual_seed(0)
+        step = TrainStep(Transformer(cfg.model), cfg.train, torch.device("cpu"), precision, end_of_run=10)
+        weights = {name: p.detach().clone() for name, p in step.model.named_parameters()}
+        norms[precision] = step(_Batches(0), 0).grad_norm
+    assert abs(norms["fp16"] / norms["fp32"] - 1) < 0.02, norms
+    moved = {name: (p - weights[name]).abs().max().item() for name, p in step.model.named_parameters()}
+    assert min(moved.values()) > 0, moved  # a finite step: every parameter updated through the scaler
+    assert step.scaler.get_scale() == 2.0 ** 16 and step.scaler._get_growth_tracker() == 1  # 65,536 at first
+
+    step.scaler.update(new_scale=2.0 ** 120)  # fp16 tops out at 65504: the scaled backward overflows
+    weights = {name: p.detach().clone() for name, p in step.model.named_parameters()}
+    step(_Batches(0), 1)
+    assert all(torch.equal(p, weights[name]) for name, p in step.model.named_parameters())  # skipped
+    assert step.scaler.get_scale() == 2.0 ** 119 and step.scaler._get_growth_tracker() == 0
