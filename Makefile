@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 # Pinned: on the project's machines this wheel (a CPU build) is on local disk; elsewhere PyPI serves it.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test clean
+.PHONY: demo test mutation clean
 
 $(VENV)/.stamp-base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,5 +27,12 @@ test: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check burnout tests benchmarks
 	$(PY) -m pytest
 
+# Mutation testing of the modules behind the guarantees ([tool.mutmut] in pyproject.toml); not part of `test`.
+# MUTANTS narrows it, e.g. make mutation MUTANTS='burnout.generate.sampling.*'
+mutation: $(VENV)/.stamp-dev
+	$(PY) -m pip install --quiet "mutmut>=3.8,<4"
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run $(MUTANTS)
+	$(PY) -m benchmarks.mutation_scores
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs mutants

@@ -6,7 +6,14 @@ import torch
 from burnout.config import ModelConfig
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
-from burnout.generate.sampling import generate_batch, generate_text, stream_tokens
+from burnout.generate.sampling import (
+    _cut_at_stop,
+    generate_batch,
+    generate_text,
+    process_logits,
+    stream_text,
+    stream_tokens,
+)
 from burnout.models import Transformer
 
 CONTEXT = 32
@@ -160,8 +167,12 @@ def test_bad_requests_are_burnout_errors():
         list(stream_tokens(model, [1] * CONTEXT, 5))
     with pytest.raises(BurnoutError, match="context"):
         list(stream_tokens(model, [1] * (CONTEXT + 10), 5))
-    with pytest.raises(BurnoutError, match="empty"):
+    with pytest.raises(BurnoutError, match="^the prompt is empty after tokenization; give at least one character$"):
         list(stream_tokens(model, [], 5))
+    for top_p in (0.0, -0.1, 1.01):
+        with pytest.raises(BurnoutError, match=r"top-p .* must be in \(0, 1\]"):
+            list(stream_tokens(model, [1, 2], 5, top_p=top_p))
+    assert len(list(stream_tokens(model, [1, 2], 3, top_p=1.0))) == 3  # 1 is in range: nothing cut
     with pytest.raises(BurnoutError, match="finite number, 0"):
         list(stream_tokens(model, [1, 2], 5, temperature=-0.5))
     for bad in (float("nan"), float("inf")):  # comparisons with NaN are false: a `< 0` check lets it through
@@ -199,3 +210,34 @@ def test_generate_text_stops_at_end_of_text(tiny_bpe_data):
         model.lm_head.weight.zero_()
         model.lm_head.weight[eot] = model.norm.bias
     assert generate_text(model, tokenizer, "def f(x):", 10, temperature=0) == "def f(x):"
+
+
+@pytest.mark.parametrize("text, stop, cut", [("abcabc", ["c"], 2), ("stop here", ["stop"], 0), ("a.b!", ["!", "."], 1),
+                                             ("abc", ["x", ""], None)])
+def test_the_cut_is_at_the_first_stop_sequence_wherever_it_is(text, stop, cut):
+    assert _cut_at_stop(text, stop) == cut
+
+
+@pytest.mark.parametrize("setting", [{"temperature": -1.0}, {"top_k": 0}, {"top_p": 0.0}, {"repetition_penalty": 0.0}])
+def test_stream_text_refuses_bad_settings_when_called_before_anything_streams(tiny_bpe_data, setting):
+    tokenizer = load_tokenizer(tiny_bpe_data / "tokenizer.json")
+    model = tiny_model("llama", vocab_size=tokenizer.get_vocab_size())
+    stream_text(model, tokenizer, "The ", 2)  # the defaults (temperature 1, no top-k/p, no penalty) pass
+    with pytest.raises(BurnoutError):
+        stream_text(model, tokenizer, "The ", 2, **setting)  # raised by the call itself: nothing iterated
+
+
+def test_the_repetition_penalty_divides_positive_logits_and_multiplies_the_rest():
+    """CTRL's rule at its edges: a logit in (0, 1) is shrunk like any positive one, a negative one pushed down,
+    0 stays, a token not seen recently is untouched."""
+    logits = torch.tensor([2.0, 0.5, -1.0, 0.0, 3.0])
+    out = process_logits(logits, [0, 1, 2, 3, 1], temperature=0, top_k=None, top_p=None, repetition_penalty=2.0)
+    assert out.tolist() == [1.0, 0.25, -2.0, 0.0, 3.0]
+
+
+def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_it():
+    logits = torch.tensor([0.5, 0.25, 0.25]).log()
+    kept = process_logits(logits, [], temperature=1.0, top_k=None, top_p=0.5, repetition_penalty=1.0).isfinite()
+    assert kept.tolist() == [True, False, False]  # the first token's 0.5 reaches 0.5: the rest go
+    kept = process_logits(logits, [], temperature=1.0, top_k=None, top_p=0.6, repetition_penalty=1.0).isfinite()
+    assert kept[0] and kept.sum() == 2  # 0.5 falls short of 0.6: one of the 0.25s joins it, reaching 0.75
