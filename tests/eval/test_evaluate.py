@@ -135,7 +135,7 @@ def test_bad_input_gives_one_error_line(run, tmp_path, shared_data, capsys):
         return err
 
     assert "unknown task 'mmlu'" in error_of(["eval", str(run), "--tasks", "val,mmlu"])
-    assert "batch size must be at least 1, not 0" in error_of(
+    assert "argument --batch-size: '0' must be at least 1" in error_of(
         ["eval", str(run), "--tasks", "arc_easy", "--data-root", str(shared_data), "--batch-size", "0",
          "--device", "cpu"])
     assert "does not exist" in error_of(["eval", str(run), "--tasks", "arc_easy", "--data-root", str(tmp_path)])
