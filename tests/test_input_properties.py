@@ -5,6 +5,7 @@ for any value at all, either it is accepted as a finite number in its range, or 
 
 import argparse
 import dataclasses
+import functools
 import math
 import typing
 
@@ -83,7 +84,8 @@ def test_every_numeric_flag_is_checked():
     assert len(NUMERIC_FLAGS) >= 30
 
 
-def _required(path: tuple[str, ...]) -> list[str]:
+@functools.cache  # the whole parser is walked once per command, not once per drawn value
+def _required(path: tuple[str, ...]) -> tuple[str, ...]:
     """Placeholders for a command's required arguments, so that only the flag under test decides."""
     argv = []
     for where, action in _actions():
@@ -91,7 +93,7 @@ def _required(path: tuple[str, ...]) -> list[str]:
             argv += [action.option_strings[-1], "x"]
         elif where == path and not action.option_strings and action.nargs in (None, "+"):
             argv.append("x")
-    return argv
+    return tuple(argv)
 
 
 @PROPERTY

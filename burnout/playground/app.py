@@ -140,8 +140,8 @@ def _chat_tab(entries: dict[str, Entry], cache: ModelCache, sampling: list) -> N
         if base_label in base_labels:
             chats.append((base_label, base_history if isinstance(base_history, list) else []))
         try:
-            streams = [stream_chat(cache.get(name), past, message, max_new, system or "",
-                                   **sampling_settings(*values))
+            settings = sampling_settings(*values)
+            streams = [stream_chat(cache.get(name), past, message, max_new, system or "", **settings)
                        for name, past in chats]
             answers = [next(stream) for stream in streams]  # the requests are checked here, before any output
             live = list(range(len(streams)))
