@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +45,49 @@ def private_cache(tmp_path_factory):
     """Training's CPU precision measurement (train/hardware.py) caches in a folder of the session's own, not
     the user's ~/.cache; subprocesses inherit it."""
     os.environ["BURNOUT_CACHE_DIR"] = str(tmp_path_factory.mktemp("burnout_cache"))
+
+
+class Chromium:
+    """Headless Chromium through Playwright, for the tests that drive a page as a person would."""
+
+    PATH = shutil.which("chromium") or "/usr/bin/chromium"
+    # No sandbox: CI runs as root in a container; the rest keeps Chromium from calling home.
+    ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"]
+    ARTIFACTS = REPO_ROOT / "test-artifacts"
+
+    def __init__(self, browser):
+        self.browser = browser
+
+    def new_page(self, width: int, height: int):
+        return self.browser.new_page(viewport={"width": width, "height": height})
+
+    def keep_screenshot(self, page, name: str) -> Path:
+        """The whole page as test-artifacts/NAME, for a person to look at."""
+        self.ARTIFACTS.mkdir(exist_ok=True)
+        shot = self.ARTIFACTS / name
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+        assert shot.stat().st_size > 10_000, f"{shot} is {shot.stat().st_size} bytes: a blank page?"
+        return shot
+
+
+@pytest.fixture
+def chromium():
+    """A running Chromium; without one the test skips, and fails under CI=true (.ci/run installs it)."""
+    if not Path(Chromium.PATH).is_file():
+        message = f"Chromium not found at {Chromium.PATH}; install it with `apt-get install -y chromium` (.ci/run does)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=Chromium.PATH, args=Chromium.ARGS)
+        try:
+            yield Chromium(browser)
+        finally:
+            browser.close()
 
 
 @pytest.fixture(scope="session")

@@ -4,27 +4,12 @@ Chromium through Playwright. The screenshot is kept in test-artifacts/ for a per
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO_ROOT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 ARTIFACT = "PersonX"
-
-
-def require_chromium():
-    if not Path(CHROMIUM).is_file():
-        message = f"Chromium not found at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 @pytest.fixture
@@ -52,37 +37,27 @@ def audit_page(shared_data, tmp_path) -> tuple[Path, dict]:
     return paths[1], report
 
 
-def test_audit_page_in_chromium(audit_page):
-    require_chromium()
-    from playwright.sync_api import expect, sync_playwright
+def test_audit_page_in_chromium(chromium, audit_page):
+    from playwright.sync_api import expect
 
     page_path, report = audit_page
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(page_path.resolve().as_uri())
-            expect(page).to_have_title(f"Data audit: recipe {report['target']['path']}")
-            expect(page.locator("#overview tr")).to_have_count(1 + len(report["sources"]))
-            expect(page.locator("#overview")).to_contain_text("shakespeare")
-            # The web source's strings table lists the planted string, with the regex that would drop it.
-            terms = page.locator("#terms-1")
-            expect(terms).to_be_visible()
-            expect(terms.locator("tr").nth(1)).to_contain_text(ARTIFACT)
-            expect(terms).to_contain_text(r"\bPersonX\b")
-            # Corpus text is shown, not interpreted: the planted markup is text on the page, not a tag.
-            expect(page.locator("#junk-1")).to_contain_text("<b>markup</b>")
-            expect(page.locator("#junk-1 b")).to_have_count(0)
-            for table_id in ("#repeated_lines-1", "#outliers-0", "#outliers-1", "#exact-duplicates", "#settings-table"):
-                expect(page.locator(table_id)).to_be_visible()
-            images = page.locator("img")
-            expect(images).to_have_count(len(report["sources"]))
-            widths = images.evaluate_all("imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
-            assert all(w > 300 for w in widths), widths
-            shot = ARTIFACTS / "audit.png"
-            page.screenshot(path=str(shot), full_page=True)
-            print(f"screenshot: {shot}")
-        finally:
-            browser.close()
-    assert shot.stat().st_size > 10_000
+    page = chromium.new_page(1400, 1000)
+    page.goto(page_path.resolve().as_uri())
+    expect(page).to_have_title(f"Data audit: recipe {report['target']['path']}")
+    expect(page.locator("#overview tr")).to_have_count(1 + len(report["sources"]))
+    expect(page.locator("#overview")).to_contain_text("shakespeare")
+    # The web source's strings table lists the planted string, with the regex that would drop it.
+    terms = page.locator("#terms-1")
+    expect(terms).to_be_visible()
+    expect(terms.locator("tr").nth(1)).to_contain_text(ARTIFACT)
+    expect(terms).to_contain_text(r"\bPersonX\b")
+    # Corpus text is shown, not interpreted: the planted markup is text on the page, not a tag.
+    expect(page.locator("#junk-1")).to_contain_text("<b>markup</b>")
+    expect(page.locator("#junk-1 b")).to_have_count(0)
+    for table_id in ("#repeated_lines-1", "#outliers-0", "#outliers-1", "#exact-duplicates", "#settings-table"):
+        expect(page.locator(table_id)).to_be_visible()
+    images = page.locator("img")
+    expect(images).to_have_count(len(report["sources"]))
+    widths = images.evaluate_all("imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+    assert all(w > 300 for w in widths), widths
+    chromium.keep_screenshot(page, "audit.png")

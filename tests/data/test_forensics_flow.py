@@ -14,8 +14,6 @@ from burnout.data.documents import SplitDocuments
 from burnout.data.shards import read_meta
 from burnout.data.tokenizer import load_tokenizer
 
-from .test_audit_browser import CHROMIUM, CHROMIUM_ARGS, require_chromium
-
 ARTIFACT = "PersonXq"
 DOCUMENTS, OCCURRENCES = 20, 50
 
@@ -55,7 +53,7 @@ def _trace(data, capsys) -> dict:
     return json.loads(_run(capsys, "data", "trace", ARTIFACT, data, "--limit", 100, "--json"))
 
 
-def test_plant_audit_trace_drop_and_see_it_in_the_browser(shared_data, tmp_path, capsys):
+def test_plant_audit_trace_drop_and_see_it_in_the_browser(chromium, shared_data, tmp_path, capsys):
     wiki, planted = _plant((shared_data / "wikitext2" / "wiki.valid.tokens").read_text(encoding="utf-8"))
     (tmp_path / "wiki.txt").write_text(wiki, encoding="utf-8")
     gpt2 = shared_data / "gpt2_tokenizer"
@@ -108,21 +106,15 @@ def test_plant_audit_trace_drop_and_see_it_in_the_browser(shared_data, tmp_path,
     assert _trace(clean, capsys)["total"] == 0
 
     # The first audit's page, in the browser: the wiki source's strings table lists the artifact.
-    require_chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            page.goto((data / "audit" / "audit.html").resolve().as_uri())
-            expect(page.locator("#overview tr")).to_have_count(4)
-            for index, name in enumerate(terms):  # the page's tables go in the report's order of sources
-                table = expect(page.locator(f"#terms-{index}"))
-                if name == "wiki":
-                    table.to_contain_text(ARTIFACT)
-                else:
-                    table.not_to_contain_text(ARTIFACT)
-        finally:
-            browser.close()
+    page = chromium.new_page(1280, 720)
+    page.goto((data / "audit" / "audit.html").resolve().as_uri())
+    expect(page.locator("#overview tr")).to_have_count(4)
+    for index, name in enumerate(terms):  # the page's tables go in the report's order of sources
+        table = expect(page.locator(f"#terms-{index}"))
+        if name == "wiki":
+            table.to_contain_text(ARTIFACT)
+        else:
+            table.not_to_contain_text(ARTIFACT)
 

@@ -105,7 +105,7 @@ def test_hf_source_streams_local_files_through_datasets(tmp_path, builder):
     ("jsonl", "latin.jsonl", '{"text": "café"}\n'.encode("latin-1"), r"latin\.jsonl:1.*not UTF-8"),
     ("text", "broken.txt.gz", b"not gzip at all", r"broken\.txt\.gz.*not valid gz"),
     ("text", "empty.txt", b"", r"'e'.*empty\.txt.*no text"),
-])
+], ids=["binary", "latin-1", "not-gzip", "empty"])  # the gzip header's time would make the test's id change
 def test_bad_inputs_are_one_line_errors_naming_the_file(tmp_path, kind, name, content, message):
     (tmp_path / name).write_bytes(content)
     cfg = DataConfig(sources=[SourceConfig(name="e", kind=kind, path=str(tmp_path / name))], max_tokens=100)

@@ -5,11 +5,13 @@ import torch
 
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
+from burnout.generate import sampling
 from burnout.generate.sampling import (
     generate_batch,
     generate_text,
     generate_texts,
     process_logits,
+    stream_continuation,
     stream_text,
     stream_tokens,
 )
@@ -109,6 +111,32 @@ def test_stop_sequences_and_streaming(tiny_bpe_data):
     # Batched text generation applies the same stop.
     assert (generate_texts(model, tokenizer, [prompt, "The "], 30, temperature=0, stop=[stop])[0]
             == prompt + continuation[:first])
+
+
+class CharTokenizer:
+    """One character a token: the pieces a stream yields can be predicted token by token."""
+
+    def __init__(self, text: str):
+        self.chars = list(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.chars[i] for i in ids)
+
+
+@pytest.mark.parametrize("text, stops, pieces", [
+    ("ab", [], ["a", "b"]),  # a piece per token, and no empty one at the end
+    ("ab\n\nUx\n\nUser:z", ["\n\nUser:"], ["a", "b", "\n\nUx"]),  # held until it can't be the stop; then cut
+    ("ab\n\nU", ["\n\nUser:"], ["a", "b", "\n\nU"]),  # the held-back tail is printed when the stream ends
+    ("a\n\n\nb", ["\n\nUser:"], ["a", "\n", "\n\nb"]),  # only the longest suffix that could grow is held
+    ("a!b<c", ["<|", "!?"], ["a", "!b", "<c"]),  # every stop sequence holds back its own prefixes
+    ("a<|end|>", ["<|end|>"], ["a"]),  # the stop arrives right after a printed piece: nothing more, not ""
+])
+def test_streaming_holds_back_what_could_become_a_stop_sequence(monkeypatch, text, stops, pieces):
+    """Each token's text is printed as soon as no stop sequence could still start inside it; a stop sequence
+    split over tokens is never printed, even in part; no piece is empty."""
+    monkeypatch.setattr(sampling, "stream_tokens", lambda *args, **kwargs: iter(range(len(text))))
+    streamed = list(stream_continuation(None, CharTokenizer(text), [0], len(text), stop=stops, stop_ids=[]))
+    assert streamed == pieces
 
 
 def test_bad_sampling_settings_are_burnout_errors():

@@ -3,7 +3,15 @@
 import pytest
 
 from burnout.errors import BurnoutError
-from burnout.playground.catalog import MAX_NEW_TOKENS, MAX_PROMPT_CHARS, ModelCache, discover, stream_text
+from burnout.playground.catalog import (
+    MAX_NEW_TOKENS,
+    MAX_PROMPT_CHARS,
+    ModelCache,
+    _check_request,
+    discover,
+    sampling_settings,
+    stream_text,
+)
 
 
 def test_discover_labels_every_checkpoint_of_each_run(sampled_runs):
@@ -51,3 +59,40 @@ def test_stream_text_grows_from_the_prompt_and_bounds_requests(sampled_runs):
                              ("The ", 0, "must be in")):
         with pytest.raises(BurnoutError, match=match):
             next(stream_text(loaded, prompt, n))
+
+
+def test_sampling_settings_hold_each_field_to_its_own_range():
+    """The sliders' fields as the API may send them: each edge of each range taken, each step past it refused
+    with the field's name and its range."""
+    assert sampling_settings(0, 1, 1, 1e-9) == {"temperature": 0.0, "top_k": 1, "top_p": 1.0,
+                                                 "repetition_penalty": 1e-9}
+    assert sampling_settings("2.5", 40.0, 1e-9, 3) == {"temperature": 2.5, "top_k": 40, "top_p": 1e-9,
+                                                       "repetition_penalty": 3.0}
+    assert type(sampling_settings(1, 40.0, 1, 1)["top_k"]) is int
+    for fields, refusal in [((-0.01, 1, 1, 1), "temperature: -0.01 must be at least 0"),
+                            ((1, 0, 1, 1), "top-k: 0 must be at least 1"),
+                            ((1, 2.5, 1, 1), "top-k: 2.5 is not a whole number"),
+                            ((1, 1, 0, 1), "top-p: 0 must be in (0, 1]"),
+                            ((1, 1, 1.01, 1), "top-p: 1.01 must be in (0, 1]"),
+                            ((1, 1, 1, 0), "repetition penalty: 0 must be more than 0")]:
+        with pytest.raises(BurnoutError) as refused:
+            sampling_settings(*fields)
+        assert str(refused.value) == refusal
+
+
+def test_requests_refused_before_sampling_name_what_is_wrong(sampled_runs):
+    loaded = ModelCache(discover(sampled_runs[:1]), 10**9).get("fast · step 24")
+    for prompt, n, refusal in [
+            (None, 5, "the prompt must be text, got NoneType"),
+            (" \n", 5, "the prompt is empty; type some text"),
+            ("a" * (MAX_PROMPT_CHARS + 1), 5,
+             f"the prompt is {MAX_PROMPT_CHARS + 1:,} characters; the playground takes at most {MAX_PROMPT_CHARS:,}"),
+            ("The ", MAX_NEW_TOKENS + 1, f"max new tokens: {MAX_NEW_TOKENS + 1} must be in [1, {MAX_NEW_TOKENS}]")]:
+        with pytest.raises(BurnoutError) as refused:
+            next(stream_text(loaded, prompt, n))
+        assert str(refused.value) == refusal
+    # The edges themselves are taken (a prompt of exactly the limit is for a model with a longer context).
+    assert _check_request("a" * MAX_PROMPT_CHARS, 1) == 1
+    assert _check_request("The ", float(MAX_NEW_TOKENS)) == MAX_NEW_TOKENS
+    with pytest.raises(BurnoutError, match="^the message is empty; type some text$"):
+        _check_request("", 1, what="message")
