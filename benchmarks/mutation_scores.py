@@ -1,6 +1,9 @@
 """Mutation score per module from the last `mutmut run` (`make mutation`): killed / (killed + survived).
 
-    python -m benchmarks.mutation_scores
+    python -m benchmarks.mutation_scores [PATTERN ...]
+
+PATTERNs (mutmut's names, `*` wildcards, as `mutmut run` takes them) limit the table to those mutants; mutants
+not yet run are left out.
 
 Reads mutmut's own result files (mutants/**/*.py.meta: each mutant's exit code) and classifies them with
 mutmut's table: a mutant that made a test fail (or time out) is killed; one that every test passed is a
@@ -11,28 +14,31 @@ row per module and the survivors' names, which `mutmut show NAME` prints as a di
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
+from fnmatch import fnmatch
 from pathlib import Path
 
 from mutmut.stats import status_by_exit_code
 
 
-def scores(root: Path = Path("mutants")) -> list[tuple[str, Counter, list[str]]]:
+def scores(patterns: list[str], root: Path = Path("mutants")) -> list[tuple[str, Counter, list[str]]]:
     rows = []
     for meta in sorted(root.rglob("*.py.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
-        if not codes:
+        statuses = {name: status_by_exit_code[code] for name, code in codes.items()
+                    if code is not None and (not patterns or any(fnmatch(name, p) for p in patterns))}
+        if not statuses:
             continue
-        statuses = {name: status_by_exit_code[code] for name, code in codes.items()}
         rows.append((str(meta.relative_to(root))[:-len(".meta")], Counter(statuses.values()),
                      sorted(name for name, status in statuses.items() if status in ("survived", "no tests"))))
     return rows
 
 
 def main() -> None:
-    rows = scores()
+    rows = scores(sys.argv[1:])
     if not rows:
-        raise SystemExit("no mutmut results under mutants/; run `make mutation` first")
+        raise SystemExit("no mutmut results under mutants/ for these mutants; run `make mutation` first")
     print(f"{'module':<36} {'mutants':>8} {'killed':>7} {'survived':>9} {'no test':>8} {'score':>6}")
     for module, counts, _ in rows:
         killed = counts["killed"] + counts["timeout"]

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import functools
 import math
+import sys
 import typing
 
 import pytest
@@ -56,6 +57,40 @@ def test_checked_number_accepts_a_finite_number_in_range_or_says_why_in_one_line
         assert str(exc).startswith("field: ") and "\n" not in str(exc) and len(str(exc)) < 120
         return
     _assert_in_bounds(number, bounds, integer)
+
+
+@pytest.mark.parametrize("value, check, expected", [
+    ("7", {}, 7.0), (7, {"integer": True}, 7), (3.0, {"integer": True}, 3), ("2.5", {}, 2.5),
+    (1, {"low": 0, "high": 1}, 1.0), (0, {"low": 0}, 0.0), (sys.float_info.max, {}, sys.float_info.max),
+    ("123456789012345678901234567890", {"integer": True}, 123456789012345678901234567890),
+])
+def test_checked_number_takes_each_edge_of_its_range(value, check, expected):
+    number = checked_number("n", value, **check)
+    assert number == expected and type(number) is type(expected)
+
+
+@pytest.mark.parametrize("value, check, refusal", [
+    ("abc", {}, "n: 'abc' is not a number"),
+    ("abc", {"integer": True}, "n: 'abc' is not a whole number"),
+    (2.5, {"integer": True}, "n: 2.5 is not a whole number"),
+    ("1e3", {"integer": True}, "n: '1e3' is not a whole number"),
+    (True, {}, "n: True is not a number"),
+    (float("nan"), {}, "n: nan is not a finite number"),
+    (-1, {"low": 0}, "n: -1 must be at least 0"),
+    (0, {"low": 0, "low_open": True}, "n: 0 must be more than 0"),
+    (6, {"high": 5}, "n: 6 must be at most 5"),
+    (0, {"low": 0, "high": 1, "low_open": True}, "n: 0 must be in (0, 1]"),
+    (0.5, {"low": 1, "high": 500}, "n: 0.5 must be in [1, 500]"),
+    ("x" * 38, {}, "n: '" + "x" * 38 + "' is not a number"),  # a repr of 40 characters is shown whole
+    ("x" * 39, {}, "n: '" + "x" * 36 + "... is not a number"),  # a longer one is cut to 37 and "..."
+])
+def test_checked_number_refuses_with_the_field_the_value_and_the_range(value, check, refusal):
+    with pytest.raises(BurnoutError) as refused:
+        checked_number("n", value, **check)
+    assert str(refused.value) == refusal
+    with pytest.raises(BurnoutError) as unnamed:
+        checked_number("", value, **check)
+    assert str(unnamed.value) == refusal.removeprefix("n: ")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -38,6 +38,12 @@ def test_cache_is_bounded_and_refuses_unlisted_checkpoints(sampled_runs):
     cache.get("slow · step 24")
     assert cache.cached_labels() == ["fast · step 8", "slow · step 24"]
     assert cache.used_bytes() <= cache.max_bytes
+    # A model's size is its weights' bytes (fp32 here); two models of exactly the bound both stay.
+    assert first.bytes == 4 * sum(p.numel() for p in first.model.parameters())
+    exact = ModelCache(entries, 2 * one_model)
+    exact.get("fast · step 8")
+    exact.get("fast · step 16")
+    assert exact.cached_labels() == ["fast · step 8", "fast · step 16"]
 
     # A label is the only way to name a model: paths, even of real checkpoints, are refused.
     with pytest.raises(BurnoutError, match="unknown checkpoint"):
@@ -83,7 +89,7 @@ def test_sampling_settings_hold_each_field_to_its_own_range():
 def test_requests_refused_before_sampling_name_what_is_wrong(sampled_runs):
     loaded = ModelCache(discover(sampled_runs[:1]), 10**9).get("fast · step 24")
     for prompt, n, refusal in [
-            (None, 5, "the prompt must be text, got NoneType"),
+            (42, 5, "the prompt must be text, got int"),
             (" \n", 5, "the prompt is empty; type some text"),
             ("a" * (MAX_PROMPT_CHARS + 1), 5,
              f"the prompt is {MAX_PROMPT_CHARS + 1:,} characters; the playground takes at most {MAX_PROMPT_CHARS:,}"),

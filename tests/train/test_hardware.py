@@ -104,9 +104,24 @@ def test_bf16_on_a_card_without_it_is_one_error_line():
     assert get_hardware("t4", "fp32").peak_flops == 8.1e12
 
 
+def test_the_price_comes_from_the_table_in_dollars_or_compute_units_or_from_the_user():
+    a100 = get_hardware("a100-40gb", "bf16")
+    assert (a100.price_per_hour, a100.price_note, a100.peak_flops) == (1.19, "table", 312e12)
+    colab = get_hardware("colab-a100", "bf16")
+    assert colab.price_per_hour == pytest.approx(8 * 0.1) and colab.price_note == "8 units/h × $0.1/unit"
+    given = get_hardware("colab-a100", "bf16", price_per_hour=2.5)
+    assert (given.price_per_hour, given.price_note) == (2.5, "given")
+    units_and_dollars = {"x": {"name": "X", "peak_tflops": {"fp32": 1}, "price_per_hour": 3.0,
+                               "units_per_hour": 8, "dollars_per_unit": 0.1}}
+    assert hardware._table_hardware(units_and_dollars, "x", "fp32").price_per_hour == 3.0  # a dollar price wins
+
+
 def test_unknown_names_and_cpu_keep_working():
-    with pytest.raises(BurnoutError, match="hardware 'tpu-v9' is not in"):
+    with pytest.raises(BurnoutError) as err:
         get_hardware("tpu-v9", "bf16")
+    entries = ", ".join(hardware_table())
+    assert str(err.value) == (f"hardware 'tpu-v9' is not in {hardware.HARDWARE_FILE}; choose one of: cpu, {entries} "
+                              "(or add an entry there)")
     assert get_hardware("auto", "fp32").key == "cpu"  # no device: the CPU, measured
 
 
