@@ -75,13 +75,16 @@ def test_whole_words_only():
 
 def test_an_unlisted_gpu_trains_on_a_measured_peak_and_says_so(monkeypatch):
     measured = []
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA GeForce RTX 5090")
+    asked = []  # the device each name is asked of: the run's own, on a machine with several GPUs
+    monkeypatch.setattr(torch.cuda, "get_device_name",
+                        lambda device=None: asked.append(device) or "NVIDIA GeForce RTX 5090")
     monkeypatch.setattr(hardware, "measure_gpu_peak",
                         lambda device, precision: measured.append((device, precision)) or 209.5e12)
     lines = []
     hw = get_hardware("auto", "bf16", device=GPU, say=lines.append)
-    assert measured == [(GPU, "bf16")]
-    assert (hw.name, hw.peak_flops, hw.price_per_hour) == ("NVIDIA GeForce RTX 5090", 209.5e12, None)
+    assert measured == [(GPU, "bf16")] and asked == [GPU, GPU]
+    assert (hw.key, hw.name, hw.peak_flops, hw.price_per_hour, hw.price_note) == (
+        "measured", "NVIDIA GeForce RTX 5090", 209.5e12, None, "")
     assert len(lines) == 1 and "'NVIDIA GeForce RTX 5090' is not in" in lines[0]
     assert "209.5 TFLOP/s" in lines[0] and "train.price_per_hour" in lines[0]
     hw = get_hardware("auto", "bf16", price_per_hour=0.9, device=GPU, say=lines.append)
@@ -107,6 +110,8 @@ def test_bf16_on_a_card_without_it_is_one_error_line():
 def test_the_price_comes_from_the_table_in_dollars_or_compute_units_or_from_the_user():
     a100 = get_hardware("a100-40gb", "bf16")
     assert (a100.price_per_hour, a100.price_note, a100.peak_flops) == (1.19, "table", 312e12)
+    assert a100.name == hardware_table()["a100-40gb"]["name"]
+    assert get_hardware("a100-40gb", "auto").peak_flops == 156e12  # auto precision's MFU is over fp32's peak
     colab = get_hardware("colab-a100", "bf16")
     assert colab.price_per_hour == pytest.approx(8 * 0.1) and colab.price_note == "8 units/h × $0.1/unit"
     given = get_hardware("colab-a100", "bf16", price_per_hour=2.5)
