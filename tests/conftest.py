@@ -47,6 +47,13 @@ def private_cache(tmp_path_factory):
     os.environ["BURNOUT_CACHE_DIR"] = str(tmp_path_factory.mktemp("burnout_cache"))
 
 
+def _missing(message: str) -> None:
+    """Something a test needs is absent: CI must have it, so there the test fails; elsewhere it skips."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 class Chromium:
     """Headless Chromium through Playwright, for the tests that drive a page as a person would."""
 
@@ -76,10 +83,7 @@ class Chromium:
 def chromium():
     """A running Chromium; without one the test skips, and fails under CI=true (.ci/run installs it)."""
     if not Path(Chromium.PATH).is_file():
-        message = f"Chromium not found at {Chromium.PATH}; install it with `apt-get install -y chromium` (.ci/run does)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        _missing(f"Chromium not found at {Chromium.PATH}; install it with `apt-get install -y chromium` (.ci/run does)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -95,10 +99,7 @@ def shared_data() -> Path:
     """The shared data folder next to the repo (../shared/data); CI must have it, elsewhere tests skip."""
     path = REPO_ROOT.parent / "shared" / "data"
     if not path.is_dir():
-        message = f"shared data folder {path} is missing"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        _missing(f"shared data folder {path} is missing")
     return path
 
 
