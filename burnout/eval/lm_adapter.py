@@ -39,12 +39,12 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from burnout.common import EOT_TOKEN, first_line, write_atomic
-from burnout.core.device import configure_backends, resolve_device, resolve_precision
+from burnout.core.device import resolve_device
 from burnout.core.model_files import is_chat_model, load_model
 from burnout.data.chat import IM_END
 from burnout.errors import BurnoutError
 from burnout.eval.evaluate import checkpoints_to_evaluate
-from burnout.eval.scoring import _batches, _score_batch, shared_prefix_groups
+from burnout.eval.scoring import score_encoded
 from burnout.generate.sampling import generate_batch
 from burnout.models import Transformer
 
@@ -73,44 +73,16 @@ def require_lm_eval():
 # Token-level scoring
 
 
-@torch.no_grad()
 def score_token_pairs(model: Transformer, encoded: Sequence[tuple[list[int], list[int]]], batch_size: int = 16,
                       progress: Callable[[int], None] | None = None) -> list[tuple[float, bool]]:
     """(log P(continuation | context), continuation is the greedy output) for each (context ids,
     continuation ids), as lm-eval's HF backend computes them from the same ids: the model reads
-    (context + continuation)[-(window + 1):][:-1]. Requests sharing that input's prefix are scored as one row
-    (burnout.eval.scoring.shared_prefix_groups / _score_batch)."""
-    if batch_size < 1:
-        raise BurnoutError(f"the batch size must be at least 1, not {batch_size}")
-    window = model.cfg.context_length
-    for i, (ctx_ids, cont_ids) in enumerate(encoded):
-        if not ctx_ids or not cont_ids:
-            raise BurnoutError(f"request {i}: the {'continuation' if ctx_ids else 'context'} encodes to no tokens")
-        if len(cont_ids) > window:
-            raise BurnoutError(f"request {i}: the continuation is {len(cont_ids)} tokens, more than the model's "
-                               f"context of {window}; it cannot be scored")
-    inputs = [(ctx_ids + cont_ids)[-(window + 1):][:-1] for ctx_ids, cont_ids in encoded]
-    # One row per shared prefix: the prefix, then each request's rest of input as a branch (what it predicts).
-    groups = [(prefix, [(inputs[i][len(prefix):], encoded[i][1]) for i in members], members)
-              for prefix, members in shared_prefix_groups(list(encoded), window)]
-    groups.sort(key=lambda g: -(len(g[0]) + sum(len(b) for b, _ in g[1])))  # longest first: little padding
-    device = model.tok_emb.weight.device
-    precision = resolve_precision("auto", device)  # fp32 on CPU; bf16 layers and an fp32 head on a GPU
-    configure_backends(device)
-    was_training = model.training
-    model.eval()
-    results: list = [None] * len(encoded)
-    try:
-        for batch in _batches(groups, batch_size):
-            lls, greedy = _score_batch(model, [(prefix, branches) for prefix, branches, _ in batch], precision)
-            members = [i for _, _, group in batch for i in group]
-            for i, ll, g in zip(members, lls, greedy):
-                results[i] = (ll, bool(g))
-            if progress is not None:
-                progress(len(members))
-    finally:
-        model.train(was_training)
-    return results
+    (context + continuation)[-(window + 1):][:-1], which is what burnout.eval.scoring scores."""
+    for i, (ctx_ids, _) in enumerate(encoded):
+        if not ctx_ids:  # TemplateLM gives the prefix token for an empty context; an empty list is a bug upstream
+            raise BurnoutError(f"request {i}: the context encodes to no tokens")
+    count = None if progress is None else (lambda done: progress(len(done)))
+    return [(s.loglikelihood, s.greedy) for s in score_encoded(model, list(encoded), batch_size, count)]
 
 
 def _has_stop(text: str, stop: Sequence[str]) -> bool:
