@@ -271,7 +271,9 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
         apply_lora(model, LoRAConfig.from_dict(dataclasses.asdict(cfg.adapters), "lora"))
     name = "model.safetensors"
     try:
-        missing, unexpected = safetensors.torch.load_model(model, str(path / name), strict=False)
+        wrong = _wrong_shape(model, path / name)
+        missing, unexpected = ([], []) if wrong else safetensors.torch.load_model(model, str(path / name),
+                                                                                  strict=False)
         name = "state.pt"
         # Tensors and plain containers only: a pickle that would build any other object is refused, unrun.
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
@@ -286,12 +288,22 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
             reason = "it holds objects other than tensors, which are never unpickled"
         raise BurnoutError(f"checkpoint {path} is unreadable: {name} ({type(exc).__name__}: {reason}); "
                            "use another checkpoint of the run or train again") from None
-    if missing or unexpected:
-        raise BurnoutError(
-            f"checkpoint {path} does not match its config: missing {sorted(missing)[:3]}, "
-            f"unexpected {sorted(unexpected)[:3]}"
-        )
+    if wrong or missing or unexpected:
+        raise BurnoutError(f"checkpoint {path} does not match its config: "
+                           + (wrong or f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"))
     return Checkpoint(path=path, config=cfg, model=model.to(device), state=state, info=info)
+
+
+def _wrong_shape(model: Transformer, weights: Path) -> str | None:
+    """The first tensor whose shape in the file differs from the model's, from the file's header alone. Loading
+    it would fail with torch's "Error(s) in loading state_dict for Transformer:" and the shapes lines below."""
+    expected = {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
+    with safetensors.safe_open(weights, "pt") as f:
+        for name in f.keys():
+            shape = list(f.get_slice(name).get_shape())
+            if name in expected and shape != expected[name]:
+                return f"{name} is {shape} in {weights.name} and {expected[name]} in config.yaml"
+    return None
 
 
 def _fsync(path: Path) -> None:

@@ -1,9 +1,12 @@
+import threading
+import time
+
 import numpy as np
 import pytest
 import torch
 
 from burnout.config import DataConfig, TokenizerConfig
-from burnout.data.loader import Prefetcher, TokenLoader, check_compatible
+from burnout.data.loader import Prefetcher, TokenLoader, _ShardedTokens, check_compatible
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_tokens
 from burnout.errors import BurnoutError
@@ -142,3 +145,95 @@ def test_the_prefetcher_reads_ahead_exactly_the_batches_the_train_step_asks_for(
             prefetcher.get_batch(0)
     finally:
         prefetcher.close()
+
+
+@pytest.mark.parametrize("sizes", [[12], [5, 7], [1, 4, 3, 6]])
+def test_every_window_of_one_two_or_many_shards_is_the_concatenation(sizes):
+    """Each offset, the first and those at a shard's first token included, and windows of every length."""
+    tokens = np.arange(sum(sizes), dtype=np.int64)
+    data = _ShardedTokens(np.split(tokens, np.cumsum(sizes)[:-1]))
+    assert len(data) == len(tokens)
+    for length in range(1, len(tokens) + 1):
+        offsets = np.arange(len(tokens) - length + 1)
+        assert np.array_equal(data.windows(offsets, length), tokens[offsets[:, None] + np.arange(length)])
+
+
+def test_training_offsets_reach_both_ends_of_the_split_and_never_past_them(data_dir):
+    """With seq_len = N - 3 a window can start at 0, 1 or 2 only: 800 draws find all three and nothing else."""
+    tokens = read_tokens(data_dir, "val").astype(np.int64)
+    seq_len = len(tokens) - 3
+    loader = TokenLoader(data_dir, "val", batch_size=8, seq_len=seq_len, seed=0)
+    starts = set()
+    for step in range(100):
+        x, y = loader.get_batch(step)
+        for row in x.numpy():
+            starts.update(o for o in range(3) if np.array_equal(row, tokens[o : o + seq_len]))
+        assert len(x) == 8
+    assert starts == {0, 1, 2}
+
+
+def test_eval_windows_are_every_whole_window_of_the_split(data_dir):
+    """For each seq_len T, window k is tokens[kT : kT + T + 1], for every k whose window fits in the N tokens:
+    none cut short, none left out (seq_lens with N = kT + 1 and N = kT - 1 both among those tried)."""
+    tokens = read_tokens(data_dir, "val").astype(np.int64)
+    n = len(tokens)
+    assert any((n - 1) % t == 0 for t in range(3, 200)) and any((n + 1) % t == 0 for t in range(3, 200))
+    for seq_len in range(2, 200):
+        loader = TokenLoader(data_dir, "val", batch_size=B, seq_len=seq_len, seed=0)
+        fits = 0
+        while (fits + 1) * seq_len + 1 <= n:
+            fits += 1
+        rows = torch.cat([x for x, _ in loader.iter_eval_batches(10**6)]).numpy()
+        assert np.array_equal(rows, tokens[np.arange(fits)[:, None] * seq_len + np.arange(seq_len)])
+
+
+class _SlowLoader:
+    """Stands in for a TokenLoader whose reads take `seconds`: records each read's index, thread and times."""
+
+    def __init__(self, seconds):
+        self.seconds, self.reads, self.finished = seconds, [], []
+
+    def get_batch(self, index):
+        self.reads.append((index, threading.current_thread().name, time.perf_counter()))
+        time.sleep(self.seconds)
+        self.finished.append((index, time.perf_counter()))
+        return torch.tensor([index]), torch.tensor([index])
+
+
+def _wait_for(condition, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the prefetcher's thread did not get there"
+        time.sleep(0.005)
+
+
+def test_the_prefetcher_reads_two_ahead_one_at_a_time_on_one_named_thread():
+    loader = _SlowLoader(0.02)
+    prefetcher = Prefetcher(loader, iter(range(100)))
+    try:
+        time.sleep(0.3)
+        assert [index for index, *_ in loader.reads] == [0, 1]  # two ahead, then it waits
+        for index in range(6):
+            assert prefetcher.get_batch(index)[0].item() == index
+        _wait_for(lambda: len(loader.finished) == 8)
+        time.sleep(0.3)
+        assert [index for index, *_ in loader.reads] == list(range(8))
+        assert {name for _, name, _ in loader.reads} == {"batch-prefetch_0"}
+        # One at a time: each read starts after the one before it finished.
+        assert all(start >= done for (_, _, start), (_, done) in zip(loader.reads[1:], loader.finished))
+        with pytest.raises(RuntimeError) as refused:
+            prefetcher.get_batch(0)
+        assert str(refused.value) == ("prefetcher: batch 0 asked for, 6 read ahead; batches must be asked for in "
+                                      "the order of `indices`")
+    finally:
+        prefetcher.close()
+
+
+def test_closing_the_prefetcher_waits_for_the_read_under_way_and_drops_the_rest():
+    loader = _SlowLoader(0.3)
+    prefetcher = Prefetcher(loader, iter(range(100)))
+    _wait_for(lambda: loader.reads)  # read 0 under way, read 1 queued
+    prefetcher.close()
+    assert [index for index, _ in loader.finished] == [0]
+    time.sleep(0.5)
+    assert [index for index, _ in loader.finished] == [0]

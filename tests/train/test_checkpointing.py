@@ -3,6 +3,7 @@ command that starts or resumes, a resume that falls back past a corrupt checkpoi
 the kept checkpoints refused before step 1, the best checkpoint kept and named, and the logs and report
 mirrored with the checkpoints."""
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -16,12 +17,16 @@ import safetensors.torch
 import torch
 import yaml
 
+import burnout.core.checkpoint as core_checkpoint
 import burnout.train.checkpointing as checkpointing
 import burnout.train.loop as loop
 from burnout.common import LAUNCHES_FILE, METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE
-from burnout.core.checkpoint import checkpoint_bytes, checkpoint_problem, list_checkpoints
+from burnout.core.checkpoint import Checkpoint, checkpoint_bytes, checkpoint_problem, list_checkpoints
+from burnout.core.rng import rng_state
 from burnout.errors import BurnoutError
+from burnout.models import Transformer
 from burnout.report.render import write_report
+from burnout.train.distributed import DistContext
 from burnout.train.run import resume_training, start_training
 from burnout.train.step import TrainStep
 
@@ -162,9 +167,76 @@ def test_resume_with_no_good_checkpoint_is_one_line(tiny_run, tmp_path):
     shutil.copytree(tiny_run.run_dir, run)
     for path in list_checkpoints(run):
         _flip_byte(path / "state.pt")
-    with pytest.raises(BurnoutError, match=r"no checkpoint in .* matches its recorded sha256 \(the newest, "
-                                           r"step_0000024: state.pt does not match .*train.mirror_dir"):
+    with pytest.raises(BurnoutError) as refused:
         resume_training(run, [], on_event=_quiet, progress=False)
+    assert str(refused.value) == (
+        f"--resume: no checkpoint in {run / 'checkpoints'} matches its recorded sha256 (the newest, step_0000024: "
+        "state.pt does not match the sha256 recorded when it was saved); copy a good one back from "
+        "train.mirror_dir, or move the run folder away and train again")
+
+
+def test_a_resume_hashes_the_checkpoint_once(tiny_run, tmp_path, monkeypatch):
+    """Hashing reads every byte (gigabytes at 1B parameters): the checkpoint resume_point chose is not
+    hashed again when it is loaded."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, run)
+    hashed, real = [], core_checkpoint.checkpoint_problem
+
+    def counted(path):
+        hashed.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(core_checkpoint, "checkpoint_problem", counted)
+    monkeypatch.setattr(checkpointing, "checkpoint_problem", counted)
+    resume_training(run, ["train.max_steps=25"], on_event=_quiet, progress=False)
+    assert hashed == ["step_0000024"]
+
+
+def test_resume_refuses_another_model_or_tokenizer_in_one_line(tiny_run, tmp_path):
+    checkpoint = tiny_run.run_dir / "checkpoints/step_0000024"
+    tokenizer = checkpoint / "tokenizer.json"
+    other = dataclasses.replace(tiny_run.cfg, model=dataclasses.replace(tiny_run.cfg.model, n_layer=3))
+    with pytest.raises(BurnoutError) as refused:
+        checkpointing.load_for_resume(checkpoint, other, tokenizer, DistContext())
+    assert str(refused.value) == f"--resume: the model in {checkpoint} differs from this config's model section"
+    changed = tmp_path / "tokenizer.json"
+    changed.write_bytes(tokenizer.read_bytes() + b" ")
+    with pytest.raises(BurnoutError) as refused:
+        checkpointing.load_for_resume(checkpoint, tiny_run.cfg, changed, DistContext())
+    assert str(refused.value) == (f"--resume: {changed} is not the tokenizer {checkpoint} was trained with; "
+                                  "point data.prepared_dir at the run's original data")
+
+
+@pytest.mark.parametrize("rank, world, scaler_saved, scaler_here", [
+    (1, 2, True, True),  # rank 1 of 2 takes rank 1's generators; an fp16 run's scaler comes back
+    (2, 3, False, True),  # a rank the checkpoint has no generators for keeps its own; no saved scaler, none set
+    (0, 1, True, False),  # a saved scaler and a run without one (fp16 → bf16 on resume): nothing to put it in
+])
+def test_restore_puts_back_the_scaler_and_each_ranks_own_generators(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                     rank, world, scaler_saved, scaler_here):
+    """What the CPU resume tests cannot reach: fp16's grad scaler runs on GPUs only, and rank i > 0 exists only
+    under torchrun. The checkpoint holds each rank's generators (rank 1's from seed 101) and a scaler at 2^10."""
+    cfg = tiny_run_config()
+    model = Transformer(cfg.model)
+    train_step = TrainStep(model, cfg.train, torch.device("cpu"), "fp32", end_of_run=12)
+    train_step.scaler = torch.amp.GradScaler("cpu") if scaler_here else None  # init scale 2^16
+    ranks = []
+    for seed in (100, 101):
+        torch.manual_seed(seed)
+        ranks.append(rng_state(torch.device("cpu")))
+    state = {"optimizer": train_step.optimizer.state_dict(), **ranks[0], "rng_by_rank": ranks}
+    if scaler_saved:
+        state["scaler"] = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10).state_dict()
+    checkpointer = checkpointing.Checkpointer(tmp_path / "run", cfg, model, train_step, DistContext(),
+                                              tiny_bpe_data / "tokenizer.json", 128, _quiet, step=0, end_of_run=12)
+    checkpointer.dist = DistContext(rank=rank, world_size=world)  # after __init__: its space check broadcasts
+    torch.manual_seed(7)
+    checkpointer.restore(Checkpoint(tmp_path / "step_0000006", cfg, model, state, {}))
+    drawn = torch.rand(4)
+    torch.manual_seed({0: 100, 1: 101, 2: 7}[rank])
+    assert torch.equal(drawn, torch.rand(4))
+    if scaler_here:
+        assert train_step.scaler.get_scale() == (2.0 ** 10 if scaler_saved else 2.0 ** 16)
 
 
 # ----------------------------------------------------------------------------------------------
