@@ -221,11 +221,18 @@ def test_a_changed_byte_in_any_file_is_named_when_loaded(saved, name):
                                   "or train again")
 
 
-def test_a_missing_file_or_a_damaged_manifest_is_named(saved):
+def test_a_missing_or_unreadable_file_or_a_damaged_manifest_is_named(saved):
     (saved / "info.json").unlink()
     assert checkpoint_problem(saved) == "info.json is missing"
+    (saved / "info.json").mkdir()  # what the OS says, without the errno and path around it
+    assert checkpoint_problem(saved) == "info.json cannot be read (Is a directory)"
+    unreadable = f"{MANIFEST_FILE}, which records the files' sha256, is unreadable"
     (saved / MANIFEST_FILE).write_text("{not json")
-    assert checkpoint_problem(saved).startswith(f"{MANIFEST_FILE}, which records the files' sha256, is unreadable")
+    with pytest.raises(ValueError) as parse_error:
+        json.loads("{not json")
+    assert checkpoint_problem(saved) == f"{unreadable} ({parse_error.value})"
+    (saved / MANIFEST_FILE).write_text('["model.safetensors"]')
+    assert checkpoint_problem(saved) == f"{unreadable} (not a JSON object)"
 
 
 def test_a_checkpoint_saved_before_manifests_loads_unchecked(saved):

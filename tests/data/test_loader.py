@@ -106,9 +106,12 @@ def test_eval_batches_stop_when_the_split_runs_out(data_dir):
 
 
 def test_refuses_split_shorter_than_a_window(data_dir):
-    loader = TokenLoader(data_dir, "val", B, T, seed=0)
-    with pytest.raises(BurnoutError, match=rf"val split has {loader.num_tokens} tokens.*needs at least"):
-        TokenLoader(data_dir, "val", B, loader.num_tokens, seed=0)
+    n = TokenLoader(data_dir, "val", B, T, seed=0).num_tokens
+    TokenLoader(data_dir, "val", B, n - 1, seed=0)  # x and y of one window: n tokens, just enough
+    with pytest.raises(BurnoutError) as refused:
+        TokenLoader(data_dir, "val", B, n, seed=0)
+    assert str(refused.value) == (f"batch larger than the data: the val split has {n} tokens but seq_len={n} needs "
+                                  f"at least {n + 1}; lower train.seq_len or prepare more data (raise data.max_chars)")
 
 
 def test_check_compatible(data_dir):
