@@ -255,8 +255,8 @@ def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, m
     assert not list((tmp_path / "run").glob(".*"))  # no partial shard or temporary file left
 
 
-@pytest.mark.parametrize("lose_partial", [False, True])
-def test_resume_mid_shard_continues_the_partial_shard(tmp_path, monkeypatch, lose_partial):
+@pytest.mark.parametrize("lose", [None, "shard", "document index"])
+def test_resume_mid_shard_continues_the_partial_shard(tmp_path, monkeypatch, lose):
     from burnout.data.shards import ShardWriter
 
     paragraphs = tmp_path / "paragraphs.txt"  # many short documents, so shards end between documents
@@ -283,12 +283,17 @@ def test_resume_mid_shard_continues_the_partial_shard(tmp_path, monkeypatch, los
     partial = tmp_path / "run" / f".train_{index:06d}.bin.partial"
     # Tokens were written past the resume point: the resume cuts them off and writes them again.
     assert filled > 0 and partial.stat().st_size > 2 * filled
-    if lose_partial:
-        partial.write_bytes(b"")  # the resume point cannot be used; the listed shards still can
+    # Either loss means the resume point cannot be used; the listed shards still can.
+    if lose == "shard":
+        partial.write_bytes(b"")
+    elif lose == "document index":  # the point counts on more document offsets than the file now holds
+        docs = tmp_path / "run" / ".train_docs.npy.partial"
+        assert docs.stat().st_size >= 8 * point["documents"]["train"] > 0
+        docs.write_bytes(docs.read_bytes()[: docs.stat().st_size // 2])
 
     encoded[0] = 0
     assert prepare_data(cfg, TOK, tmp_path / "run") == reference
-    if lose_partial:
+    if lose:
         assert encoded[0] == encoded_uninterrupted  # replayed from the first document
     else:
         assert encoded[0] == encoded_uninterrupted - sum(point["taken_docs"])
