@@ -301,6 +301,32 @@ def test_resume_mid_shard_continues_the_partial_shard(tmp_path, monkeypatch, los
         assert np.array_equal(read_tokens(tmp_path / "run", split), read_tokens(tmp_path / "ref", split))
 
 
+def test_killed_between_finishing_a_shard_and_listing_it_replays_from_the_start(tmp_path, monkeypatch):
+    """The shard the resume point was filling is renamed into place, then the process dies before the manifest
+    lists it: the point's partial file is gone, so the point cannot be used."""
+    import burnout.data.shards as shards_module
+
+    cfg = DataConfig(max_chars=40_000, max_tokens=20_000, shard_tokens=2_000)
+    reference = prepare_data(cfg, TOK, tmp_path / "ref")
+    real_replace = os.replace
+    out = tmp_path / "run"
+
+    def dying_replace(src, dst):  # os.replace also puts the manifest itself in place (write_atomic)
+        real_replace(src, dst)
+        manifest = json.loads((out / MANIFEST_FILE).read_text()) if (out / MANIFEST_FILE).is_file() else {}
+        index, filled = manifest.get("resume", {}).get("writers", {}).get("train", [0, 0])
+        if filled and os.path.basename(dst) == shards_module.shard_name("train", index):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(shards_module.os, "replace", dying_replace)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data(cfg, TOK, out)
+    monkeypatch.setattr(shards_module.os, "replace", real_replace)
+    assert prepare_data(cfg, TOK, out) == reference
+    for split in ("train", "val"):
+        assert np.array_equal(read_tokens(out, split), read_tokens(tmp_path / "ref", split))
+
+
 def test_changed_settings_start_over(tmp_path):
     cfg = DataConfig(max_chars=20_000, max_tokens=20_000, shard_tokens=1_000)
     prepare_data(cfg, TOK, tmp_path)
