@@ -295,8 +295,9 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
 
 
 def _wrong_shape(model: Transformer, weights: Path) -> str | None:
-    """The first tensor whose shape in the file differs from the model's, from the file's header alone. Loading
-    it would fail with torch's "Error(s) in loading state_dict for Transformer:" and the shapes lines below."""
+    """The first tensor whose shape in the file differs from the model's, read from the file's header alone.
+    Loading such a file fails with torch's "Error(s) in loading state_dict for Transformer:", a first line that
+    names nothing."""
     expected = {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
     with safetensors.safe_open(weights, "pt") as f:
         for name in f.keys():
