@@ -337,17 +337,18 @@ def test_changed_settings_start_over(tmp_path):
     assert files == sorted(s["file"] for v in other["splits"].values() for s in v["shards"])
 
 
-def _interrupt_after_first_resume_point(monkeypatch, cfg, out, nth=1):
+def _interrupt_after_resume_point(monkeypatch, cfg, out, nth=1):
     import burnout.data.shards as shards_module
 
     real_save = shards_module.save_manifest
-    points = []
+    saved = 0  # manifest saves that hold a resume point (a finished shard's save keeps the last one)
 
     def dying_save(out_dir, manifest):
         real_save(out_dir, manifest)
         if "resume" in manifest:
-            points.append(1)
-            if len(points) == nth:
+            nonlocal saved
+            saved += 1
+            if saved == nth:
                 raise KeyboardInterrupt
 
     monkeypatch.setattr(shards_module, "save_manifest", dying_save)
@@ -364,12 +365,12 @@ def _interrupted_prepare(tmp_path, monkeypatch):
     corpus.write_bytes(_jsonl_bytes(records))
     cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=100_000,
                      max_tokens=30_000, shard_tokens=2_000)
-    _interrupt_after_first_resume_point(monkeypatch, cfg, tmp_path / "out")
+    _interrupt_after_resume_point(monkeypatch, cfg, tmp_path / "out")
     return corpus, records, cfg
 
 
 def test_a_resume_past_many_chunks_an_exhausted_source_and_an_unused_one_is_exact(tmp_path, monkeypatch):
-    """Chunks of 8, 16, 32 … documents: by the 6th resume point the big source has handed out documents from
+    """Chunks of 8, 16, 32 … documents: by the 6th manifest save with a resume point the big source has handed out documents from
     several chunks, the small one has run out, and the unused (weight 0) source comes first in the list."""
     big, small = tmp_path / "big.jsonl", tmp_path / "small.jsonl"
     big.write_bytes(_jsonl_bytes({"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)))
@@ -379,7 +380,7 @@ def test_a_resume_past_many_chunks_an_exhausted_source_and_an_unused_one_is_exac
                               SourceConfig(name="small", kind="jsonl", path=str(small), weight=0.3)],
                      max_chars=100_000, max_tokens=30_000, shard_tokens=1_000)
     reference = prepare_data(cfg, TOK, tmp_path / "ref")
-    _interrupt_after_first_resume_point(monkeypatch, cfg, tmp_path / "out", nth=6)
+    _interrupt_after_resume_point(monkeypatch, cfg, tmp_path / "out", nth=6)
     point = json.loads((tmp_path / "out" / MANIFEST_FILE).read_text())["resume"]
     assert point["taken_docs"][0] == 0 and point["taken_docs"][1] > 8 + 16 + 32
     assert [index for index, _, exhausted in point["fills"] if exhausted] == [2]
