@@ -370,8 +370,8 @@ def _interrupted_prepare(tmp_path, monkeypatch):
 
 
 def test_a_resume_past_many_chunks_an_exhausted_source_and_an_unused_one_is_exact(tmp_path, monkeypatch):
-    """Chunks of 8, 16, 32 … documents: by the 6th manifest save with a resume point the big source has handed out documents from
-    several chunks, the small one has run out, and the unused (weight 0) source comes first in the list."""
+    """Chunks of 8, 16, 32 … documents: by the 6th manifest save with a resume point the big source has handed
+    out documents from several chunks, the small one has run out, and the unused (weight 0) source comes first."""
     big, small = tmp_path / "big.jsonl", tmp_path / "small.jsonl"
     big.write_bytes(_jsonl_bytes({"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)))
     small.write_bytes(_jsonl_bytes({"text": f"short {i} " + "tiny " * (i % 7)} for i in range(20)))
