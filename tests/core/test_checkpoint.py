@@ -117,6 +117,82 @@ def test_a_crash_leftover_is_never_listed_and_is_cleaned_by_the_next_save(tiny_r
     assert list_checkpoints(tmp_path) == [first, second]
 
 
+
+def test_a_compiled_model_is_saved_under_the_plain_names(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config()
+    model, state = _trained_state(cfg)
+    path = _save(tmp_path, cfg, torch.compile(model), state, 7, tiny_bpe_data / "tokenizer.json")
+    assert safetensors.torch.load_file(path / "model.safetensors").keys() <= model.state_dict().keys()
+    loaded = load_checkpoint(path).model.state_dict()
+    assert all(torch.equal(value, loaded[key]) for key, value in model.state_dict().items())
+
+
+def test_the_files_a_person_opens_read_in_order_and_indented(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config()
+    model, state = _trained_state(cfg)
+    path = _save(tmp_path, cfg, model, state, 7, tiny_bpe_data / "tokenizer.json")
+    config_text = (path / "config.yaml").read_text()
+    assert list(yaml.safe_load(config_text)) == list(cfg.to_dict())  # model, data, train …: as written
+    assert config_text == yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    for name in ("info.json", MANIFEST_FILE):
+        text = (path / name).read_text()
+        assert text == json.dumps(json.loads(text), indent=2), name
+
+
+@pytest.mark.parametrize("failure, reason", [
+    (OSError(28, "No space left on device"), "No space left on device"),
+    (RuntimeError("PytorchStreamWriter failed writing file data/3: file write failed\nmore"),
+     "PytorchStreamWriter failed writing file data/3: file write failed"),
+])
+@pytest.mark.parametrize("earlier", [0, 3])
+def test_a_failed_save_says_why_and_which_checkpoint_is_intact(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                               monkeypatch, failure, reason, earlier):
+    from burnout.errors import StorageError
+
+    cfg = tiny_run_config()
+    model, state = _trained_state(cfg)
+    previous = [_save(tmp_path, cfg, model, state, step, tiny_bpe_data / "tokenizer.json") for step in
+                (10, 20, 30)[:earlier]]
+    before = sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) if earlier else []
+
+    def failing_save(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(StorageError) as error:
+        _save(tmp_path, cfg, model, state, 40, tiny_bpe_data / "tokenizer.json")
+    intact = f"{previous[-1].name}, which is intact" if previous else "(none yet)"
+    assert str(error.value) == (
+        f"could not write checkpoint step_0000040 into {tmp_path / 'checkpoints'} ({reason}); free disk space, "
+        f"then continue with `burnout train --resume {tmp_path}` from the previous checkpoint {intact}")
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == before  # no half-written folder
+
+
+def test_a_save_that_cannot_make_its_folder_says_so(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch):
+    from burnout.errors import StorageError
+
+    cfg = tiny_run_config()
+    model, state = _trained_state(cfg)
+    real_mkdir = Path.mkdir
+
+    def full_disk_mkdir(self, *args, **kwargs):
+        if self.name.startswith(".tmp-step_"):
+            raise OSError(28, "No space left on device")
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", full_disk_mkdir)
+    with pytest.raises(StorageError, match=r"^could not write checkpoint step_0000005 .*\(No space left on device\)"):
+        _save(tmp_path, cfg, model, state, 5, tiny_bpe_data / "tokenizer.json")
+
+
+def test_a_leftover_that_is_not_a_folder_does_not_stop_a_save(tiny_run_config, tiny_bpe_data, tmp_path):
+    cfg = tiny_run_config()
+    model, state = _trained_state(cfg)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / ".tmp-notes").write_text("a file, where a save leaves folders")
+    assert _save(tmp_path, cfg, model, state, 5, tiny_bpe_data / "tokenizer.json").name == "step_0000005"
+
+
 def test_resolve_checkpoint(tiny_run_config, tiny_bpe_data, tmp_path):
     cfg = tiny_run_config()
     model, state = _trained_state(cfg)

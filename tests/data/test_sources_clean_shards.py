@@ -327,6 +327,34 @@ def test_killed_between_finishing_a_shard_and_listing_it_replays_from_the_start(
         assert np.array_equal(read_tokens(out, split), read_tokens(tmp_path / "ref", split))
 
 
+def test_a_lost_partial_after_a_listed_shard_still_means_replay(tmp_path, monkeypatch):
+    """The train shard the resume point was filling gets finished and listed; then val's partial file, which the
+    point also counts on, is lost. The listed shard must not end the check: the point cannot be used."""
+    import burnout.data.shards as shards_module
+
+    cfg = DataConfig(max_chars=40_000, max_tokens=20_000, shard_tokens=2_000, val_fraction=0.3)
+    reference = prepare_data(cfg, TOK, tmp_path / "ref")
+    out = tmp_path / "run"
+    real_save = shards_module.save_manifest
+
+    def dying_save(out_dir, manifest):  # dies on the save that lists the shard the resume point was filling
+        real_save(out_dir, manifest)
+        point = manifest.get("resume", {})
+        index, filled = point.get("writers", {}).get("train", [0, 0])
+        if filled and point["writers"]["val"][1] and len(manifest["shards"].get("train", [])) > index:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(shards_module, "save_manifest", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data(cfg, TOK, out)
+    monkeypatch.setattr(shards_module, "save_manifest", real_save)
+    val_index, _ = json.loads((out / MANIFEST_FILE).read_text())["resume"]["writers"]["val"]
+    shards_module.partial_path(out, shards_module.shard_name("val", val_index)).unlink()
+    assert prepare_data(cfg, TOK, out) == reference
+    for split in ("train", "val"):
+        assert np.array_equal(read_tokens(out, split), read_tokens(tmp_path / "ref", split))
+
+
 def test_changed_settings_start_over(tmp_path):
     cfg = DataConfig(max_chars=20_000, max_tokens=20_000, shard_tokens=1_000)
     prepare_data(cfg, TOK, tmp_path)
