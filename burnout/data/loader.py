@@ -55,7 +55,6 @@ class TokenLoader:
             raise BurnoutError(f"loader: mode '{mode}' is not one of 'mmap', 'preload'")
         self.data = _ShardedTokens(parts)
         self.num_tokens = len(self.data)
-        self._window = np.arange(seq_len + 1)
 
     def get_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Training batch `step` for this rank: int64 (x, y), both (batch_size, seq_len), y = x shifted by one."""

@@ -84,6 +84,21 @@ def test_mmap_and_preload_agree(data_dir):
             assert torch.equal(a, b)
 
 
+def test_the_shards_are_opened_read_only_and_preloaded_as_one_array(data_dir, one_shard_dir, tmp_path):
+    mapped = TokenLoader(data_dir, "train", B, T, seed=3, mode="mmap")
+    assert len(mapped.data.parts) > 3
+    for part in mapped.data.parts:  # training can never write into the prepared data
+        with pytest.raises(ValueError, match="read-only"):
+            part[0] = 1
+    half = len(read_tokens(one_shard_dir, "train")) // 2 + 1
+    prepare_data(DataConfig(max_chars=50_000, shard_tokens=half), TokenizerConfig(kind="bpe", vocab_size=300), tmp_path)
+    for directory, shards in ((data_dir, len(mapped.data.parts)), (tmp_path, 2)):
+        loaded = TokenLoader(directory, "train", B, T, seed=3, mode="preload")
+        assert len(loaded.meta["splits"]["train"]["shards"]) == shards
+        # Batches gather from one array, with no shard lookup.
+        assert len(loaded.data.parts) == 1 and not isinstance(loaded.data.parts[0], np.memmap)
+
+
 def test_eval_batches_walk_the_split_without_overlap(data_dir):
     loader = TokenLoader(data_dir, "val", B, T, seed=0)
     tokens = torch.from_numpy(read_tokens(data_dir, "val").astype(np.int64))
@@ -123,9 +138,15 @@ def test_check_compatible(data_dir):
         check_compatible(meta, vocab_size=300, seq_len=10**7)
 
 
-def test_unknown_split_or_mode(data_dir):
-    with pytest.raises(BurnoutError, match="no split 'test'"):
+def test_unknown_split_or_mode_or_rank(data_dir):
+    with pytest.raises(BurnoutError) as refused:
         TokenLoader(data_dir, "test", B, T, seed=0)
+    assert str(refused.value) == f"loader: '{data_dir}' has no split 'test'; it has train, val"
+    for rank, world_size in ((2, 2), (-1, 2), (0, 0)):
+        with pytest.raises(BurnoutError) as refused:
+            TokenLoader(data_dir, "train", B, T, seed=0, rank=rank, world_size=world_size)
+        assert str(refused.value) == f"loader: rank {rank} is outside [0, world_size={world_size})"
+    TokenLoader(data_dir, "train", B, T, seed=0, rank=1, world_size=2)
     with pytest.raises(BurnoutError, match="mode 'gpu'"):
         TokenLoader(data_dir, "train", B, T, seed=0, mode="gpu")
 

@@ -85,10 +85,11 @@ def test_an_unlisted_gpu_trains_on_a_measured_peak_and_says_so(monkeypatch):
     assert measured == [(GPU, "bf16")] and asked == [GPU, GPU]
     assert (hw.key, hw.name, hw.peak_flops, hw.price_per_hour, hw.price_note) == (
         "measured", "NVIDIA GeForce RTX 5090", 209.5e12, None, "")
-    assert len(lines) == 1 and "'NVIDIA GeForce RTX 5090' is not in" in lines[0]
-    assert "209.5 TFLOP/s" in lines[0] and "train.price_per_hour" in lines[0]
+    said = (f"hardware: 'NVIDIA GeForce RTX 5090' is not in {hardware.HARDWARE_FILE}, so MFU is over a bf16 matmul "
+            "peak measured now (209.5 TFLOP/s)")
+    assert lines == [said + " and no price is known (set train.price_per_hour)"]
     hw = get_hardware("auto", "bf16", price_per_hour=0.9, device=GPU, say=lines.append)
-    assert hw.price_per_hour == 0.9 and "price" not in lines[-1]
+    assert hw.price_per_hour == 0.9 and lines[1:] == [said]
 
 
 def test_a_listed_gpu_is_not_measured(monkeypatch):
@@ -128,6 +129,13 @@ def test_unknown_names_and_cpu_keep_working():
     assert str(err.value) == (f"hardware 'tpu-v9' is not in {hardware.HARDWARE_FILE}; choose one of: cpu, {entries} "
                               "(or add an entry there)")
     assert get_hardware("auto", "fp32").key == "cpu"  # no device: the CPU, measured
+
+
+def test_the_cpu_entry_is_named_by_its_threads_and_has_no_price(monkeypatch):
+    monkeypatch.setattr(hardware, "measure_cpu_peak", lambda precision: {"fp32": 1.5e11, "bf16": 4e11}[precision])
+    cpu = get_hardware("cpu", "bf16")
+    assert (cpu.key, cpu.name, cpu.peak_flops, cpu.price_per_hour, cpu.price_note) == (
+        "cpu", f"CPU ({torch.get_num_threads()} threads)", 4e11, None, "")
 
 
 def test_detect_names_the_entry_and_refuses_an_unlisted_gpu(monkeypatch):
