@@ -365,7 +365,7 @@ def test_changed_settings_start_over(tmp_path):
     assert files == sorted(s["file"] for v in other["splits"].values() for s in v["shards"])
 
 
-def _interrupt_after_resume_point(monkeypatch, cfg, out, nth=1):
+def _interrupt_after_resume_point(monkeypatch, cfg, out, nth=1, tokenizer_path=None):
     import burnout.data.shards as shards_module
 
     real_save = shards_module.save_manifest
@@ -381,7 +381,7 @@ def _interrupt_after_resume_point(monkeypatch, cfg, out, nth=1):
 
     monkeypatch.setattr(shards_module, "save_manifest", dying_save)
     with pytest.raises(KeyboardInterrupt):
-        prepare_data(cfg, TOK, out)
+        prepare_data(cfg, TOK, out, tokenizer_path=tokenizer_path)
     monkeypatch.setattr(shards_module, "save_manifest", real_save)
 
 
@@ -434,6 +434,39 @@ def test_a_source_edited_to_the_same_size_means_starting_over(tmp_path, monkeypa
     corpus.write_bytes(edited)
     os.utime(corpus, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
     assert prepare_data(cfg, TOK, tmp_path / "out") == prepare_data(cfg, TOK, tmp_path / "fresh")
+
+
+def test_an_unused_source_edited_in_between_does_not_stop_a_resume(tmp_path, monkeypatch):
+    corpus, unused = tmp_path / "corpus.jsonl", tmp_path / "unused.txt"
+    corpus.write_bytes(_jsonl_bytes({"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)))
+    unused.write_text("one version")
+    cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus)),
+                              SourceConfig(name="unused", kind="text", path=str(unused), weight=0)],
+                     max_chars=100_000, max_tokens=30_000, shard_tokens=2_000)
+    _interrupt_after_resume_point(monkeypatch, cfg, tmp_path / "out")
+    taken = sum(json.loads((tmp_path / "out" / MANIFEST_FILE).read_text())["resume"]["taken_docs"])
+    unused.write_text("another version, longer")  # a weight-0 source is never read: it cannot matter
+    encoded = _count_encoded(monkeypatch)
+    resumed = prepare_data(cfg, TOK, tmp_path / "out")
+    encoded_resuming, encoded[0] = encoded[0], 0
+    assert resumed == prepare_data(cfg, TOK, tmp_path / "fresh")
+    assert taken > 0 and encoded_resuming == encoded[0] - taken  # continued from the point
+
+
+def test_another_given_tokenizer_means_starting_over(tmp_path, monkeypatch):
+    tokenizers = []
+    for vocab in (300, 280):
+        prepare_data(DataConfig(max_chars=20_000), TokenizerConfig(kind="bpe", vocab_size=vocab), tmp_path / str(vocab))
+        tokenizers.append(tmp_path / str(vocab) / "tokenizer.json")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(_jsonl_bytes({"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)))
+    cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=100_000,
+                     max_tokens=30_000, shard_tokens=2_000)
+    _interrupt_after_resume_point(monkeypatch, cfg, tmp_path / "out", tokenizer_path=tokenizers[0])
+    resumed = prepare_data(cfg, TOK, tmp_path / "out", tokenizer_path=tokenizers[1])
+    assert resumed == prepare_data(cfg, TOK, tmp_path / "fresh", tokenizer_path=tokenizers[1])
+    for split in ("train", "val"):
+        assert np.array_equal(read_tokens(tmp_path / "out", split), read_tokens(tmp_path / "fresh", split))
 
 
 def test_a_source_that_shrank_unseen_is_refused_on_resume(tmp_path, monkeypatch):
