@@ -117,7 +117,6 @@ def test_a_crash_leftover_is_never_listed_and_is_cleaned_by_the_next_save(tiny_r
     assert list_checkpoints(tmp_path) == [first, second]
 
 
-
 def test_a_compiled_model_is_saved_under_the_plain_names(tiny_run_config, tiny_bpe_data, tmp_path):
     cfg = tiny_run_config()
     model, state = _trained_state(cfg)
