@@ -271,9 +271,9 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
         apply_lora(model, LoRAConfig.from_dict(dataclasses.asdict(cfg.adapters), "lora"))
     name = "model.safetensors"
     try:
-        wrong = _wrong_shape(model, path / name)
-        missing, unexpected = ([], []) if wrong else safetensors.torch.load_model(model, str(path / name),
-                                                                                  strict=False)
+        if wrong := _wrong_shape(model, path / name):  # a BurnoutError: the except below lets it through
+            raise BurnoutError(f"checkpoint {path} does not match its config: {wrong}")
+        missing, unexpected = safetensors.torch.load_model(model, str(path / name), strict=False)
         name = "state.pt"
         # Tensors and plain containers only: a pickle that would build any other object is refused, unrun.
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
@@ -288,9 +288,9 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
             reason = "it holds objects other than tensors, which are never unpickled"
         raise BurnoutError(f"checkpoint {path} is unreadable: {name} ({type(exc).__name__}: {reason}); "
                            "use another checkpoint of the run or train again") from None
-    if wrong or missing or unexpected:
-        raise BurnoutError(f"checkpoint {path} does not match its config: "
-                           + (wrong or f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"))
+    if missing or unexpected:
+        raise BurnoutError(f"checkpoint {path} does not match its config: missing {sorted(missing)[:3]}, "
+                           f"unexpected {sorted(unexpected)[:3]}")
     return Checkpoint(path=path, config=cfg, model=model.to(device), state=state, info=info)
 
 

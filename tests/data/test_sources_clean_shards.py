@@ -1,6 +1,7 @@
 import bz2
 import dataclasses
 import gzip
+import itertools
 import json
 import os
 
@@ -335,19 +336,13 @@ def test_a_lost_partial_after_a_listed_shard_still_means_replay(tmp_path, monkey
     cfg = DataConfig(max_chars=40_000, max_tokens=20_000, shard_tokens=2_000, val_fraction=0.3)
     reference = prepare_data(cfg, TOK, tmp_path / "ref")
     out = tmp_path / "run"
-    real_save = shards_module.save_manifest
 
-    def dying_save(out_dir, manifest):  # dies on the save that lists the shard the resume point was filling
-        real_save(out_dir, manifest)
+    def lists_the_shard_the_point_was_filling(manifest):
         point = manifest.get("resume", {})
         index, filled = point.get("writers", {}).get("train", [0, 0])
-        if filled and point["writers"]["val"][1] and len(manifest["shards"].get("train", [])) > index:
-            raise KeyboardInterrupt
+        return filled and point["writers"]["val"][1] and len(manifest["shards"].get("train", [])) > index
 
-    monkeypatch.setattr(shards_module, "save_manifest", dying_save)
-    with pytest.raises(KeyboardInterrupt):
-        prepare_data(cfg, TOK, out)
-    monkeypatch.setattr(shards_module, "save_manifest", real_save)
+    _interrupt_at_manifest_save(monkeypatch, cfg, out, lists_the_shard_the_point_was_filling)
     val_index, _ = json.loads((out / MANIFEST_FILE).read_text())["resume"]["writers"]["val"]
     shards_module.partial_path(out, shards_module.shard_name("val", val_index)).unlink()
     assert prepare_data(cfg, TOK, out) == reference
@@ -365,24 +360,27 @@ def test_changed_settings_start_over(tmp_path):
     assert files == sorted(s["file"] for v in other["splits"].values() for s in v["shards"])
 
 
-def _interrupt_after_resume_point(monkeypatch, cfg, out, nth=1, tokenizer_path=None):
+def _interrupt_at_manifest_save(monkeypatch, cfg, out, when, tokenizer_path=None):
+    """Prepare into `out`, killed (KeyboardInterrupt) right after the first manifest save that `when` holds for."""
     import burnout.data.shards as shards_module
 
     real_save = shards_module.save_manifest
-    saved = 0  # manifest saves that hold a resume point (a finished shard's save keeps the last one)
 
     def dying_save(out_dir, manifest):
         real_save(out_dir, manifest)
-        if "resume" in manifest:
-            nonlocal saved
-            saved += 1
-            if saved == nth:
-                raise KeyboardInterrupt
+        if when(manifest):
+            raise KeyboardInterrupt
 
     monkeypatch.setattr(shards_module, "save_manifest", dying_save)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, TOK, out, tokenizer_path=tokenizer_path)
     monkeypatch.setattr(shards_module, "save_manifest", real_save)
+
+
+def _interrupt_after_resume_point(monkeypatch, cfg, out, nth=1, tokenizer_path=None):
+    saves = itertools.count(1)  # manifest saves that hold a resume point (a finished shard's save keeps the last one)
+    _interrupt_at_manifest_save(monkeypatch, cfg, out, lambda manifest: "resume" in manifest and next(saves) == nth,
+                                tokenizer_path)
 
 
 def _interrupted_prepare(tmp_path, monkeypatch):
