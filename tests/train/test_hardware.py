@@ -231,14 +231,19 @@ def test_a_run_with_auto_precision_trains_in_the_measured_one_and_says_why(tiny_
 def test_no_gemm_of_a_large_preset_outruns_the_measured_cpu_peak():
     """MFU on a CPU divides by measure_cpu_peak: a model GEMM faster than it reads MFU near or above 100%
     (seen: 96.3% on gpt2-134m). gpt2-134m's MLP GEMM over 2048 tokens, timed best of 3, stays under it, give
-    or take this machine's noise (the old 1024² single-call peak read 96 GFLOP/s where this GEMM ran 147)."""
-    hardware.measure_cpu_peak.cache_clear()
-    peak = hardware.measure_cpu_peak("fp32")
+    or take this machine's noise (the old 1024² single-call peak read 96 GFLOP/s where this GEMM ran 147).
+    A shared machine can slow down for seconds (a peak of 102 GFLOP/s was once measured just before this GEMM
+    ran 148), so the pair is measured up to three times: a peak that is low by method is low every time."""
     x, w = torch.randn(2048, 768), torch.randn(3072, 768)
     torch.nn.functional.linear(x, w)
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        torch.nn.functional.linear(x, w)
-        best = min(best, time.perf_counter() - start)
-    assert 2 * 2048 * 768 * 3072 / best <= 1.25 * peak
+    ratios = []
+    while len(ratios) < 3 and (not ratios or ratios[-1] > 1.25):
+        hardware.measure_cpu_peak.cache_clear()
+        peak = hardware.measure_cpu_peak("fp32")
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            best = min(best, time.perf_counter() - start)
+        ratios.append(2 * 2048 * 768 * 3072 / best / peak)
+    assert min(ratios) <= 1.25, ratios
