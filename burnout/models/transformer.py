@@ -71,6 +71,9 @@ class Attention(nn.Module):
         self.proj = nn.Linear(cfg.n_head * cfg.head_dim, cfg.d_model, bias=cfg.bias)
         self.dropout = cfg.dropout
         self.use_sdpa = cfg.attention == "sdpa"
+        # Whether a CPU step may take the written-out attention where it is faster (explicit_is_faster); the
+        # memory planner's trace of a CUDA step, which runs on CPU tensors, turns it off.
+        self.explicit_on_cpu = True
 
     def forward(self, x, rope: RotaryEmbedding | None, cache: KVCache | None, layer: int,
                 positions: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -88,7 +91,7 @@ class Attention(nn.Module):
         p = self.dropout if self.training else 0.0
         if mask is not None:
             mask = mask.unsqueeze(1)  # (B, 1, T, T): the same for every head
-        if self.use_sdpa and not (p and cheap_attention_dropout(x)):
+        if self.use_sdpa and not (self.explicit_on_cpu and explicit_is_faster(x, k.size(2), p)):
             # A given mask replaces the causal one. Without cached tokens the kernel's own causal mask
             # applies. Past them, a lone new token sees every key (no mask), and a chunk of new tokens
             # needs the mask shifted by `start`.
@@ -104,12 +107,14 @@ class Attention(nn.Module):
         return self.proj(y)
 
 
-def cheap_attention_dropout(x: torch.Tensor) -> bool:
-    """Whether attention dropout runs the explicit path, whose weights get models/dropout.py's cheap mask:
-    under bf16 autocast on a CPU, eager. SDPA's CPU kernel has no dropout and falls back to its math kernel
-    with torch's Bernoulli mask; on nanoGPT's 10.7M shape (dropout 0.2, 2-core Zen 4) the explicit path made
-    the bf16 step 1,816 → 1,458 ms, but the fp32 step 2,388 → 2,747 ms (its fp32 backward is the slower one)."""
-    return x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
+def explicit_is_faster(x: torch.Tensor, n_keys: int, p: float) -> bool:
+    """Whether the written-out attention beats SDPA here: under bf16 autocast on a CPU, eager, with dropout (SDPA's
+    CPU kernel has none and falls back to its math kernel with torch's Bernoulli mask) or up to 512 keys. Forward
+    and backward on a 2-core Zen 4: nanoGPT's 10.7M step with dropout 0.2 took 1,816 → 1,458 ms; without dropout
+    8 × 4 heads × 256² took 22.9 → 10.4 ms and 4 × 4 × 512² 33.8 → 17.5 ms, but 2 × 8 × 1024² 79 → 106 ms (the
+    flash kernel skips the masked half). In fp32 SDPA stays: the explicit backward was slower (2,388 → 2,747 ms)."""
+    cpu_bf16 = x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
+    return cpu_bf16 and (p > 0 or n_keys <= 512)
 
 
 def causal_mask(n_query: int, n_key: int, device) -> torch.Tensor:
@@ -121,15 +126,22 @@ def causal_mask(n_query: int, n_key: int, device) -> torch.Tensor:
 def explicit_attention(q, k, v, p: float = 0.0, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Attention written out in full: the reference that the fused SDPA kernels are checked against.
     `mask` (True = may attend) replaces the causal mask when given."""
-    H, K = q.size(1), k.size(1)
+    B, H, T, D = q.shape
+    K, S = k.size(1), k.size(2)
     k = k.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
     v = v.repeat_interleave(H // K, dim=1)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
     if mask is None:
-        mask = causal_mask(q.size(2), k.size(2), q.device)
-    scores = scores.masked_fill(~mask, float("-inf"))
-    weights = dropout(scores.float().softmax(dim=-1).to(q.dtype), p)
-    return weights @ v  # (B, H, T, D)
+        mask = causal_mask(T, S, q.device)
+    bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
+    # One GEMM scales the scores and adds the mask, and the softmax runs in the scores' dtype (its kernel
+    # accumulates in fp32): under bf16 autocast on a 2-core Zen 4, an fp32 softmax with its two casts took 22 ms
+    # against 2.6 ms at nanoGPT's 16 × 6 × 256² weights, and masked_fill 3 ms against none.
+    if bias.dim() == 4:  # (B, 1, T, S); the causal (T, S) one broadcasts without a copy
+        bias = bias.expand(B, H, T, S).reshape(B * H, T, S)
+    scores = torch.baddbmm(bias, q.reshape(B * H, T, D),
+                           k.reshape(B * H, S, D).transpose(1, 2), alpha=1 / math.sqrt(D))  # (B·H, T, S)
+    weights = dropout(scores.softmax(dim=-1), p)
+    return (weights @ v.reshape(B * H, S, D)).view(B, H, T, D)
 
 
 class MLP(nn.Module):
@@ -205,6 +217,11 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     partitioner merges a Function's recomputed matmul with the forward's (CSE) and then keeps every
     chunk's logits for backward, while a checkpoint's tags make it recompute them.
     """
+    if hidden.size(0) <= chunk_rows and not torch.compiler.is_compiling():
+        # One chunk: its logits kept for backward peak no higher than recomputed there (every activation is
+        # still alive when the loss's backward runs), and a second head GEMM and log-softmax are saved: the
+        # quickstart's step (2,048 rows × 4,096 tokens, bf16, 2-core Zen 4) spent 25 ms of ~450 on them.
+        return _chunk_loss_sum(hidden, weight, targets) / (targets != -1).sum()
     total = torch.zeros((), device=hidden.device)
     for start in range(0, hidden.size(0), chunk_rows):
         rows = slice(start, start + chunk_rows)

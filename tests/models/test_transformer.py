@@ -12,9 +12,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from burnout.config import ModelConfig
-from burnout.models.transformer import Transformer
+from burnout.models.transformer import Transformer, causal_mask, explicit_attention
 
 ATOL = 1e-5
 VOCAB = 97
@@ -78,6 +79,44 @@ def test_sdpa_matches_explicit_attention(family, kw):
     # The check has teeth: a different model gives different logits.
     other = build(family, seed=5, **kw)
     assert (other(idx) - expected).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("kv_heads", [6, 2])
+@torch.no_grad()
+def test_explicit_attention_with_a_padding_mask_matches_sdpa(kv_heads):
+    """A (B, 1, T, S) mask, as left-padded generation gives: each row's own mask, every head, GQA too."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 6, 10, 8, generator=g)
+    k, v = torch.randn(2, 3, kv_heads, 10, 8, generator=g)
+    real_keys = torch.arange(10) >= torch.tensor([0, 3, 7])[:, None]  # (B, S): left padding of 0, 3 and 7
+    mask = (causal_mask(10, 10, "cpu") & real_keys[:, None, :]) | torch.eye(10, dtype=torch.bool)  # sees itself
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1), enable_gqa=kv_heads != 6)
+    torch.testing.assert_close(explicit_attention(q, k, v, mask=mask.unsqueeze(1)), expected, atol=ATOL, rtol=0)
+
+
+class OutputDtypes(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.dtypes = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.dtypes |= {t.dtype for t in (out if isinstance(out, (tuple, list)) else [out])
+                        if isinstance(t, torch.Tensor) and t.dim() == 3}  # the (B·H, T, S) scores and weights
+        return out
+
+
+def test_explicit_attention_under_bf16_autocast_computes_its_weights_in_bf16():
+    """The training path of attention dropout on a CPU: scores, softmax and dropout stay bf16, forward and
+    backward (an fp32 softmax with its casts took 8× as long), and agree with fp32 attention to bf16 precision."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 4, 64, 16, generator=g).bfloat16().requires_grad_() for _ in range(3))
+    with OutputDtypes() as ops, torch.autocast("cpu", dtype=torch.bfloat16):
+        out = explicit_attention(q, k, v, p=0.0)
+        out.sum().backward()
+    assert ops.dtypes == {torch.bfloat16}
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "math"])

@@ -86,6 +86,8 @@ def test_the_train_steps_forward_and_loss_are_one_graph(tiny_run_config, tiny_bp
     torch.manual_seed(0)
     model = build_model(cfg, CPU)
     twin = copy.deepcopy(model)
+    for block in twin.blocks:  # eager under bf16 on a CPU would take the written-out attention; compiled, SDPA
+        block.attn.explicit_on_cpu = False
     step = TrainStep(model, cfg.train, CPU, precision, end_of_run=10)
     loader = TokenLoader(tiny_bpe_data, "train", 4, 32, seed=0)
     loss, _ = accumulate_gradients(step.forward, loader, 0, 1, CPU, precision)
