@@ -270,6 +270,12 @@ def measure(cfg: RunConfig, data_dir: Path, setup: Setup, steps: int, warmup: in
 def _add_mfu(result: dict, device: torch.device) -> dict:
     precision = result["setup"]["precision"]
     peak = measure_peak(device, precision)
+    # A peak below what the model just achieved was measured in a burst of other load (a shared 2-core CPU read
+    # 209 GFLOP/s where it gives 300-400, and printed "MFU 123.9%"): measured again, twice at most, best kept.
+    for _ in range(2):
+        if result["achieved_flops"] <= peak:
+            break
+        peak = max(peak, measure_peak(device, precision))
     result["peak_flops_measured"] = peak
     result["mfu_measured"] = result["achieved_flops"] / peak
     known = table_peak(device, precision)
