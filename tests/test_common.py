@@ -1,4 +1,5 @@
-"""write_atomic: the file is the old one or the new one, never half of one, and no temporary file is left."""
+"""Shared helpers: write_atomic (the old file or the new one, never half of one, no temporary left), and
+retain_freed_memory (repeated training steps stop page-faulting their activations in afresh)."""
 
 import os
 import platform
