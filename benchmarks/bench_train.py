@@ -6,8 +6,10 @@ Each variant is one `burnout bench CONFIG --json` in a fresh process, and the pe
 its own between them, in the same invocation: the same shape in transformers' GPT2LMHeadModel with nanoGPT's
 settings (6 layers × 384, 6 heads, block 256, batch 16, dropout 0.2, AdamW at lr 1e-3), fp32, eager, as
 nanoGPT's train.py runs on a CPU. Printed per variant: tokens/s, the step split, MFU against the matmul peak
-measured in that process, peak RSS, and the ratio to the peer measured in the same invocation. Variants are
-`burnout bench` overrides:
+measured in that process, peak RSS, the ratio to the peer measured in the same invocation, and the ceiling of
+that ratio: our step's FLOPs all at the variant's measured matmul peak, against the FLOP/s the peer achieved
+(on a CPU without fast bf16, the most an fp32 step can gain on an fp32 peer). Variants are `burnout bench`
+overrides:
 
     auto      the config as it is (precision auto: bf16 or fp32, as a measurement on this CPU decided)
     fp32      train.precision=fp32
@@ -123,6 +125,9 @@ def main() -> None:
               f"{r['tokens_per_s'] / p['tokens_per_s']:.2f}x the peer just measured (target {TARGET_RATIO}x)  "
               f"{r['setup']['precision']}  MFU {r['mfu_measured']:.1%} of {r['peak_flops_measured'] / 1e9:.0f} "
               f"GFLOP/s  peak RSS {r['peak_rss_mb']:,.0f} MB")
+        peer_flops = p["tokens_per_s"] * r["flops_per_token"]  # the same shape: the same FLOPs per token
+        print(f"         ceiling {r['peak_flops_measured'] / peer_flops:.2f}x: every FLOP at the "
+              f"{r['setup']['precision']} peak, against the peer's achieved {peer_flops / 1e9:.0f} GFLOP/s")
         print(f"         split: {split}   load before {before}, after {load()}")
 
 

@@ -3,6 +3,7 @@ retain_freed_memory (repeated training steps stop page-faulting their activation
 
 import os
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -46,28 +47,29 @@ if sys.argv[1] == "retain":
     assert retain_freed_memory()
 from burnout.config import ModelConfig
 from burnout.models import Transformer
-model = Transformer(ModelConfig(family="gpt2", vocab_size=65, n_layer=2, d_model=256, n_head=4, context_length=256,
+model = Transformer(ModelConfig(family="gpt2", vocab_size=65, n_layer=4, d_model=256, n_head=4, context_length=256,
                                 dropout=0.1))
-ids = torch.randint(0, 65, (8, 256))
+ids = torch.randint(0, 65, (16, 256))
 def step():
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = model(ids, ids)
-    loss.backward()
+    model(ids, ids).backward()
 step(); step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(3):
+for _ in range(5):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     step()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_retained_freed_memory_ends_the_page_faults_of_repeated_training_steps():
-    """Three bf16 training steps of a small GPT after two warm-up ones: ~29K page faults with glibc's defaults
-    (each step's activations land on fresh pages), a few hundred once freed blocks stay in the heap."""
-    def faults(mode: str) -> int:
+    """Five fp32 training steps of a small GPT (activations of up to 16 MiB, ~300 MiB a step) after two
+    warm-up ones: with glibc's defaults each step's activations land on fresh pages (thousands of faults a
+    step), once freed blocks stay in the heap most steps fault none. Medians: an occasional step faults in a
+    new block either way (seen: 0 to 10K on an AVX2 EPYC)."""
+    def median_faults(mode: str) -> int:
         out = subprocess.run([sys.executable, "-c", _STEPS_FAULTS, mode], check=True, capture_output=True, text=True)
-        return int(out.stdout.split()[-1])
+        return statistics.median(int(n) for n in out.stdout.split())
 
-    default, retained = faults("default"), faults("retain")
+    default, retained = median_faults("default"), median_faults("retain")
+    assert default > 1000, default  # what there is to end
     assert retained * 10 < default, (retained, default)

@@ -166,7 +166,7 @@ class TrainStep:
         self.precision = precision
         self.end_of_run = end_of_run
         self.dist = dist or DistContext()  # one process
-        self.optimizer = make_optimizer(model, tc)
+        self.optimizer = make_optimizer(model, tc, precision)
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
         self.forward = torch.compile(model) if tc.compile else model
 
