@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from burnout.config import ModelConfig
-from burnout.models.transformer import Transformer, causal_mask, explicit_attention
+from burnout.models.transformer import Transformer, causal_mask, explicit_attention, explicit_is_faster
 
 ATOL = 1e-5
 VOCAB = 97
@@ -117,6 +117,17 @@ def test_explicit_attention_under_bf16_autocast_computes_its_weights_in_bf16():
     assert ops.dtypes == {torch.bfloat16}
     expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+def test_a_cpu_step_takes_the_explicit_attention_where_it_measured_faster():
+    """With dropout in either precision (SDPA's CPU dropout is its math kernel with a Bernoulli mask), in bf16 up
+    to 512 keys; SDPA in fp32 without dropout, past 512 keys in bf16, and in compiled graphs."""
+    x = torch.zeros(1, 4, 8)
+    assert explicit_is_faster(x, 256, 0.2) and not explicit_is_faster(x, 256, 0.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert explicit_is_faster(x, 512, 0.0) and not explicit_is_faster(x, 1024, 0.0)
+        assert explicit_is_faster(x, 1024, 0.1)
+    assert not torch.compile(explicit_is_faster, fullgraph=True, backend="eager")(x, 256, 0.2)
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "math"])
