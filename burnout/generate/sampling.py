@@ -132,7 +132,7 @@ def stream_batch(
                 # The head at the last position only: over the whole prompt, a 50k vocabulary's head
                 # tripled the prefill's time (measured with benchmarks/bench_lm_adapter.py).
                 hidden = model.hidden_states(step_input, cache, positions, mask)
-                logits = model.lm_head(hidden[:, -1])  # (B, V)
+                logits = last_logits(model.lm_head, hidden[:, -1])  # (B, V)
             if plain_greedy:
                 next_ids = logits.argmax(dim=-1)
                 tokens = next_ids.tolist()
@@ -170,6 +170,17 @@ def stream_batch(
                 step_input = torch.tensor([[h[-1]] for h in history], dtype=torch.long, device=device)
     finally:
         model.train(was_training)
+
+
+def last_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """(B, V) logits for the rows of `hidden` (B, C). On a CPU with several rows, W·hᵀ instead of h·Wᵀ: the same
+    products summed in another order (within 1e-6), and a faster GEMM for a few rows against a large head (50,257
+    × 384 at 8 rows: 9.6 against 15.6 ms on an AVX2 EPYC; one row: the same), where batched decoding spends half
+    its step. A head with a bias or adapters is called as it is."""
+    plain = type(head) is torch.nn.Linear and head.bias is None
+    if hidden.device.type != "cpu" or hidden.size(0) == 1 or not plain:
+        return head(hidden)
+    return (head.weight @ hidden.T).T
 
 
 def _generator(device: torch.device, seed: int | None) -> torch.Generator:

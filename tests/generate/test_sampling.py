@@ -10,6 +10,7 @@ from burnout.generate.sampling import (
     _cut_at_stop,
     generate_batch,
     generate_text,
+    last_logits,
     process_logits,
     stream_text,
     stream_tokens,
@@ -241,3 +242,21 @@ def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_it():
     assert kept.tolist() == [True, False, False]  # the first token's 0.5 reaches 0.5: the rest go
     kept = process_logits(logits, [], temperature=1.0, top_k=None, top_p=0.6, repetition_penalty=1.0).isfinite()
     assert kept[0] and kept.sum() == 2  # 0.5 falls short of 0.6: one of the 0.25s joins it, reaching 0.75
+
+
+def test_last_logits_are_the_heads_and_keep_an_adapted_head_whole():
+    """The rows' logits as the head gives them (W·hᵀ on a CPU sums the same products in another order), and a
+    head with a bias or LoRA adapters goes through its own forward."""
+    from burnout.models.lora import LoRALinear
+
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(32, 500, bias=False)
+    hidden = torch.randn(8, 32, generator=g)
+    torch.testing.assert_close(last_logits(head, hidden), head(hidden), atol=1e-5, rtol=0)
+    torch.testing.assert_close(last_logits(head, hidden[:1]), head(hidden[:1]), atol=0, rtol=0)
+    adapted = LoRALinear(head, r=2, alpha=4)
+    torch.nn.init.normal_(adapted.lora_B, generator=g)  # an adapter that changes the output
+    assert (adapted(hidden) - head(hidden)).abs().max() > 1e-2
+    torch.testing.assert_close(last_logits(adapted, hidden), adapted(hidden), atol=0, rtol=0)
+    biased = torch.nn.Linear(32, 500)
+    torch.testing.assert_close(last_logits(biased, hidden), biased(hidden), atol=0, rtol=0)
