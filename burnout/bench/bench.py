@@ -52,6 +52,7 @@ from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 from burnout.models.info import flops_per_token, matmul_parameters
 from burnout.train.hardware import (
+    cpu_precision_entry,
     detect,
     hardware_table,
     measure_cpu_peak,
@@ -158,6 +159,22 @@ def peak_rss_mb() -> float:
 
 # ----------------------------------------------------------------------------------------------
 # One measurement
+
+
+# A CPU without bf16 instructions emulates bf16 matmuls: an AVX2 EPYC ran them at 1.4 against 181 GFLOP/s in fp32,
+# where the ladder's bf16 rung would take over a minute a step of the 10.7M model.
+EMULATED_BF16_SLOWDOWN = 10
+
+
+def emulated_bf16(device: torch.device) -> str | None:
+    """Why the ladder leaves its bf16 rung out on this CPU (bf16 emulated, as measured for precision auto), or None."""
+    if device.type != "cpu":
+        return None
+    entry, _ = cpu_precision_entry()
+    if entry["bf16_gflops"] * EMULATED_BF16_SLOWDOWN >= entry["fp32_gflops"]:
+        return None
+    return (f"left out: this CPU runs bf16 matmuls at {entry['bf16_gflops']:.1f} GFLOP/s against "
+            f"{entry['fp32_gflops']:.0f} in fp32 (emulated: no bf16 instructions); the later rungs stay fp32")
 
 
 def effective_precision(precision: str, device: torch.device) -> str:
@@ -319,8 +336,9 @@ def ablate(cfg: RunConfig, data_dir: Path, steps: int = 10, warmup: int = 2, on_
            skip: tuple[str, ...] = ()) -> dict:
     """The ladder: each rung's tokens/s and its speedup over the previous measured rung and over the
     first (the baseline, unless it ran out of memory); `on_rung` is called with each measured rung.
-    Rungs named in `skip` (not the baseline) are left out: their change is not applied. A rung that runs
-    out of memory keeps its change but has `skipped` set instead of measurements (None when it ran)."""
+    Rungs named in `skip` (not the baseline) are left out: their change is not applied; so is the bf16 rung's
+    on a CPU that emulates bf16 (`emulated_bf16`), listed with the reason in `skipped`. A rung that runs out of
+    memory keeps its change but has `skipped` set instead of measurements (None when it ran)."""
     unknown = set(skip) - {key for key, _, _ in RUNGS[1:]}
     if unknown:
         raise BurnoutError(f"--skip: unknown rung '{sorted(unknown)[0]}'; choose from "
@@ -331,6 +349,10 @@ def ablate(cfg: RunConfig, data_dir: Path, steps: int = 10, warmup: int = 2, on_
     for key, label, change in RUNGS:
         if key in skip:
             continue
+        if change.get("precision") == "bf16" and (why := emulated_bf16(device)):
+            rungs.append({"rung": key, "label": label, "setup": dataclasses.asdict(setup), "skipped": why,
+                          "skip_label": "left out: bf16 emulated here"})
+            continue
         setup = dataclasses.replace(setup, **change)
         skipped = None
         try:
@@ -338,7 +360,8 @@ def ablate(cfg: RunConfig, data_dir: Path, steps: int = 10, warmup: int = 2, on_
         except torch.OutOfMemoryError as exc:
             skipped = f"out of memory at this rung: {first_line(exc, 120)}"
         if skipped is not None:
-            rungs.append({"rung": key, "label": label, "setup": dataclasses.asdict(setup), "skipped": skipped})
+            rungs.append({"rung": key, "label": label, "setup": dataclasses.asdict(setup), "skipped": skipped,
+                          "skip_label": "skipped: out of memory"})
             continue
         if r["note"] is not None and setup.compile:
             setup = dataclasses.replace(setup, compile=False)  # later rungs go on without it
@@ -393,7 +416,7 @@ def format_ablation(r: dict) -> str:
              f"{'rung':<68} {'tokens/s':>10} {'ms/step':>9} {'data':>6} {'×prev':>6} {'×base':>6} {'MFU':>6}"]
     for x in r["rungs"]:
         if x["skipped"]:
-            label = x["label"] + " (skipped: out of memory)"
+            label = f"{x['label']} ({x['skip_label']})"
             lines.append(f"{label:<68} {'-':>10} {'-':>9} {'-':>6} {'-':>6} {'-':>6} {'-':>6}")
             continue
         label = x["label"] + (" (unavailable: ran eager)" if x["note"] else "")

@@ -19,6 +19,18 @@ from burnout.train.run import start_training
 CPU = torch.device("cpu")
 
 
+def _measured_cpu(monkeypatch, bf16_gflops: float, fp32_gflops: float) -> None:
+    entry = {"choice": "bf16" if bf16_gflops > fp32_gflops else "fp32", "bf16_gflops": bf16_gflops,
+             "fp32_gflops": fp32_gflops, "cpu": "test CPU", "threads": 2}
+    monkeypatch.setattr(sys.modules["burnout.bench.bench"], "cpu_precision_entry", lambda: (entry, True))
+
+
+@pytest.fixture(autouse=True)
+def bf16_instructions(monkeypatch):
+    """The ladder's tests see a CPU with bf16 instructions whatever this one has (Zen 4's figures)."""
+    _measured_cpu(monkeypatch, 418.0, 98.0)
+
+
 def test_bench_reports_split_mfu_and_memory(tiny_run_config, tiny_bpe_data):
     r = bench(tiny_run_config(), tiny_bpe_data, steps=2, warmup=1)
     assert r["tokens_per_step"] == 4 * 32 and r["tokens_per_s"] > 0
@@ -95,6 +107,18 @@ def test_ablate_ladder_and_compile_fallback(tiny_run_config, tiny_bpe_data, monk
     assert all(x["tokens_per_s"] > 0 and x["speedup_prev"] > 0 for x in r["rungs"])
     text = format_ablation(r)
     assert "unavailable" in text and "+ SDPA" in text
+
+
+def test_ablate_leaves_the_bf16_rung_out_where_the_cpu_emulates_bf16(tiny_run_config, tiny_bpe_data, monkeypatch):
+    """An AVX2 EPYC ran bf16 matmuls at 1.4 GFLOP/s against 181 in fp32: a bf16 rung would take minutes a step."""
+    _measured_cpu(monkeypatch, 1.4, 181.0)
+    r = ablate(tiny_run_config(), tiny_bpe_data, steps=1, warmup=1, skip=("compile",))
+    bf16, sdpa = r["rungs"][3], r["rungs"][4]
+    assert bf16["rung"] == "bf16" and "1.4 GFLOP/s against 181 in fp32" in bf16["skipped"]
+    assert "tokens_per_s" not in bf16
+    assert sdpa["skipped"] is None and sdpa["setup"]["precision"] == "fp32" and sdpa["setup"]["attention"] == "sdpa"
+    assert sdpa["speedup_prev"] == sdpa["tokens_per_s"] / r["rungs"][2]["tokens_per_s"]
+    assert "+ bf16 autocast (left out: bf16 emulated here)" in format_ablation(r)
 
 
 def test_cli_bench_json_and_ablate_skip(tiny_run_config, tiny_bpe_data, tmp_path, capsys):
