@@ -23,13 +23,16 @@ CPU in fp32 with the same batch size, in one process:
 Timed: the model's calls alone (loglikelihood / generate_until, wrapped), not task building, which is
 lm-eval's on both sides. Each side runs once untimed (a warm-up whose results are compared: metrics and
 every response must be the same), then --repeats timed runs alternating which side goes first; items/s
-are from the medians. Printed too: the load average before and after each task, and the CPU model.
+are from the medians. For generation, the ratio's ceiling too: lm-eval's time over our prefill alone (the
+same requests cut to one new token), which both sides compute alike. Printed too: the load average before
+and after each task, and the CPU model.
 Exit status 1 if the results differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import statistics
@@ -124,15 +127,18 @@ def write_yamls(folder: Path, data: Path, fewshot: int, max_gen_toks: int) -> Pa
 
 
 class Timed:
-    """Wraps an lm-eval model's request methods, adding up the seconds spent in them."""
+    """Wraps an lm-eval model's request methods, adding up the seconds spent in them (and keeping the
+    generate_until requests, which the prefill's timing replays)."""
 
     def __init__(self, lm):
-        self.lm, self.seconds = lm, 0.0
+        self.lm, self.seconds, self.generation_requests = lm, 0.0, []
         for name in LM_CALLS:
             setattr(self, name, self._wrap(getattr(lm, name)))
 
     def _wrap(self, fn):
         def timed(*args, **kwargs):
+            if fn.__name__ == "generate_until":
+                self.generation_requests += args[0]
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
@@ -146,13 +152,26 @@ class Timed:
         return self
 
 
-def run(lm, task: str, n: int, config_dir: Path, manager_cls, simple_evaluate) -> tuple[float, dict]:
+def run(lm, task: str, n: int, config_dir: Path, manager_cls, simple_evaluate) -> tuple[float, dict, list]:
+    """(seconds in the model's calls, lm-eval's results, the generate_until requests it made)."""
     timer = Timed(lm).install()
     results = simple_evaluate(model=lm, tasks=[task], limit=n, task_manager=manager_cls(
         include_path=str(config_dir), include_defaults=False))
     for name in LM_CALLS:  # back to the class's methods
         lm.__dict__.pop(name, None)
-    return timer.seconds, results
+    return timer.seconds, results, timer.generation_requests
+
+
+def prefill_seconds(lm, requests: list, repeats: int) -> float:
+    """Median time of `requests` generated to one new token: the prompts' prefill, which both sides compute
+    alike (transformers' generate also runs the head at the last position only)."""
+    one_token = [dataclasses.replace(r, arguments=(r.args[0], {**r.args[1], "max_gen_toks": 1})) for r in requests]
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        lm.generate_until(one_token, disable_tqdm=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def compare(ours: dict, theirs: dict, task: str) -> tuple[bool, float]:
@@ -177,8 +196,8 @@ def bench_task(task: str, n: int, ours_lm, their_lm, config_dir: Path, repeats: 
     from lm_eval.tasks import TaskManager
 
     before = load()
-    _, ours = run(ours_lm, task, n, config_dir, TaskManager, simple_evaluate)  # warm-ups, compared
-    _, theirs = run(their_lm, task, n, config_dir, TaskManager, simple_evaluate)
+    _, ours, generations = run(ours_lm, task, n, config_dir, TaskManager, simple_evaluate)  # warm-ups, compared
+    _, theirs, _ = run(their_lm, task, n, config_dir, TaskManager, simple_evaluate)
     same, delta = compare(ours, theirs, task)
     ours_s, theirs_s = [], []
     for r in range(repeats):
@@ -196,6 +215,10 @@ def bench_task(task: str, n: int, ours_lm, their_lm, config_dir: Path, repeats: 
     print(f"  burnout (BurnoutLM)  {n / o:8.2f} items/s   median {o:7.2f} s  (runs {runs(ours_s)})")
     print(f"  lm-eval (hf)         {n / t:8.2f} items/s   median {t:7.2f} s  (runs {runs(theirs_s)})")
     print(f"  ratio burnout / hf   {t / o:8.2f}x   per run {runs(b / a for a, b in zip(ours_s, theirs_s))}")
+    if generations:
+        prefill = prefill_seconds(ours_lm, generations, repeats)
+        print(f"  ceiling              {t / prefill:8.2f}x   lm-eval's time over our prefill alone ({prefill:.2f} s: "
+              "the same requests cut to one new token), which both sides compute alike")
     print(f"  results {'IDENTICAL' if same else 'DIFFER'} (metrics and responses; max |Δ loglik| {delta:.1e})")
     print(f"  load average (1/5/15 min): {before} before, {after} after")
     return same
