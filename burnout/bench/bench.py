@@ -41,6 +41,7 @@ from burnout.common import first_line
 from burnout.config import RunConfig
 from burnout.core.device import (
     configure_backends,
+    cpu_instructions,
     describe_device,
     resolve_device,
     resolve_precision,
@@ -305,7 +306,7 @@ def _add_mfu(result: dict, device: torch.device) -> dict:
 
 def _device_line(device: torch.device) -> str:
     """The device, with the vector instructions PyTorch uses on a CPU (they set its matmul speed)."""
-    cpu = f" ({torch.backends.cpu.get_cpu_capability()})" if device.type == "cpu" else ""
+    cpu = f" ({cpu_instructions()})" if device.type == "cpu" else ""
     return describe_device(device) + cpu
 
 

@@ -42,6 +42,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
+def cpu_instructions() -> str:
+    """The vector instructions PyTorch uses on this CPU and the bf16 ones it has: a CPU's name alone does not set
+    its bf16 speed ("AMD EPYC" named a Zen 4 with AVX-512 BF16, bf16 at 4× fp32, and an AVX2 one where bf16 ran at
+    1/130 of fp32), and a cache shared between machines must not hand one's choice to the other."""
+    try:
+        flags = set(next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                         if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):  # not Linux
+        flags = set()
+    bf16 = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    return " ".join([torch.backends.cpu.get_cpu_capability(), *bf16])
+
+
 # Compute capability from which a GPU has bf16 tensor cores (Ampere). Below it torch still accepts bf16
 # (torch.cuda.is_bf16_supported() counts emulation) but runs it without tensor cores or flash attention.
 BF16_CAPABILITY = (8, 0)

@@ -21,7 +21,7 @@ import torch
 
 from burnout.common import write_atomic
 from burnout.config import CONFIG_DIR, read_yaml
-from burnout.core.device import compute_precision, cpu_model, resolve_precision
+from burnout.core.device import compute_precision, cpu_instructions, cpu_model, resolve_precision
 from burnout.errors import BurnoutError
 
 HARDWARE_FILE = CONFIG_DIR / "hardware.yaml"
@@ -155,8 +155,9 @@ def training_precision(name: str, device: torch.device, say: Callable[[str], Non
     if name != "auto" or device.type != "cpu":
         return resolve_precision(name, device)
     entry, cached = cpu_precision_entry()
-    say(f"precision auto on this CPU ({entry['cpu']}, {entry['threads']} threads): {entry['choice']}; a "
-        f"matmul peak of {entry['bf16_gflops']:.0f} GFLOP/s in bf16 vs {entry['fp32_gflops']:.0f} in fp32 "
+    say(f"precision auto on this CPU ({entry['cpu']}, {entry['instructions']}, {entry['threads']} threads): "
+        f"{entry['choice']}; a "
+        f"matmul peak of {entry['bf16_gflops']:.3g} GFLOP/s in bf16 vs {entry['fp32_gflops']:.3g} in fp32 "
         f"({'measured earlier' if cached else 'measured now'}, cached in {precision_cache_path()}; "
         "train.precision=fp32 or bf16 overrides)")
     return entry["choice"]
@@ -173,7 +174,7 @@ def cpu_precision_entry() -> tuple[dict, bool]:
     """(this machine's entry: the choice and both throughputs, whether it came from the cache); measured with
     `measure_cpu_peak` (about a second) when the cache has none."""
     path = precision_cache_path()
-    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | peak v2"
+    key = f"{cpu_model()} | {cpu_instructions()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
     try:
         cache = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -184,6 +185,7 @@ def cpu_precision_entry() -> tuple[dict, bool]:
     rates = {precision: measure_cpu_peak(precision) / 1e9 for precision in ("fp32", "bf16")}
     entry = {"choice": "bf16" if rates["bf16"] >= CPU_BF16_MIN_SPEEDUP * rates["fp32"] else "fp32",
              "fp32_gflops": rates["fp32"], "bf16_gflops": rates["bf16"], "cpu": cpu_model(),
+             "instructions": cpu_instructions(),
              "threads": torch.get_num_threads(), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     cache[key] = entry
     with contextlib.suppress(OSError):  # a read-only home costs a measurement next time, nothing more

@@ -189,6 +189,23 @@ def test_auto_on_a_cpu_measures_once_then_reads_the_cache(monkeypatch, tmp_path)
     assert measured == [] and "(measured earlier" in lines[1]
 
 
+def test_cpus_of_one_name_but_other_instructions_are_measured_apart(monkeypatch, tmp_path):
+    """"AMD EPYC" named a Zen 4 with AVX-512 BF16 and an AVX2 CPU that emulates bf16: a cache shared between them
+    (one home directory on both) must not hand the first one's bf16 to the second."""
+    monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "cpu_model", lambda: "AMD EPYC")
+    monkeypatch.setattr(hardware, "cpu_instructions", lambda: "AVX512 avx512_bf16")
+    measured = _peaks(monkeypatch, fp32=98, bf16=418)
+    lines: list[str] = []
+    assert hardware.training_precision("auto", torch.device("cpu"), lines.append) == "bf16"
+    assert "(AMD EPYC, AVX512 avx512_bf16, " in lines[0]
+    monkeypatch.setattr(hardware, "cpu_instructions", lambda: "AVX2")
+    measured = _peaks(monkeypatch, fp32=181, bf16=1.4)
+    assert hardware.training_precision("auto", torch.device("cpu"), lines.append) == "fp32"
+    assert measured == ["fp32", "bf16"] and "(AMD EPYC, AVX2, " in lines[1]
+    assert len(json.loads((tmp_path / "cpu_precision.json").read_text())) == 2
+
+
 @pytest.mark.parametrize(("fp32", "bf16", "choice"), [(160, 400, "bf16"), (160, 180, "fp32"), (160, 90, "fp32")])
 def test_bf16_only_where_it_is_clearly_faster(monkeypatch, tmp_path, fp32, bf16, choice):
     monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path))
