@@ -156,8 +156,8 @@ def training_precision(name: str, device: torch.device, say: Callable[[str], Non
         return resolve_precision(name, device)
     entry, cached = cpu_precision_entry()
     say(f"precision auto on this CPU ({entry['cpu']}, {entry['instructions']}, {entry['threads']} threads): "
-        f"{entry['choice']}; a "
-        f"matmul peak of {entry['bf16_gflops']:.3g} GFLOP/s in bf16 vs {entry['fp32_gflops']:.3g} in fp32 "
+        f"{entry['choice']}; a matmul peak of {entry['bf16_gflops']:.3g} GFLOP/s in bf16 vs "
+        f"{entry['fp32_gflops']:.3g} in fp32 "
         f"({'measured earlier' if cached else 'measured now'}, cached in {precision_cache_path()}; "
         "train.precision=fp32 or bf16 overrides)")
     return entry["choice"]
