@@ -107,7 +107,7 @@ def failures(tmp_path_factory):
     ("typo-key", ["config.train.lrr: unknown key", "did you mean 'lr'?"]),
     ("typo-key-flag", ["config.train.lrr: unknown key", "did you mean 'lr'?"]),
     ("wrong-type", ["config.train.batch_size", "expected int, got 'abc'"]),
-    ("bad-shape", ["model.n_head", "7 heads do not divide d_model=256"]),
+    ("bad-shape", ["model.n_head", "7 heads do not divide d_model=128"]),
     ("missing-config", ["missing.yaml' not found"]),
     ("missing-config-prepare", ["missing.yaml' not found"]),
     ("missing-checkpoint", ["no-such-run' does not exist"]),

@@ -19,14 +19,14 @@ from burnout.config import (
 from burnout.errors import BurnoutError
 
 
-def test_quickstart_by_name_resolves_llama_tiny():
+def test_quickstart_by_name_resolves_llama_tiny_made_narrower():
     cfg = load_run_config("quickstart")
     assert isinstance(cfg, RunConfig)
     m = cfg.model
     assert (m.family, m.vocab_size, m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.context_length) == (
-        "llama", 4096, 4, 256, 8, 4, 256)
-    assert m.ffn_hidden == 768 and m.bias is False and m.tie_embeddings is True
-    assert m == load_model_preset("llama-tiny")
+        "llama", 4096, 4, 128, 4, 2, 256)
+    assert m.bias is False and m.tie_embeddings is True
+    assert m == load_model_preset("llama-tiny", {"d_model": 128, "n_head": 4, "n_kv_head": 2})
     assert cfg.train.lr == 1e-2 and cfg.train.batch_size == 8 and cfg.train.seq_len == 256
     assert [(s.name, s.kind, s.weight) for s in cfg.data.sources] == [
         ("docs", "stdlib_docs", 0.7), ("code", "stdlib_code", 0.3)]
@@ -38,7 +38,7 @@ def test_overrides_apply():
                                          "train.seq_len=null"])
     assert cfg.train.lr == 3e-4 and isinstance(cfg.train.lr, float)  # "3e-4" is a string to YAML 1.1
     assert cfg.model.n_layer == 2 and cfg.model.tie_embeddings is False
-    assert cfg.model.d_model == 256  # the rest of the preset stays
+    assert cfg.model.d_model == 128  # the rest of the quickstart's model stays
     assert cfg.train.seq_len is None and cfg.train.batch_size == 8
 
 
@@ -131,11 +131,11 @@ def test_wrong_types(override, key, expected):
 
 
 def test_impossible_shapes():
-    rejects(["model.n_head=7"], "model.n_head", "do not divide d_model=256")
-    rejects(["model.n_kv_head=3"], "model.n_kv_head", "do not divide n_head=8")
-    # llama-tiny has d_model 256: 128 heads of dim 2 are fine, 256 heads of dim 1 are not (RoPE pairs).
-    assert load_run_config("quickstart", ["model.n_head=128", "model.n_kv_head=8"]).model.head_dim == 2
-    rejects(["model.n_head=256", "model.n_kv_head=8"], "model.n_head", "even head dimension")
+    rejects(["model.n_head=7"], "model.n_head", "do not divide d_model=128")
+    rejects(["model.n_kv_head=3"], "model.n_kv_head", "do not divide n_head=4")
+    # The quickstart's model has d_model 128: 64 heads of dim 2 are fine, 128 heads of dim 1 are not (RoPE pairs).
+    assert load_run_config("quickstart", ["model.n_head=64", "model.n_kv_head=8"]).model.head_dim == 2
+    rejects(["model.n_head=128", "model.n_kv_head=8"], "model.n_head", "even head dimension")
 
 
 def test_odd_head_dim_rejected_for_llama_only():
