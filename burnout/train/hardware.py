@@ -173,8 +173,8 @@ def precision_cache_path() -> Path:
 def cpu_precision_entry() -> tuple[dict, bool]:
     """(this machine's entry: the choice and both throughputs, whether it came from the cache); measured with
     `measure_cpu_peak` (about a second) when the cache has none."""
-    path = precision_cache_path()
-    key = f"{cpu_model()} | {cpu_instructions()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+    path, cpu, instructions, threads = precision_cache_path(), cpu_model(), cpu_instructions(), torch.get_num_threads()
+    key = f"{cpu} | {instructions} | torch {torch.__version__} | {threads} threads"
     try:
         cache = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -184,9 +184,8 @@ def cpu_precision_entry() -> tuple[dict, bool]:
         return cache[key], True
     rates = {precision: measure_cpu_peak(precision) / 1e9 for precision in ("fp32", "bf16")}
     entry = {"choice": "bf16" if rates["bf16"] >= CPU_BF16_MIN_SPEEDUP * rates["fp32"] else "fp32",
-             "fp32_gflops": rates["fp32"], "bf16_gflops": rates["bf16"], "cpu": cpu_model(),
-             "instructions": cpu_instructions(),
-             "threads": torch.get_num_threads(), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+             "fp32_gflops": rates["fp32"], "bf16_gflops": rates["bf16"], "cpu": cpu, "instructions": instructions,
+             "threads": threads, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     cache[key] = entry
     with contextlib.suppress(OSError):  # a read-only home costs a measurement next time, nothing more
         path.parent.mkdir(parents=True, exist_ok=True)
