@@ -40,18 +40,19 @@ def test_a_write_that_fails_keeps_the_old_file_and_removes_its_temporary(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
 
 
-_STEPS_FAULTS = """
-import resource, sys, torch
+_STEP_FAULTS = """
+import ctypes, resource, sys
 from burnout.common import retain_freed_memory
 if sys.argv[1] == "retain":
     assert retain_freed_memory()
-from burnout.config import ModelConfig
-from burnout.models import Transformer
-model = Transformer(ModelConfig(family="gpt2", vocab_size=65, n_layer=4, d_model=256, n_head=4, context_length=256,
-                                dropout=0.1))
-ids = torch.randint(0, 65, (16, 256))
-def step():
-    model(ids, ids).backward()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+def step():  # a training step's activations, in small: blocks written in full, then all freed
+    blocks = [libc.malloc(4 << 20) for _ in range(8)]
+    for block in blocks:
+        ctypes.memset(block, 1, 4 << 20)
+    for block in blocks:
+        libc.free(block)
 step(); step()
 for _ in range(5):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -61,15 +62,22 @@ for _ in range(5):
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
-def test_retained_freed_memory_ends_the_page_faults_of_repeated_training_steps():
-    """Five fp32 training steps of a small GPT (activations of up to 16 MiB, ~300 MiB a step) after two
-    warm-up ones: with glibc's defaults each step's activations land on fresh pages (thousands of faults a
-    step), once freed blocks stay in the heap most steps fault none. Medians: an occasional step faults in a
-    new block either way (seen: 0 to 10K on an AVX2 EPYC)."""
+def test_retained_freed_memory_ends_the_page_faults_of_repeated_steps():
+    """Steps that each write and free 8 blocks of 4 MiB, as a training step does its activations, after two
+    warm-up ones. With glibc's defaults the first freed block raises the mmap threshold to its size and the
+    trim threshold to twice that, so the 32 MiB freed at the heap's top go back to the kernel and every step
+    faults them in again (8,160 faults a step on an AVX2 EPYC); kept in the heap, no step faults.
+
+    The blocks come from malloc itself, not torch: within a real step Python's and torch's small allocations
+    split the freed blocks, so how many steps fault before the heap settles differs from machine to machine
+    (a 4-layer GPT's fp32 steps: thousands of faults each on one, none on CI's)."""
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES" and not k.startswith("MALLOC_")}
+
     def median_faults(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", _STEPS_FAULTS, mode], check=True, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-c", _STEP_FAULTS, mode], env=env, check=True, capture_output=True,
+                             text=True)
         return statistics.median(int(n) for n in out.stdout.split())
 
-    default, retained = median_faults("default"), median_faults("retain")
-    assert default > 1000, default  # what there is to end
-    assert retained * 10 < default, (retained, default)
+    # Under transparent huge pages a fault maps 2 MiB, so the default's count may be as low as 16.
+    assert median_faults("default") >= 16
+    assert median_faults("retain") == 0
