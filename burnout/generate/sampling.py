@@ -17,6 +17,7 @@ from burnout.common import EOT_TOKEN
 from burnout.core.device import autocast, configure_backends, resolve_precision
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
+from burnout.models.transformer import few_row_products, linear, streams_weights
 
 
 def check_sampling(model: Transformer, prompt_ids: Sequence[int], temperature: float, top_k: int | None,
@@ -121,6 +122,7 @@ def stream_batch(
     # Greedy without a penalty needs no per-row processing: one argmax for the whole batch, and its
     # result is the next step's input as it is (no Python list turned back into a tensor).
     plain_greedy = temperature == 0 and repetition_penalty == 1.0
+    streamed = streams_weights(model)
     try:
         for t in range(steps):
             positions, mask = masking(t) if masking is not None else (None, None)
@@ -128,11 +130,11 @@ def stream_batch(
             # tensor cores and flash attention pay. A one-token step is bound by reading the weights, and
             # autocast would cast each of them anew at every step (its cast cache lasts one autocast region),
             # so those steps stay fp32 (TF32).
-            with autocast(device, precision if step_input.size(1) > 1 else "fp32"):
+            with autocast(device, precision if step_input.size(1) > 1 else "fp32"), few_row_products(streamed):
                 # The head at the last position only: over the whole prompt, a 50k vocabulary's head
                 # tripled the prefill's time (measured with benchmarks/bench_lm_adapter.py).
                 hidden = model.hidden_states(step_input, cache, positions, mask)
-                logits = last_logits(model.lm_head, hidden[:, -1])  # (B, V)
+                logits = linear(model.lm_head, hidden[:, -1], contiguous=False)  # (B, V)
             if plain_greedy:
                 next_ids = logits.argmax(dim=-1)
                 tokens = next_ids.tolist()
@@ -170,17 +172,6 @@ def stream_batch(
                 step_input = torch.tensor([[h[-1]] for h in history], dtype=torch.long, device=device)
     finally:
         model.train(was_training)
-
-
-def last_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """(B, V) logits for the rows of `hidden` (B, C). On a CPU with several rows, W·hᵀ instead of h·Wᵀ: the same
-    products summed in another order (within 1e-6), and a faster GEMM for a few rows against a large head (50,257
-    × 384 at 8 rows: 9.6 against 15.6 ms on an AVX2 EPYC; one row: the same), where batched decoding spends half
-    its step. A head with a bias or adapters is called as it is."""
-    plain = type(head) is torch.nn.Linear and head.bias is None
-    if hidden.device.type != "cpu" or hidden.size(0) == 1 or not plain:
-        return head(hidden)
-    return (head.weight @ hidden.T).T
 
 
 def _generator(device: torch.device, seed: int | None) -> torch.Generator:
@@ -221,10 +212,10 @@ def stream_tokens(model: Transformer, prompt_ids: Sequence[int], max_new_tokens:
 def generate_batch(model: Transformer, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                    is_done: Callable[[int, list[int]], bool] | None = None, pad: bool = False,
                    **sampling) -> list[list[int]]:
-    """New token ids for each prompt. Prompts of equal length decode together in one batch, so each row's
-    result is bitwise what it would be alone; with `pad`, all of them in one left-padded batch (equal up to
-    float rounding, and one batch however many lengths). is_done(prompt index, its new ids) ends a prompt
-    early."""
+    """New token ids for each prompt. Prompts of equal length decode together in one batch; with `pad`, all of
+    them in one left-padded batch, however many lengths. Either way a row continues as it would alone up to float
+    rounding: a GEMM over more rows may sum in another order (logits within ~1e-6). is_done(prompt index, its new
+    ids) ends a prompt early."""
     by_length: dict[int, list[int]] = {}
     for i, p in enumerate(prompts):
         by_length.setdefault(0 if pad else len(p), []).append(i)

@@ -10,7 +10,6 @@ from burnout.generate.sampling import (
     _cut_at_stop,
     generate_batch,
     generate_text,
-    last_logits,
     process_logits,
     stream_text,
     stream_tokens,
@@ -244,19 +243,22 @@ def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_it():
     assert kept[0] and kept.sum() == 2  # 0.5 falls short of 0.6: one of the 0.25s joins it, reaching 0.75
 
 
-def test_last_logits_are_the_heads_and_keep_an_adapted_head_whole():
-    """The rows' logits as the head gives them (W·hᵀ on a CPU sums the same products in another order), and a
-    head with a bias or LoRA adapters goes through its own forward."""
-    from burnout.models.lora import LoRALinear
+def test_decoding_multiplies_few_rows_as_weight_times_rows_only_for_weights_read_from_memory(monkeypatch):
+    """stream_batch turns few_row_products on for a model of at least 32 MiB of weights and leaves it off for a
+    smaller one, whose weights stay in the caches between steps (there the route measured slower)."""
+    from burnout.generate import sampling
+    from burnout.models.transformer import STREAMED_WEIGHT_BYTES, streams_weights
 
-    g = torch.Generator().manual_seed(0)
-    head = torch.nn.Linear(32, 500, bias=False)
-    hidden = torch.randn(8, 32, generator=g)
-    torch.testing.assert_close(last_logits(head, hidden), head(hidden), atol=1e-5, rtol=0)
-    torch.testing.assert_close(last_logits(head, hidden[:1]), head(hidden[:1]), atol=0, rtol=0)
-    adapted = LoRALinear(head, r=2, alpha=4)
-    torch.nn.init.normal_(adapted.lora_B, generator=g)  # an adapter that changes the output
-    assert (adapted(hidden) - head(hidden)).abs().max() > 1e-2
-    torch.testing.assert_close(last_logits(adapted, hidden), adapted(hidden), atol=0, rtol=0)
-    biased = torch.nn.Linear(32, 500)
-    torch.testing.assert_close(last_logits(biased, hidden), biased(hidden), atol=0, rtol=0)
+    seen = []
+    real = sampling.few_row_products
+    monkeypatch.setattr(sampling, "few_row_products", lambda on=True: (seen.append(on), real(on))[1])
+    for vocab, streamed in ((97, False), (50257, True)):
+        torch.manual_seed(0)
+        model = Transformer(ModelConfig(family="gpt2", vocab_size=vocab, n_layer=1, d_model=192, n_head=2,
+                                        context_length=16, dropout=0.0))
+        nbytes = sum(p.numel() * 4 for p in model.parameters())
+        assert (nbytes >= STREAMED_WEIGHT_BYTES) == streamed == streams_weights(model), nbytes
+        seen.clear()
+        generate_batch(model, [[1, 2, 3], [4, 5]], 3, temperature=0)
+        assert seen and set(seen) == {streamed}  # at every step
+

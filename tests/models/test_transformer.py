@@ -7,6 +7,7 @@ Tiny fp32 models on the CPU with fixed seeds; every comparison is to 1e-5.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -15,7 +16,15 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from burnout.config import ModelConfig
-from burnout.models.transformer import Transformer, causal_mask, explicit_attention, explicit_is_faster
+from burnout.models.transformer import (
+    FEW_ROWS,
+    Transformer,
+    causal_mask,
+    explicit_attention,
+    explicit_is_faster,
+    few_row_products,
+    linear,
+)
 
 ATOL = 1e-5
 VOCAB = 97
@@ -128,6 +137,56 @@ def test_a_cpu_step_takes_the_explicit_attention_where_it_measured_faster():
         assert explicit_is_faster(x, 512, 0.0) and not explicit_is_faster(x, 1024, 0.0)
         assert explicit_is_faster(x, 1024, 0.1)
     assert not torch.compile(explicit_is_faster, fullgraph=True, backend="eager")(x, 256, 0.2)
+
+
+class LeftOperands(TorchDispatchMode):
+    """The shapes of the matrices that each mm/addmm takes as its left operand."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+            self.shapes.append(tuple(args[0 if func is torch.ops.aten.mm.default else 1].shape))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [(1, 1), (4, 1), (2, 4), (1, FEW_ROWS)])
+def test_a_few_rows_on_a_cpu_without_autograd_are_multiplied_as_weight_times_rows(rows, bias):
+    """A decoding step's rows (B, 1, C), or a short prompt's, as W·xᵀ: the layer's output within 1e-5, contiguous,
+    in its shape, and the weight as the GEMM's left operand (red when the route is dropped)."""
+    g = torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(48, 500, bias=bias)
+    x = torch.randn(*rows, 48, generator=g)
+    with torch.no_grad(), few_row_products(), LeftOperands() as ops:
+        out = linear(layer, x)
+    assert ops.shapes == [(500, 48)]
+    assert out.shape == (*rows, 500) and out.is_contiguous()
+    torch.testing.assert_close(out, layer(x), atol=1e-5, rtol=0)
+
+
+def test_linear_takes_the_layers_own_forward_past_a_few_rows_with_autograd_adapters_or_autocast():
+    """Each case's output is the layer's own, bitwise, and no GEMM takes the weight as its left operand; outside
+    few_row_products too."""
+    from burnout.models.lora import LoRALinear
+
+    g = torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(48, 500)
+    x = torch.randn(2, 4, 48, generator=g)
+    adapted = LoRALinear(layer, r=2, alpha=4)
+    torch.nn.init.normal_(adapted.lora_B, generator=g)  # an adapter that changes the output
+    many = torch.randn(1, FEW_ROWS + 1, 48, generator=g)
+    cases = [(layer, many, few_row_products), (adapted, x, few_row_products), (layer, x, torch.enable_grad),
+             (layer, x, lambda: torch.autocast("cpu", dtype=torch.bfloat16)), (layer, x, contextlib.nullcontext)]
+    for module, rows, context in cases:
+        with torch.no_grad(), few_row_products(context is not contextlib.nullcontext), context():
+            with LeftOperands() as ops:
+                out = linear(module, rows)
+            assert (500, 48) not in ops.shapes
+            torch.testing.assert_close(out, module(rows), atol=0, rtol=0)
+    assert (adapted(x) - layer(x)).abs().max() > 1e-2
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "math"])
