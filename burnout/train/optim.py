@@ -18,6 +18,7 @@ import torch
 from torch.optim._muon import _adjust_lr
 
 from burnout.config import TrainConfig
+from burnout.core.device import compute_precision
 
 
 class Optimizers:
@@ -128,8 +129,8 @@ def _trains_rows(param: torch.Tensor) -> bool:
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, precision: str = "fp32") -> Optimizers:
     """AdamW with weight decay on matrices only (not on norms' gains or biases, nor on a matrix of which only
     some token rows train); under train.optimizer=muon, Muon takes the blocks' matrices and AdamW keeps
-    embeddings, head, norms, biases. Muon orthogonalizes in bf16 when the step runs in bf16 (where bf16
-    matmuls are fast: a GPU from Ampere on, a CPU measured so), else in fp32."""
+    embeddings, head, norms, biases. Muon orthogonalizes in bf16 when the step computes in bf16 (bf16 or fp8, where
+    bf16 matmuls are fast: a GPU from Ampere on, a CPU measured so), else in fp32."""
     muon_params = hidden_matrices(model) if cfg.optimizer == "muon" else []
     on_muon = {id(p) for p in muon_params}
     params = [p for p in model.parameters() if p.requires_grad and id(p) not in on_muon]
@@ -144,6 +145,7 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, precision: str = "f
     adamw = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
     if not muon_params:
         return Optimizers(adamw)
-    muon = Muon(muon_params, orthogonalize_dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
-                lr=cfg.muon_lr, momentum=cfg.muon_momentum, weight_decay=cfg.weight_decay)
+    orthogonalize_dtype = torch.bfloat16 if compute_precision(precision) == "bf16" else torch.float32
+    muon = Muon(muon_params, orthogonalize_dtype=orthogonalize_dtype, lr=cfg.muon_lr, momentum=cfg.muon_momentum,
+                weight_decay=cfg.weight_decay)
     return Optimizers(muon, adamw)

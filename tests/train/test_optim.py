@@ -66,7 +66,8 @@ class _MatmulDtypes(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize("precision, dtype",
+                         [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp8", torch.bfloat16)])
 def test_muon_orthogonalizes_in_the_steps_precision(tiny_run_config, precision, dtype):
     cfg = tiny_run_config(optimizer="muon", muon_lr=0.05)
     model = Transformer(cfg.model)
