@@ -1,7 +1,7 @@
 """lm-eval tasks through burnout's engine (BurnoutLM, `burnout eval --harness`) against lm-eval's own HF backend.
 
-    .venv/bin/python -m benchmarks.bench_lm_adapter [--arc-items 100] [--gsm8k-items 8] [--fewshot 5]
-                                                    [--max-gen-toks 32] [--window 512] [--family gpt2]
+    .venv/bin/python -m benchmarks.bench_lm_adapter [--arc-items 100] [--gsm8k-items 8] [--fewshot 8]
+                                                    [--max-gen-toks 256] [--window 1024] [--family gpt2]
                                                     [--batch-size 16] [--repeats 3] [--threads N]
                                                     [--data-root ../shared/data]
 
@@ -12,10 +12,12 @@ CPU in fp32 with the same batch size, in one process:
 
     arc_easy  multiple_choice (loglikelihood requests), ARC-Easy test, 0-shot
     gsm8k     generate_until, lm-eval's gsm8k template over shared/data/gsm8k (--fewshot from train.jsonl),
-              greedy up to --max-gen-toks new tokens (random weights never say "Question:"); a 5-shot prompt
-              is longer than 512 - 32 tokens, so every prompt is cut to the same length and all decode in
-              one batch (a longer --window leaves prompts of many lengths: both sides decode them in
-              left-padded batches)
+              greedy up to --max-gen-toks new tokens (random weights never say "Question:"). The defaults
+              are issue 18's workload: 8-shot, lm-eval's 256 new tokens, GPT-2's 1,024-token window. An
+              8-shot prompt is longer than 1,024 - 256 tokens, so every prompt is cut to 768 and all decode
+              in one batch (a longer --window leaves prompts of many lengths: both sides decode them in
+              left-padded batches); `--fewshot 5 --max-gen-toks 32 --window 512`: short answers, where the
+              prompt's prefill weighs most
 
     lm-eval   simple_evaluate with its "hf" model (HFLM on the exported folder)
     burnout   simple_evaluate with BurnoutLM on our model object
@@ -24,8 +26,8 @@ Timed: the model's calls alone (loglikelihood / generate_until, wrapped), not ta
 lm-eval's on both sides. Each side runs once untimed (a warm-up whose results are compared: metrics and
 every response must be the same), then --repeats timed runs alternating which side goes first; items/s
 are from the medians. For generation, the ratio's ceiling too: lm-eval's time over our prefill alone (the
-same requests cut to one new token), which both sides compute alike. Printed too: the load average before
-and after each task, and the CPU model.
+same prompts, cut as in the timed runs, generated to one new token): the ratio if our decoding took no time.
+Printed too: the load average before and after each task, and the CPU model.
 Exit status 1 if the results differ.
 """
 
@@ -41,6 +43,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from unittest import mock
 
 # No network; and no progress bars from lm-eval, datasets or transformers between the figures.
 for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TQDM_DISABLE"):
@@ -162,15 +165,17 @@ def run(lm, task: str, n: int, config_dir: Path, manager_cls, simple_evaluate) -
     return timer.seconds, results, timer.generation_requests
 
 
-def prefill_seconds(lm, requests: list, repeats: int) -> float:
-    """Median time of `requests` generated to one new token: the prompts' prefill, which both sides compute
-    alike (transformers' generate also runs the head at the last position only)."""
+def prefill_seconds(lm: BurnoutLM, requests: list, repeats: int) -> float:
+    """Median time of `requests` generated to one new token: the prompts' prefill. The window seen by lm shrinks
+    by the tokens not generated, so each prompt is cut to the length it had in the timed runs."""
     one_token = [dataclasses.replace(r, arguments=(r.args[0], {**r.args[1], "max_gen_toks": 1})) for r in requests]
+    window = lm.max_length - lm.generation_settings(requests[0].args[1])[1] + 1
     times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        lm.generate_until(one_token, disable_tqdm=True)
-        times.append(time.perf_counter() - start)
+    with mock.patch.object(BurnoutLM, "max_length", property(lambda self: window)):
+        for _ in range(repeats):
+            start = time.perf_counter()
+            lm.generate_until(one_token, disable_tqdm=True)
+            times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
@@ -218,7 +223,7 @@ def bench_task(task: str, n: int, ours_lm, their_lm, config_dir: Path, repeats: 
     if generations:
         prefill = prefill_seconds(ours_lm, generations, repeats)
         print(f"  ceiling              {t / prefill:8.2f}x   lm-eval's time over our prefill alone ({prefill:.2f} s: "
-              "the same requests cut to one new token), which both sides compute alike")
+              "the same prompts to one new token), the ratio if our decoding took no time")
     print(f"  results {'IDENTICAL' if same else 'DIFFER'} (metrics and responses; max |Δ loglik| {delta:.1e})")
     print(f"  load average (1/5/15 min): {before} before, {after} after")
     return same
@@ -228,10 +233,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arc-items", type=int, default=100, help="ARC-Easy test items; 0 skips (default 100)")
     parser.add_argument("--gsm8k-items", type=int, default=8, help="GSM8K test items; 0 skips (default 8)")
-    parser.add_argument("--fewshot", type=int, default=5, help="GSM8K few-shot examples (default 5, lm-eval's)")
-    parser.add_argument("--max-gen-toks", type=int, default=32, help="GSM8K new tokens at most (default 32)")
+    parser.add_argument("--fewshot", type=int, default=8, help="GSM8K few-shot examples (default 8, issue 18's)")
+    parser.add_argument("--max-gen-toks", type=int, default=256,
+                        help="GSM8K new tokens at most (default 256, lm-eval's)")
     parser.add_argument("--family", choices=sorted(SHAPES), default="gpt2")
-    parser.add_argument("--window", type=int, default=512, help="the model's context length (default 512)")
+    parser.add_argument("--window", type=int, default=1024, help="the model's context length (default 1024)")
     parser.add_argument("--batch-size", type=int, default=16, help="requests per forward, both sides (default 16)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, help="torch threads for both sides (default: torch's)")

@@ -133,8 +133,8 @@ def stream_batch(
             with autocast(device, precision if step_input.size(1) > 1 else "fp32"), few_row_products(streamed):
                 # The head at the last position only: over the whole prompt, a 50k vocabulary's head
                 # tripled the prefill's time (measured with benchmarks/bench_lm_adapter.py).
-                hidden = model.hidden_states(step_input, cache, positions, mask)
-                logits = linear(model.lm_head, hidden[:, -1], contiguous=False)  # (B, V)
+                hidden = model.hidden_states(step_input, cache, positions, mask, last_only=True)
+                logits = linear(model.lm_head, hidden[:, -1])  # (B, V)
             if plain_greedy:
                 next_ids = logits.argmax(dim=-1)
                 tokens = next_ids.tolist()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import weakref
 from collections.abc import Iterator
 
 import torch
@@ -55,8 +56,10 @@ class KVCache:
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, device, dtype):
         shape = (cfg.n_layer, batch_size, cfg.n_kv_head, max_len, cfg.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        # Not zeroed: update returns the written slots alone. Zeroing 8 prompts' 150 MB (6 × 384, 512 slots) took
+        # 19 ms of their 780 ms prefill (2-core EPYC).
+        self.k = torch.empty(shape, device=device, dtype=dtype)
+        self.v = torch.empty(shape, device=device, dtype=dtype)
         self.length = 0  # tokens already stored
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,10 +69,12 @@ class KVCache:
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
 
-# Rows up to which a decoding step's fp32 product on a CPU is taken as W·xᵀ (see linear), and the size of weights
-# from which they are read from memory at every step rather than from the caches (see streams_weights).
+# Rows up to which a decoding step's fp32 product on a CPU takes oneDNN with a packed weight (see linear), and the size
+# of weights from which they are read from memory at every step rather than from the caches (see streams_weights).
 FEW_ROWS = 32
 STREAMED_WEIGHT_BYTES = 32 * 2**20
+# oneDNN's inner product, which x86 builds of PyTorch carry (torch.compile's CPU backend packs weights for it too).
+_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 class _FewRowProducts(threading.local):
@@ -77,18 +82,23 @@ class _FewRowProducts(threading.local):
 
 
 _few_row_products = _FewRowProducts()
+# Each layer's weight in oneDNN's blocked layout, with the weight, address and version it was packed from (a
+# parameter replaced, moved or changed in place is packed again), for as long as the layer lives: packing the
+# 50,257 × 384 head takes ~27 ms, about what the packed head saves in 20 decoding steps.
+_packed: weakref.WeakKeyDictionary[nn.Linear, tuple[weakref.ref, int, int, torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
 def streams_weights(model: nn.Module) -> bool:
     """Whether a decoding step reads `model`'s weights from memory (at least STREAMED_WEIGHT_BYTES), where `linear`'s
-    W·xᵀ route pays. Greedy decoding at 1 and 8 rows, 128 new tokens: gpt2-124m 1.11× and 1.48× as fast with it,
-    gpt2-10m (43 MB) 1.12× and 1.17×; llama-tiny (17 MB, in the caches) 0.82× at one row and 1.09× at 8."""
-    return sum(p.numel() * p.element_size() for p in model.parameters()) >= STREAMED_WEIGHT_BYTES
+    packed route pays. Greedy decoding, 128 new tokens after 100, at 1 and 8 rows: gpt2-10m (43 MB) 1.20× and 1.41×
+    as fast with it; llama-tiny (17 MB, in the caches) 0.89× at one row (oneDNN's call costs more than the GEMM)."""
+    return _ONEDNN and sum(p.numel() * p.element_size() for p in model.parameters()) >= STREAMED_WEIGHT_BYTES
 
 
 @contextlib.contextmanager
 def few_row_products(on: bool = True) -> Iterator[None]:
-    """Within it, in this thread, `linear` may take its W·xᵀ route (a decoding step of a model that streams_weights)."""
+    """Within it, in this thread, `linear` may take its packed route (a decoding step of a model that
+    streams_weights)."""
     previous, _few_row_products.on = _few_row_products.on, on
     try:
         yield
@@ -96,33 +106,36 @@ def few_row_products(on: bool = True) -> Iterator[None]:
         _few_row_products.on = previous
 
 
-def linear(layer: nn.Module, x: torch.Tensor, contiguous: bool = True) -> torch.Tensor:
+def forget_packed_weights(model: nn.Module) -> None:
+    """Free the packed copies of `model`'s weights (as much memory again as its linear layers) that decoding keeps."""
+    for module in model.modules():
+        _packed.pop(module, None)
+
+
+def linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """layer(x), or within few_row_products, on a CPU without autograd, for a plain nn.Linear in fp32 over at most
-    FEW_ROWS rows (a decoding step's batch), the same products as (W·xᵀ)ᵀ, with a lone row taken twice: summed in
-    another order (within 1e-6).
+    FEW_ROWS rows (a decoding step's batch), oneDNN's inner product with the weight packed once into its blocked
+    layout (see _packed; packed again when the weight changes): the same products summed in another order (within
+    1e-6).
 
-    MKL's fp32 GEMM with a weight read from memory on the right of a few rows runs well below the memory's speed,
-    and its GEMV barely gains from a second thread. A decoding step's 24 block GEMMs of a 6 × 384 GPT (42 MB of
-    weights) took 5.2 → 3.8 ms at 8 rows and 3.5 → 2.6 ms at one; its 50,257 × 384 head 14.6 → 6.4 and 6.9 → 4.0 ms
-    (AVX2 EPYC, 2 threads). From 64 rows it gains nothing, and on weights already in the caches it loses (768 × 256
-    at one row: 31 against 65 µs). LoRA and fp8 layers, autocast, autograd and compiled graphs take the layer's own
-    forward.
-
-    contiguous=False may return a transposed view: the next GEMM, norm and GELU of a block run slower on one (the
-    step took 28 against 23 ms), but copying a head's (8, 50,257) logits took 1.3 ms, more than argmax over the view.
+    MKL's fp32 GEMM with a weight read from memory runs well below the memory's speed at a few rows. The 50,257 × 384
+    head at 8 rows took 5.5 ms as W·xᵀ, 12.3 as x·Wᵀ and 4.0 packed (1 row: 3.4 and 3.3); greedy decoding of 8 prompts
+    on a 6 × 384 GPT, 256 new tokens after 768, 6.13 s with W·xᵀ in every layer, 5.84 packed; gpt2-124m, 64 after 300,
+    2.30 → 1.90 s at 1 row and 6.63 → 5.88 at 8 (AVX2 EPYC, 2 threads). LoRA and fp8 layers, autocast, autograd and
+    compiled graphs take the layer's own forward.
     """
     # The flag first: outside a streamed decoding step (training, scoring, small models) this costs one attribute.
     if (not _few_row_products.on or type(layer) is not nn.Linear or x.numel() > FEW_ROWS * x.size(-1)
             or x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled()
             or torch.is_autocast_enabled("cpu") or torch.compiler.is_compiling()):
         return layer(x)
-    rows = x.numel() // x.size(-1)
-    flat = x.reshape(rows, -1)  # (N, in)
-    if rows == 1:
-        flat = torch.cat((flat, flat))
-    weight_x = layer.weight @ flat.T if layer.bias is None else torch.addmm(layer.bias[:, None], layer.weight, flat.T)
-    out = weight_x[:, :rows].T  # (N, out)
-    return (out.contiguous() if contiguous else out).view(*x.shape[:-1], -1)  # (..., out)
+    rows, weight = x.numel() // x.size(-1), layer.weight
+    stored = _packed.get(layer)
+    if stored is None or stored[0]() is not weight or stored[1:3] != (weight.data_ptr(), weight._version):
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+        stored = _packed[layer] = (weakref.ref(weight), weight.data_ptr(), weight._version, packed)
+    out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, -1), stored[3], layer.bias, "none", [], "")  # (N, out)
+    return out.view(*x.shape[:-1], -1)
 
 
 class Attention(nn.Module):
@@ -138,7 +151,10 @@ class Attention(nn.Module):
         self.explicit_on_cpu = True
 
     def forward(self, x, rope: RotaryEmbedding | None, cache: KVCache | None, layer: int,
-                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                last_only: bool = False) -> torch.Tensor:
+        """x (B, T, C) → (B, T, C); with last_only, keys and values for all T positions but the output for the
+        last one alone (B, 1, C)."""
         B, T, _ = x.shape
         H, K, D = self.n_head, self.n_kv_head, self.head_dim
         q, k, v = linear(self.qkv, x).split([H * D, K * D, K * D], dim=-1)
@@ -150,17 +166,20 @@ class Attention(nn.Module):
             q, k = rope(q, start, positions), rope(k, start, positions)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, K, start + T, D)
+        if last_only:
+            q, T = q[:, :, -1:], 1  # (B, H, 1, D)
+            mask = mask[:, -1:] if mask is not None else None
         p = self.dropout if self.training else 0.0
         if mask is not None:
-            mask = mask.unsqueeze(1)  # (B, 1, T, T): the same for every head
+            mask = mask.unsqueeze(1)  # (B, 1, T, keys): the same for every head
         if self.use_sdpa and not (self.explicit_on_cpu and explicit_is_faster(x, k.size(2), p)):
-            # A given mask replaces the causal one. Without cached tokens the kernel's own causal mask
-            # applies. Past them, a lone new token sees every key (no mask), and a chunk of new tokens
-            # needs the mask shifted by `start`.
-            if mask is None and start > 0 and T > 1:
+            # A given mask replaces the causal one. Queries that start at the first key take the kernel's own
+            # causal mask. Past them, a lone query sees every key (no mask), and several need the mask shifted.
+            first_key = k.size(2) - T
+            if mask is None and first_key > 0 and T > 1:
                 mask = causal_mask(T, k.size(2), x.device)
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=mask is None and start == 0 and T > 1, dropout_p=p,
+                q, k, v, attn_mask=mask, is_causal=mask is None and first_key == 0 and T > 1, dropout_p=p,
                 enable_gqa=K != H,
             )
         else:
@@ -217,7 +236,19 @@ class MLP(nn.Module):
         self.proj = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x):
-        return linear(self.proj, F.gelu(linear(self.fc, x), approximate="tanh"))
+        return linear(self.proj, gelu_tanh(linear(self.fc, x)))
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's GELU, x·(1 + tanh(u))/2 with u = √(2/π)·(x + 0.044715·x³). In fp32 on a CPU without autograd, as the
+    same function x·sigmoid(2u) (within 1e-6): PyTorch's CPU tanh is slow, and over 8 prompts × 480 tokens × 1,536
+    this took 5.4 against 10.3 ms a layer (2-core EPYC)."""
+    if (x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled()
+            or torch.compiler.is_compiling()):
+        return F.gelu(x, approximate="tanh")
+    scale = 2 * math.sqrt(2 / math.pi)
+    u = (x * x).mul_(0.044715 * scale).add_(scale).mul_(x)  # 2u
+    return u.sigmoid_().mul_(x)
 
 
 class SwiGLU(nn.Module):
@@ -250,8 +281,9 @@ class Block(nn.Module):
         self.mlp = MLP(cfg) if cfg.family == "gpt2" else SwiGLU(cfg)
         self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, x, rope, cache, layer, positions=None, mask=None):
-        x = x + self.dropout(self.attn(self.norm_attn(x), rope, cache, layer, positions, mask))
+    def forward(self, x, rope, cache, layer, positions=None, mask=None, last_only=False):
+        attended = self.attn(self.norm_attn(x), rope, cache, layer, positions, mask, last_only)
+        x = (x[:, -1:] if last_only else x) + self.dropout(attended)
         return x + self.dropout(self.mlp(self.norm_mlp(x)))
 
 
@@ -360,6 +392,7 @@ class Transformer(nn.Module):
         cache: KVCache | None = None,
         positions: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        last_only: bool = False,
     ) -> torch.Tensor:
         """idx (B, T) → the final norm's output (B, T, C), which lm_head maps to logits.
 
@@ -367,6 +400,11 @@ class Transformer(nn.Module):
         and `mask` (B, T, T), True where query t may attend to key s, replace the default 0..T-1 and
         causal mask (no cache): several sequences can then share one row, e.g. continuations that each
         see a common prefix but not each other.
+
+        last_only: the output at the last position alone (B, 1, C), as a prompt's prefill needs. Every layer but
+        the last still runs all T positions (the next one's keys and values need them), and the last one its keys
+        and values (the cache's); its queries, attention and MLP run for one position. The prefill of 8 prompts ×
+        480 tokens on a 6-layer GPT took 656 against 748 ms (2-core EPYC).
         """
         B, T = idx.shape
         start = cache.length if cache is not None else 0
@@ -379,7 +417,7 @@ class Transformer(nn.Module):
             x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device) if positions is None else positions)
         x = self.dropout(x)
         for layer, block in enumerate(self.blocks):
-            x = block(x, self.rope, cache, layer, positions, mask)
+            x = block(x, self.rope, cache, layer, positions, mask, last_only and layer == len(self.blocks) - 1)
         if cache is not None:
             # NOTE: advance only after every layer has written its keys and values at `start`.
             cache.length += T

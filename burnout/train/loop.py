@@ -40,6 +40,7 @@ from burnout.eval.degeneration import degeneration, read_suspicious
 from burnout.eval.loss import evaluate_loss
 from burnout.generate.sampling import generate_text
 from burnout.models.info import flops_per_token, matmul_parameters
+from burnout.models.transformer import forget_packed_weights
 from burnout.train.checkpointing import Checkpointer, load_for_resume, resume_point
 from burnout.train.distributed import DistContext, init_distributed, min_across_ranks, shutdown, wrap_model
 from burnout.train.finetune import (
@@ -183,6 +184,7 @@ class Validator:
             if self.tc.sample_prompt and self.tc.sample_tokens:
                 sample = generate_text(self.model, self.tokenizer, self.tc.sample_prompt, self.tc.sample_tokens,
                                        temperature=0.8, top_k=50, seed=self.tc.seed)
+                forget_packed_weights(self.model)  # the next sample is generated from other weights
                 record["sample"] = sample
                 scores = degeneration(sample, self.suspicious)
                 record["sample_repetition"] = scores["repetition"]

@@ -342,3 +342,19 @@ def test_muon_under_fp16_steps_through_the_grad_scaler(tiny_run_config, tiny_bpe
     result = start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=_quiet, progress=False)
     assert result.step == 4 and math.isfinite(result.val_loss)
     assert "scaler" in torch.load(result.checkpoint / "state.pt", weights_only=True)
+
+
+def test_the_packed_weights_of_a_sample_are_freed_before_training_goes_on(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                          monkeypatch):
+    """A sample's generation may keep packed copies of the weights (burnout/models/transformer.py: linear), as much
+    memory again as the model's linear layers; the loop frees them after each sample (red without that line)."""
+    from burnout.models.transformer import forget_packed_weights
+    from burnout.train import loop
+
+    freed = []
+    monkeypatch.setattr(loop, "forget_packed_weights", lambda model: (freed.append(model),
+                                                                     forget_packed_weights(model)))
+    cfg = tiny_run_config(max_steps=4, eval_interval=2, sample_prompt="The ", sample_tokens=4)
+    start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=lambda line: None, progress=False)
+    samples = [r["step"] for r in read_metrics(tmp_path / "run") if "sample" in r]
+    assert samples == [2, 4] and len(freed) == 2 and all(isinstance(m, Transformer) for m in freed)
