@@ -17,7 +17,7 @@ from burnout.common import EOT_TOKEN
 from burnout.core.device import autocast, configure_backends, resolve_precision
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
-from burnout.models.transformer import few_row_products, linear, streams_weights
+from burnout.models.transformer import few_row_products, linear, packs_weights
 
 
 def check_sampling(model: Transformer, prompt_ids: Sequence[int], temperature: float, top_k: int | None,
@@ -122,7 +122,7 @@ def stream_batch(
     # Greedy without a penalty needs no per-row processing: one argmax for the whole batch, and its
     # result is the next step's input as it is (no Python list turned back into a tensor).
     plain_greedy = temperature == 0 and repetition_penalty == 1.0
-    streamed = streams_weights(model)
+    packed = packs_weights(model)
     try:
         for t in range(steps):
             positions, mask = masking(t) if masking is not None else (None, None)
@@ -130,7 +130,7 @@ def stream_batch(
             # tensor cores and flash attention pay. A one-token step is bound by reading the weights, and
             # autocast would cast each of them anew at every step (its cast cache lasts one autocast region),
             # so those steps stay fp32 (TF32).
-            with autocast(device, precision if step_input.size(1) > 1 else "fp32"), few_row_products(streamed):
+            with autocast(device, precision if step_input.size(1) > 1 else "fp32"), few_row_products(packed):
                 # The head at the last position only: over the whole prompt, a 50k vocabulary's head
                 # tripled the prefill's time (measured with benchmarks/bench_lm_adapter.py).
                 hidden = model.hidden_states(step_input, cache, positions, mask, last_only=True)

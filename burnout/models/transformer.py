@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from burnout.config import ModelConfig
+from burnout.core.device import available_memory
 from burnout.models.dropout import Dropout, dropout
 
 
@@ -70,7 +71,7 @@ class KVCache:
 
 
 # Rows up to which a decoding step's fp32 product on a CPU takes oneDNN with a packed weight (see linear), and the size
-# of weights from which they are read from memory at every step rather than from the caches (see streams_weights).
+# of weights from which they are read from memory at every step rather than from the caches (see packs_weights).
 FEW_ROWS = 32
 STREAMED_WEIGHT_BYTES = 32 * 2**20
 # oneDNN's inner product, which x86 builds of PyTorch carry (torch.compile's CPU backend packs weights for it too).
@@ -88,17 +89,23 @@ _few_row_products = _FewRowProducts()
 _packed: weakref.WeakKeyDictionary[nn.Linear, tuple[weakref.ref, int, int, torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
-def streams_weights(model: nn.Module) -> bool:
-    """Whether a decoding step reads `model`'s weights from memory (at least STREAMED_WEIGHT_BYTES), where `linear`'s
-    packed route pays. Greedy decoding, 128 new tokens after 100, at 1 and 8 rows: gpt2-10m (43 MB) 1.20× and 1.41×
-    as fast with it; llama-tiny (17 MB, in the caches) 0.89× at one row (oneDNN's call costs more than the GEMM)."""
-    return _ONEDNN and sum(p.numel() * p.element_size() for p in model.parameters()) >= STREAMED_WEIGHT_BYTES
+def packs_weights(model: nn.Module) -> bool:
+    """Whether `model`'s decoding steps take `linear`'s packed route: oneDNN is there, a step reads the weights from
+    memory (at least STREAMED_WEIGHT_BYTES), and their packed copy, which stays with the layers, takes at most half
+    the memory available now (or is already made). Greedy decoding, 128 new tokens after 100, at 1 and 8 rows:
+    gpt2-10m (43 MB) 1.20× and 1.41× as fast with it; llama-tiny (17 MB, in the caches) 0.89× at one row (oneDNN's
+    call costs more than the GEMM there)."""
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not _ONEDNN or nbytes < STREAMED_WEIGHT_BYTES:
+        return False
+    available = available_memory()
+    return available is None or 2 * nbytes <= available or any(m in _packed for m in model.modules())
 
 
 @contextlib.contextmanager
 def few_row_products(on: bool = True) -> Iterator[None]:
     """Within it, in this thread, `linear` may take its packed route (a decoding step of a model that
-    streams_weights)."""
+    packs_weights)."""
     previous, _few_row_products.on = _few_row_products.on, on
     try:
         yield

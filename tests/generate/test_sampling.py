@@ -243,24 +243,36 @@ def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_it():
     assert kept[0] and kept.sum() == 2  # 0.5 falls short of 0.6: one of the 0.25s joins it, reaching 0.75
 
 
-def test_decoding_takes_packed_weights_only_for_weights_read_from_memory(monkeypatch):
+def test_decoding_takes_packed_weights_only_for_weights_read_from_memory_whose_copy_fits(monkeypatch):
     """stream_batch turns few_row_products on for a model of at least 32 MiB of weights and leaves it off for a
-    smaller one, whose weights stay in the caches between steps (there the route measured slower)."""
+    smaller one, whose weights stay in the caches between steps (there the route measured slower), and for one whose
+    packed copy would take more than half the memory available, unless that copy is already made."""
     from burnout.generate import sampling
-    from burnout.models.transformer import _ONEDNN, STREAMED_WEIGHT_BYTES, streams_weights
+    from burnout.models import transformer
+    from burnout.models.transformer import STREAMED_WEIGHT_BYTES, forget_packed_weights, packs_weights
 
     seen = []
     real = sampling.few_row_products
     monkeypatch.setattr(sampling, "few_row_products", lambda on=True: (seen.append(on), real(on))[1])
-    for vocab, streamed in ((97, False), (50257, True)):
+    for vocab, packed in ((97, False), (50257, True)):
         torch.manual_seed(0)
         model = Transformer(ModelConfig(family="gpt2", vocab_size=vocab, n_layer=1, d_model=192, n_head=2,
                                         context_length=16, dropout=0.0))
         nbytes = sum(p.numel() * 4 for p in model.parameters())
-        assert (nbytes >= STREAMED_WEIGHT_BYTES) == streamed, nbytes
-        streamed &= _ONEDNN
-        assert streams_weights(model) == streamed
+        assert (nbytes >= STREAMED_WEIGHT_BYTES) == packed, nbytes
+        packed &= transformer._ONEDNN
+        assert packs_weights(model) == packed
         seen.clear()
         generate_batch(model, [[1, 2, 3], [4, 5]], 3, temperature=0)
-        assert seen and set(seen) == {streamed}  # at every step
+        assert seen and set(seen) == {packed}  # at every step
+    if not transformer._ONEDNN:
+        return
+    monkeypatch.setattr(transformer, "available_memory", lambda: 2 * nbytes - 1)
+    assert packs_weights(model)  # its copy was made by the generation above
+    forget_packed_weights(model)
+    assert not packs_weights(model)
+    monkeypatch.setattr(transformer, "available_memory", lambda: 2 * nbytes)
+    assert packs_weights(model)
+    monkeypatch.setattr(transformer, "available_memory", lambda: None)  # not Linux: no figure to go by
+    assert packs_weights(model)
 
