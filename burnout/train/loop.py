@@ -184,7 +184,7 @@ class Validator:
             if self.tc.sample_prompt and self.tc.sample_tokens:
                 sample = generate_text(self.model, self.tokenizer, self.tc.sample_prompt, self.tc.sample_tokens,
                                        temperature=0.8, top_k=50, seed=self.tc.seed)
-                forget_packed_weights(self.model)  # the next sample is generated from other weights
+                forget_packed_weights(self.model)  # its packed copies (see linear) would sit in memory while it trains
                 record["sample"] = sample
                 scores = degeneration(sample, self.suspicious)
                 record["sample_repetition"] = scores["repetition"]

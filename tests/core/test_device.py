@@ -6,6 +6,7 @@ autocast paths run on CPU with the resolved precision forced to bf16, hooks reco
 """
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -210,7 +211,8 @@ def test_available_memory_is_the_kernels_figure_and_moves_with_an_allocation():
     """Between 0 and the machine's total, and ~512 MiB lower while 512 MiB of touched memory is held."""
     from burnout.core.device import available_memory
 
-    total = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal:")).split()[1]) * 1024
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    total = int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1]) * 1024
     before = available_memory()
     assert 0 < before <= total
     held = torch.ones(128 * 2**20)  # 512 MiB, written
