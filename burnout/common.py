@@ -173,6 +173,17 @@ def format_duration(seconds: float) -> str:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX = -1, -3, 32 << 20
 
 
+def available_memory() -> int | None:
+    """Bytes of memory the kernel can hand out now without swapping (Linux: /proc/meminfo's MemAvailable)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:  # not Linux
+        pass
+    return None
+
+
 def retain_freed_memory() -> bool:
     """Have glibc's malloc keep freed blocks up to 32 MiB in the heap instead of returning them to the kernel.
 

@@ -1,13 +1,16 @@
 """Shared helpers: write_atomic (the old file or the new one, never half of one, no temporary left), and
-retain_freed_memory (repeated training steps stop page-faulting their activations in afresh)."""
+retain_freed_memory (repeated training steps stop page-faulting their activations in afresh), and
+available_memory (the kernel's MemAvailable)."""
 
 import os
 import platform
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from burnout import common
 from burnout.common import write_atomic
@@ -81,3 +84,18 @@ def test_retained_freed_memory_ends_the_page_faults_of_repeated_steps():
     # Under transparent huge pages a fault maps 2 MiB, so the default's count may be as low as 16.
     assert median_faults("default") >= 16
     assert median_faults("retain") == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MemAvailable is Linux's")
+def test_available_memory_is_the_kernels_figure_and_moves_with_an_allocation():
+    """Between 0 and the machine's total, and ~512 MiB lower while 512 MiB of touched memory is held."""
+    from burnout.common import available_memory
+
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    total = int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1]) * 1024
+    before = available_memory()
+    assert 0 < before <= total
+    held = torch.ones(128 * 2**20)  # 512 MiB, written
+    drop = before - available_memory()
+    del held
+    assert 256 * 2**20 < drop < 1024 * 2**20, drop

@@ -55,17 +55,6 @@ def cpu_instructions() -> str:
     return " ".join([torch.backends.cpu.get_cpu_capability(), *bf16])
 
 
-def available_memory() -> int | None:
-    """Bytes of memory the kernel can hand out now without swapping (Linux: /proc/meminfo's MemAvailable)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:  # not Linux
-        pass
-    return None
-
-
 # Compute capability from which a GPU has bf16 tensor cores (Ampere). Below it torch still accepts bf16
 # (torch.cuda.is_bf16_supported() counts emulation) but runs it without tensor cores or flash attention.
 BF16_CAPABILITY = (8, 0)

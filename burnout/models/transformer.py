@@ -23,8 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from burnout.common import available_memory
 from burnout.config import ModelConfig
-from burnout.core.device import available_memory
 from burnout.models.dropout import Dropout, dropout
 
 
