@@ -203,4 +203,3 @@ def test_generation_on_cpu_stays_fp32():
     calls = record_autocast(model)
     list(sampling.stream_tokens(model, [3, 14, 15], 2, temperature=0))
     assert calls and all(autocast_dtype is None for _, _, autocast_dtype, _ in calls)
-
