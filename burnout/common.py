@@ -173,10 +173,10 @@ def format_duration(seconds: float) -> str:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX = -1, -3, 32 << 20
 
 
-def available_memory() -> int | None:
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
     """Bytes of memory the kernel can hand out now without swapping (Linux: /proc/meminfo's MemAvailable)."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in meminfo.read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     except OSError:  # not Linux
