@@ -9,7 +9,7 @@ lines; a third of the documents carry a random reference id (a hex run, as web p
 vocabulary keeps growing. The audit reads the whole file (one jsonl source, chars_per_source=0), in a
 fresh process per corpus so that its peak RSS (resource.getrusage) is its own: once on --small-mb and
 once on --mb, to show how memory grows with the corpus (the counting tables are bounded by --capacity;
-the duplicate indexes grow by about a kilobyte per document). Wall and CPU seconds are both given, with
+the duplicate indexes grow with the documents). Wall and CPU seconds are both given, with
 the load average before and after and the CPU model, since other work on the machine slows the wall clock.
 """
 
@@ -81,7 +81,8 @@ def make_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
 def run_audit(corpus: str, capacity: int) -> dict:
     """Audit `corpus` (this process: call it in a fresh one) and measure."""
     from burnout.config import DataConfig, SourceConfig
-    from burnout.data.audit import AuditSettings, audit_streams, recipe_streams
+    from burnout.forensics.audit import audit_streams, recipe_streams
+    from burnout.forensics.audit_settings import AuditSettings
 
     cfg = DataConfig(sources=[SourceConfig(name="corpus", kind="jsonl", path=corpus)])
     wall, cpu = time.perf_counter(), time.process_time()
@@ -102,8 +103,6 @@ def in_subprocess(corpus: Path, capacity: int) -> dict:
     result = subprocess.run([sys.executable, "-c", code, str(corpus), str(capacity)], check=True,
                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ random weights, exports it with save_hf, and scores the first --items HellaSwag 
 --arc-items ARC-Easy test items; 0 skips) with both, on the CPU in fp32 with the same batch size:
 
     lm-eval   simple_evaluate with its "hf" model (HFLM) on task configs over the same local files
-              (burnout.eval.harness, as tests/eval/test_lm_eval_equality.py runs it)
+              (burnout.eval.lm_eval_reference, as tests/eval/test_lm_eval_equality.py runs it)
     burnout   burnout.eval.scoring.score_examples on our model object
 
 Timed (scoring only): lm-eval's HFLM.loglikelihood on the requests its task built (tokenizing, sorting,
@@ -56,8 +56,8 @@ from burnout.config import ModelConfig  # noqa: E402
 from burnout.core.device import cpu_model  # noqa: E402
 from burnout.data.tokenizer import gpt2_tokenizer  # noqa: E402
 from burnout.errors import BurnoutError  # noqa: E402
-from burnout.eval.harness import hf_model, run_lm_eval, write_task_configs  # noqa: E402
 from burnout.eval.icl import load_suite  # noqa: E402
+from burnout.eval.lm_eval_reference import hf_model, run_lm_eval, write_task_configs  # noqa: E402
 from burnout.eval.scoring import score_examples, score_items, score_requests  # noqa: E402
 from burnout.eval.tasks import (  # noqa: E402
     DEFAULT_FILES,

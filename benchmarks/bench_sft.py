@@ -77,8 +77,8 @@ def median(values: list[float]) -> float:
 
 def answers(run: Path, prompts: list, chat: bool, max_new: int) -> list[tuple[str, bool]]:
     """(text, stopped) per prompt: greedy, stopped at <|im_end|> for a chat model."""
+    from burnout.core.chat_template import chat_token_ids, encode_prompt
     from burnout.core.model_files import load_model
-    from burnout.data.chat import chat_token_ids, encode_prompt
     from burnout.generate.sampling import generate_batch
 
     model, tokenizer, _ = load_model(run)

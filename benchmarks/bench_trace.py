@@ -44,8 +44,6 @@ DECOY = [1234, 50100, 4321, 999]
 GEN_CHUNK = 1 << 24
 
 
-
-
 def fit_to_disk(folder: Path, tokens: int) -> int:
     """`tokens`, or fewer when the disk holding `folder` lacks room for them (2 bytes each, plus 1 GB)."""
     free = shutil.disk_usage(folder).free
@@ -104,7 +102,7 @@ def write_folder(out: Path, tokens: int, shard_tokens: int, plants: int, seed: i
 def scan_only(folder: Path, repeats: int) -> dict:
     """Runs in the child: the timed scans."""
     from burnout.data.documents import SplitDocuments
-    from burnout.data.trace import scan, token_counts
+    from burnout.forensics.trace import scan, token_counts
 
     docs = SplitDocuments(folder, "train")
     counts = token_counts(docs, VOCAB)

@@ -2,11 +2,11 @@
 
 Layout: one unit per subcommand. `@command("export", help=..., description=...)` registers a setup
 function that declares the subcommand's arguments on its parser and returns the handler,
-`run(args, overrides)`, written right below them; nested subcommands register under their group
-(`group("model", ...)`, then `@command("model", "info", ...)`). `build_parser()` turns the registry into
-argparse subparsers in the order the units appear in this file, and `main()` runs the chosen handler,
-turning errors into one `burnout: error:` line and an exit code. Handlers import lazily, so `--help`
-and config errors never import torch.
+`run(args, overrides)`, written right below them, which calls the command's public function with the
+parsed options; nested subcommands register under their group (`group("model", ...)`, then
+`@command("model", "info", ...)`). `build_parser()` turns the registry into argparse subparsers in the
+order the units appear in this file, and `main()` runs the chosen handler, turning errors into one
+`burnout: error:` line and an exit code. Handlers import lazily, so `--help` never imports torch.
 """
 
 from __future__ import annotations
@@ -240,15 +240,17 @@ def cmd_data_trace(p: argparse.ArgumentParser) -> Handler:
     def run(args, overrides):
         import json
 
-        from burnout.data import trace
+        from burnout.forensics import trace
 
         if args.from_samples:
-            if args.data_dir is not None:
+            if args.data_dir is None:  # argparse fills positionals from the left: `--from-samples RUN DATA` sets TEXT
+                args.text, args.data_dir = None, args.text
+            if args.text is not None:
                 raise BurnoutError("--from-samples RUN takes DATA only, not TEXT: "
                                    "burnout data trace --from-samples RUN DATA")
-            if args.text is None:
+            if args.data_dir is None:
                 raise BurnoutError("--from-samples RUN needs the DATA folder the run trained on")
-            result = trace.trace_samples(Path(args.from_samples), Path(args.text), n=args.n, rare=args.rare,
+            result = trace.trace_samples(Path(args.from_samples), Path(args.data_dir), n=args.n, rare=args.rare,
                                          split=args.split)
             lines = trace.format_samples(result, args.limit) + [f"wrote {Path(args.from_samples) / trace.TRACE_FILE}"]
         else:
@@ -286,7 +288,9 @@ def cmd_data_audit(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. data.max_chars=5000000")
 
     def run(args, overrides):
-        from burnout.data.audit import AuditSettings, audit_target, default_out, summary, write_audit
+        from burnout.forensics.audit import audit_target, default_out, write_audit
+        from burnout.forensics.audit_settings import AuditSettings
+        from burnout.forensics.audit_summary import summary
 
         settings = AuditSettings(near_dup_threshold=args.threshold, top=args.top, capacity=args.capacity)
         report = audit_target(args.target, sft=args.sft, layout=args.layout, split=args.split,
@@ -381,57 +385,22 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
-        if args.resume and args.resume_if_exists:
-            raise BurnoutError("--resume-if-exists goes with CONFIG --out RUN (it decides to resume); drop one of them")
         if args.config and "=" in args.config and not Path(args.config).exists() and (args.resume or args.model):
             # `train --resume RUN train.max_steps=800`: argparse hands the first override to CONFIG.
             overrides, args.config = [args.config, *overrides], None
-        if args.resume:
-            if args.config or args.out or args.data or args.model:
-                raise BurnoutError("--resume RUN takes no CONFIG, --out, --data or --model: the run folder holds them")
-            if args.auto_batch:
-                raise BurnoutError("--auto-batch applies to a new run; a resumed run keeps its batch shape")
-            from burnout.train.run import resume_training
+        from burnout.runs import train
 
-            result = resume_training(Path(args.resume), overrides)
-        else:
-            result = _start_run(args, overrides)
-        # A signal-stopped run exits as an interrupted process would, so scripts and schedulers can tell.
-        code = 130 if result.stop_reason == "signal" else 0
-        if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
-            word = {"done": "done", "phase": f"phase '{result.phase}' done", "time": "time limit reached",
-                    "signal": "stopped by signal"}[result.stop_reason]
-            print(f"{word}: step {result.step}, {result.tokens:,} tokens, train loss {result.train_loss:.4f}, "
-                  f"val loss {result.val_loss:.4f}, {result.tokens_per_s:,.0f} tokens/s; "
-                  f"checkpoint {result.checkpoint}")
-        return code
+        return _stopped(train(args.config, args.out, args.resume, args.data, args.model, args.auto_batch,
+                              args.resume_if_exists, overrides))
     return run
 
 
-def _start_run(args, overrides):
-    """`burnout train CONFIG --out RUN [--data DIR]` or `burnout train --data DIR --model PRESET --out RUN`."""
-    if args.model:
-        if args.config:
-            raise BurnoutError(f"--model trains a preset on --data without a config; drop '{args.config}' or --model "
-                               "(a config names its model in its model section)")
-        if not args.data or not args.out:
-            raise BurnoutError("--model PRESET needs --data DIR (a prepared folder) and --out RUN")
-        from burnout.data.recipe import data_run_config
-
-        cfg = data_run_config(Path(args.data), args.model, overrides)
-    else:
-        if not args.config or not args.out:
-            raise BurnoutError("train needs a CONFIG and --out RUN_DIR, or --data DIR --model PRESET --out RUN_DIR "
-                               "(or --resume RUN_DIR)")
-        from burnout.config import load_run_config
-
-        cfg = load_run_config(args.config, overrides)  # config errors surface before torch is imported
-    from burnout.train.run import start_or_resume, start_training
-
-    data = Path(args.data) if args.data else None
-    if args.resume_if_exists:
-        return start_or_resume(cfg, Path(args.out), overrides, data_dir=data, auto_batch=args.auto_batch)
-    return start_training(cfg, Path(args.out), data_dir=data, auto_batch=args.auto_batch)
+def _stopped(result) -> int:
+    """Print how the run stopped (rank 0 speaks for a torchrun) and give its exit code: a signal-stopped run
+    exits as an interrupted process would, so scripts and schedulers can tell."""
+    if os.environ.get("RANK", "0") == "0":
+        print(result.summary())
+    return 130 if result.stop_reason == "signal" else 0
 
 
 @command("sft", help="supervised fine-tuning of a checkpoint on conversations (full or --lora)",
@@ -449,27 +418,10 @@ def cmd_sft(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
-        return _fine_tune(args, overrides, "sft", "assistant tokens", layout=args.layout)
+        from burnout.finetune.commands import sft
+
+        return _stopped(sft(args.base, args.data, args.out, args.config, args.lora, args.layout, overrides))
     return run
-
-
-def _fine_tune(args, overrides, section: str, val_what: str, **fields) -> int:
-    """`burnout sft` / `burnout dpo`: the run config (--config's, else an empty one) with `section` filled in from
-    the flags (None leaves a field to the config), trained as `burnout train` would."""
-    from burnout.config import load_run_config, read_yaml, resolve_config_path
-
-    raw = read_yaml(resolve_config_path(args.config)) if args.config else {}
-    raw[section] = {**(raw.get(section) or {}), "base": args.base, "source": args.data,
-                    **{key: value for key, value in fields.items() if value is not None}}
-    if args.lora and raw[section].get("lora") is None:
-        raw[section]["lora"] = {}
-    cfg = load_run_config(raw, overrides)
-    from burnout.train.run import start_training
-
-    result = start_training(cfg, Path(args.out))
-    print(f"done: step {result.step}, train loss {result.train_loss:.4f}, val loss {result.val_loss:.4f} "
-          f"({val_what}); checkpoint {result.checkpoint}")
-    return 130 if result.stop_reason == "signal" else 0
 
 
 @command("dpo", help="preference tuning (DPO) of a chat checkpoint on chosen/rejected pairs (full or --lora)",
@@ -488,7 +440,9 @@ def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
-        return _fine_tune(args, overrides, "dpo", "held-out pairs", beta=args.beta)
+        from burnout.finetune.commands import dpo
+
+        return _stopped(dpo(args.base, args.data, args.out, args.config, args.lora, args.beta, overrides))
     return run
 
 
@@ -504,7 +458,7 @@ def cmd_lora_merge(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--out", required=True, metavar="RUN_MERGED", help="new run folder")
 
     def run(args, overrides):
-        from burnout.train.finetune import merge_run
+        from burnout.finetune.adapters import merge_run
 
         print(f"merged the adapters: {merge_run(args.source, args.out)}")
     return run
@@ -670,8 +624,9 @@ def cmd_chat(p: argparse.ArgumentParser) -> Handler:
     sampling_flags(p, temperature=0.8, top_k=50, max_new_tokens=200)
 
     def run(args, overrides):
+        from burnout.core.chat_template import is_chat_model
         from burnout.core.device import resolve_device
-        from burnout.core.model_files import is_chat_model, load_model
+        from burnout.core.model_files import load_model
         from burnout.generate.chat import chat, chat_loop
 
         model, tokenizer, ckpt = load_model(args.checkpoint, resolve_device(args.device))
@@ -679,8 +634,8 @@ def cmd_chat(p: argparse.ArgumentParser) -> Handler:
         if is_chat_model(ckpt.config):
             chat_loop(model, tokenizer, settings, system=args.system)
         elif args.system is not None:
-            raise BurnoutError(f"--system needs a chat checkpoint; {ckpt.path} is a base model (no sft section), "
-                               "which continues text")
+            raise BurnoutError(f"--system needs a chat checkpoint; {ckpt.path} is a base model (its config has no "
+                               "tokenizer.chat_template), which continues text")
         else:
             chat(model, tokenizer, settings)
     return run
@@ -726,7 +681,7 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
 
     def run(args, overrides):
         if args.harness is not None:
-            from burnout.eval.lm_adapter import run_harness
+            from burnout.eval.harness import run_harness
 
             run_harness(args.target, args.harness, include=args.harness_include, limit=args.limit,
                         num_fewshot=args.harness_fewshot, batch_size=args.batch_size, device=args.device,

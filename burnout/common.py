@@ -27,6 +27,11 @@ LAUNCHES_FILE = "launches.jsonl"
 RESUMES_FILE = "resumes.jsonl"
 # `burnout report`'s folder inside a run.
 REPORT_DIR = "report"
+# `burnout compare`'s table of the same prompts at each checkpoint, inside a run.
+COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
+# `burnout data audit`'s findings, in DATA/audit/ for a prepared folder: its suspicious strings are looked for in
+# training's samples.
+AUDIT_DIR, AUDIT_JSON = "audit", "audit.json"
 # What a run folder holds besides its checkpoints and data: the record of the run, which train.mirror_dir
 # keeps a copy of.
 RUN_LOG_FILES = (RUN_CONFIG_FILE, METRICS_FILE, LAUNCHES_FILE, PHASES_FILE, RESUMES_FILE)
@@ -40,6 +45,23 @@ def tokenizer_file(path: str | Path) -> Path:
     if not path.is_file():
         raise BurnoutError(f"tokenizer file '{path}' does not exist; give the path of a {TOKENIZER_FILE}")
     return path
+
+
+def unwrapped(model):
+    """The module inside torch.compile's and DDP's wrappers (torch-free: the wrappers are told by their
+    attributes), whose parameter names carry no `_orig_mod.` or `module.` prefix."""
+    while True:
+        inner = getattr(model, "_orig_mod", None)
+        if inner is None and type(model).__name__ == "DistributedDataParallel":
+            inner = model.module
+        if inner is None:
+            return model
+        model = inner
+
+
+def kind_of(value) -> str:
+    """What a value from a user's file is, for an error line: "empty", or its type's name."""
+    return "empty" if value in ("", [], {}, None) else type(value).__name__
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:

@@ -23,6 +23,8 @@ import yaml
 from burnout.common import EOT_TOKEN
 from burnout.errors import BurnoutError
 
+# tokenizer.chat_template of a chat model (burnout/core/chat_template.py renders it).
+CHATML = "chatml"
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data (pyproject: package-data)
 MODEL_PRESET_DIR = CONFIG_DIR / "models"
 
@@ -201,6 +203,9 @@ class TokenizerConfig:
     special_tokens: list[str] = field(default_factory=lambda: [EOT_TOKEN])
     vocab_path: str | None = None
     merges_path: str | None = None
+    # chatml (CHATML): a chat model's tokenizer, holding <|im_start|>/<|im_end|>; the one statement that a
+    # checkpoint is a chat model. Set by the fine-tune that made it; None for a base model.
+    chat_template: Literal["chatml"] | None = None
 
     def validate(self) -> None:
         _require_positive("tokenizer.vocab_size", self.vocab_size)
@@ -359,9 +364,9 @@ class TrainConfig:
 
 
 @dataclass
-class SFTLoRAConfig:
-    """The adapters of a LoRA fine-tune; the same keys as burnout.models.lora.LoRAConfig, which validates them
-    where the model is built (config sits below models in the layering, so it cannot import it)."""
+class AdapterConfig:
+    """The LoRA adapters of a fine-tune (sft.lora, dpo.lora); the same keys as burnout.models.lora.LoRAConfig,
+    which validates them where the model is built (config sits below models, so it cannot import it)."""
     r: int = 8
     alpha: float = 16.0
     dropout: float = 0.0
@@ -390,7 +395,7 @@ class FineTuneSource:
     # Batches as wide as their longest row (rounded up to 64) instead of seq_len.
     pad_to_longest: bool = False
     # None: full fine-tuning; a mapping: LoRA adapters, base frozen.
-    lora: SFTLoRAConfig | None = None
+    lora: AdapterConfig | None = None
 
     def _check_source(self, section: str, base_hint: str, source_hint: str) -> None:
         if not self.base:
@@ -405,10 +410,8 @@ class FineTuneSource:
 
 @dataclass
 class SFTConfig(FineTuneSource):
-    """Supervised fine-tuning: a run with this section set starts from `base` and trains on conversations.
-
-    A checkpoint whose config has `sft` set holds a chat model (its tokenizer has <|im_start|>/<|im_end|>).
-    """
+    """Supervised fine-tuning: a run with this section set starts from `base` and trains on conversations
+    (burnout/finetune/); what it makes is a chat model (tokenizer.chat_template)."""
     # assistant: loss on the assistant turns only; all: on every token but the template's role headers.
     train_on: Literal["assistant", "all"] = "assistant"
     # Chat tokens the fine-tune added to the base tokenizer (filled in by the run; recorded for its readers).
@@ -422,8 +425,8 @@ class SFTConfig(FineTuneSource):
 @dataclass
 class DPOConfig(FineTuneSource):
     """Preference tuning (DPO): a run with this section set starts from `base` (a chat model) and trains on
-    preference pairs. Its config keeps the base's `sft` section, so it too is a chat model. With `lora` the
-    reference is the same model with its adapters switched off; without, a frozen copy."""
+    preference pairs (burnout/finetune/). With `lora` the reference is the same model with its adapters switched
+    off; without, a frozen copy."""
     # β of the loss: how far the policy may move from the reference (0.1 is usual).
     beta: float = 0.1
     # Warn once when the loss is still within 0.005 of ln 2 after this many steps.
@@ -443,20 +446,23 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    # Set: a supervised fine-tune of sft.base (and a checkpoint with it set holds a chat model).
+    # Set: a supervised fine-tune of sft.base.
     sft: SFTConfig | None = None
-    # Set: DPO from dpo.base on preference pairs (sft then holds the base's own section: still a chat model).
+    # Set: DPO from dpo.base on preference pairs.
     dpo: DPOConfig | None = None
 
     @property
     def fine_tune(self) -> FineTuneSource | None:
-        """The section that says how this run fine-tunes (dpo before sft: a DPO run keeps its base's sft)."""
+        """The section that says how this run fine-tunes, or None for pretraining."""
         return self.dpo if self.dpo is not None else self.sft
 
     @property
-    def adapters(self) -> SFTLoRAConfig | None:
-        """The LoRA adapters this run's model holds (dpo.lora or sft.lora), or None."""
-        return self.fine_tune.lora if self.fine_tune is not None else None
+    def adapters(self) -> tuple[str, AdapterConfig] | None:
+        """(its config key, e.g. "sft.lora"; the config) of the LoRA adapters this run's model holds, or None."""
+        for key, section in (("dpo", self.dpo), ("sft", self.sft)):
+            if section is not None and section.lora is not None:
+                return f"{key}.lora", section.lora
+        return None
 
     def validate(self) -> None:
         self.model = self.model.resolved()
@@ -465,6 +471,10 @@ class RunConfig:
         self.train.validate()
         if self.sft is not None:
             self.sft.validate()
+            if self.tokenizer.chat_template is None:
+                # Fine-tuning on conversations makes a chat model; configs saved before tokenizer.chat_template
+                # existed said so by their sft section alone.
+                self.tokenizer.chat_template = CHATML
         if self.dpo is not None:
             self.dpo.validate()
         seq_len = self.train.seq_len or self.model.context_length

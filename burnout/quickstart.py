@@ -13,6 +13,7 @@ import math
 import time
 from pathlib import Path
 
+from burnout.common import COMPARE_JSON
 from burnout.config import load_run_config
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta
@@ -22,7 +23,8 @@ from burnout.generate.prompts import SAMPLE_PROMPTS
 from burnout.models.info import model_info
 from burnout.report.render import write_report
 from burnout.train.probe import measure_step_seconds
-from burnout.train.run import start_training
+from burnout.train.recipe import Pretraining
+from burnout.train.run import start_run
 
 # Share of the budget left for validation, samples and checkpoints.
 _TRAINING_SHARE = 0.85
@@ -66,7 +68,7 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
 
     run_dir = _fresh_run_dir(out_dir)
     say(f"[3/4] training into {run_dir} (loss, tokens/s and samples as it goes)")
-    result = start_training(cfg, run_dir, data_dir=data_dir)
+    result = start_run(cfg, run_dir, Pretraining(), data_dir=data_dir)
 
     say(f"[4/4] done in {(time.perf_counter() - started) / 60:.1f} min: {result.step} steps, "
         f"{result.tokens:,} tokens at {result.tokens_per_s:,.0f} tokens/s; "
@@ -76,7 +78,7 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     # which the report shows.
     compare_checkpoints(run_dir, prompts=SAMPLE_PROMPTS, max_new_tokens=40, say=lambda line: None,
                         temperature=0.8, top_k=50, seed=0)
-    rows = json.loads((run_dir / "compare.json").read_text(encoding="utf-8"))["rows"]
+    rows = json.loads((run_dir / COMPARE_JSON).read_text(encoding="utf-8"))["rows"]
     say("same prompt, different checkpoint (temperature 0.8, top-k 50, seed 0; burnout compare writes more):")
     for i, prompt in enumerate(SAMPLE_PROMPTS):
         say(f"--- {prompt!r} ---")

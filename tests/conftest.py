@@ -104,6 +104,35 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def chatml_gpt2(shared_data):
+    """GPT-2's byte-level BPE with <|im_start|> and <|im_end|> added (ids 50257 and 50258)."""
+    from burnout.core.chat_template import ensure_chat_tokens
+    from burnout.data.tokenizer import gpt2_tokenizer
+
+    tok = gpt2_tokenizer(shared_data / "gpt2_tokenizer" / "vocab.json", shared_data / "gpt2_tokenizer" / "merges.txt")
+    return ensure_chat_tokens(tok)[0]
+
+
+@pytest.fixture(scope="session")
+def alpaca_chats(shared_data):
+    """The conversations of the 5,000-record Alpaca file, as read."""
+    from burnout.finetune.conversations import read_conversations
+
+    return list(read_conversations(shared_data / "sft" / "alpaca_5000.json"))
+
+
+@pytest.fixture(scope="session")
+def chatml_bpe(alpaca_chats):
+    """A 600-token byte-level BPE trained on Alpaca's messages, with the chat tokens."""
+    from burnout.config import TokenizerConfig
+    from burnout.core.chat_template import ensure_chat_tokens
+    from burnout.data.tokenizer import train_tokenizer
+
+    texts = [m["content"] for c in alpaca_chats[:1500] for m in c.messages]
+    return ensure_chat_tokens(train_tokenizer(texts, TokenizerConfig(kind="bpe", vocab_size=600)))[0]
+
+
+@pytest.fixture(scope="session")
 def tiny_bpe_data(tmp_path_factory) -> Path:
     """A small prepared data folder, made once per session: 150k characters of the embedded corpus
     (Python's docs and stdlib source) and a 512-token byte-level BPE."""
@@ -142,7 +171,7 @@ def tiny_run_config():
 def sampled_runs(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> list[Path]:
     """Two 24-step runs of the tiny llama that differ only in learning rate (3e-3, 1e-3), each with a
     checkpoint and a logged sample every 8 steps: what reports and the playground read. Do not modify."""
-    from burnout.train.run import start_training
+    from burnout.runs import start_training
 
     root = tmp_path_factory.mktemp("sampled_runs")
     runs = []
@@ -176,7 +205,7 @@ def tiny_run(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> TinyRun:
     cfg = tiny_run_config(max_steps=RUN_STEPS, grad_accum=2, ckpt_interval=CKPT_INTERVAL, keep_last=100)
     run_dir = tmp_path_factory.mktemp("tiny_run") / "run"
     events: list[str] = []
-    from burnout.train.run import start_training
+    from burnout.runs import start_training
 
     result = start_training(cfg, run_dir, data_dir=tiny_bpe_data, on_event=events.append, progress=False)
     return TinyRun(cfg, run_dir, tiny_bpe_data, result, events)
@@ -184,7 +213,7 @@ def tiny_run(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> TinyRun:
 
 @dataclass
 class ChatCheckpoint:
-    run_dir: Path  # a run folder with one checkpoint (step 10) of a chat model: its config has an sft section
+    run_dir: Path  # a run folder with one checkpoint (step 10) of a chat model (its config has an sft section)
     answer: str  # what the model answers any message with, then <|im_end|>
     answer_ids: list[int]
 
@@ -200,8 +229,8 @@ def chat_checkpoint(tmp_path_factory) -> ChatCheckpoint:
     import torch
 
     from burnout.config import TokenizerConfig, load_run_config
+    from burnout.core.chat_template import IM_END, ensure_chat_tokens
     from burnout.core.checkpoint import save_checkpoint
-    from burnout.data.chat import IM_END, ensure_chat_tokens
     from burnout.data.tokenizer import train_tokenizer
     from burnout.models import Transformer
 
@@ -261,7 +290,7 @@ def chat_run(tiny_run, fine_tune_data, tmp_path_factory) -> Path:
     """tiny_run fine-tuned for 6 steps on fine_tune_data.chats: a trained chat model, for DPO to start from
     (unlike chat_checkpoint's rig, whose 40× logits turn rounding into visible loss differences). Do not modify."""
     from burnout.config import load_run_config
-    from burnout.train.run import start_training
+    from burnout.runs import start_training
 
     run = tmp_path_factory.mktemp("chat_run") / "run"
     train = {"device": "cpu", "precision": "fp32", "batch_size": 4, "seq_len": 64, "max_steps": 6, "lr": 3e-3,

@@ -239,7 +239,7 @@ def _bigger_tokenizer(path: Path) -> None:
 # working folder, stdout and stderr. Two children run at a time.
 _RUNNER = r"""
 import json, os, runpy, sys, traceback
-import torch, burnout.cli, burnout.train.run, burnout.eval.evaluate, burnout.data.prepare  # imported once
+import torch, burnout.cli, burnout.runs, burnout.eval.evaluate, burnout.data.prepare  # imported once
 jobs, logs = json.loads(sys.argv[1]), sys.argv[2]
 running, codes = {}, {}
 

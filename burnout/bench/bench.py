@@ -47,7 +47,7 @@ from burnout.core.device import (
     resolve_precision,
 )
 from burnout.core.rng import seed_everything
-from burnout.data.loader import TokenLoader, check_compatible
+from burnout.data.loader import TokenLoader, check_compatible, loader_mode
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
@@ -60,7 +60,6 @@ from burnout.train.hardware import (
     measure_gpu_peak,
     training_precision,
 )
-from burnout.train.loop import loader_mode
 from burnout.train.probe import oom_message
 from burnout.train.schedule import total_steps
 from burnout.train.step import TrainStep, build_model

@@ -38,12 +38,14 @@ import torch
 import yaml
 
 from burnout.common import (
+    METRICS_FILE,
     REPORT_DIR,
     RUN_CONFIG_FILE,
     RUN_LOG_FILES,
     TOKENIZER_FILE,
     first_line,
     sha256_file,
+    unwrapped,
     write_atomic,
 )
 from burnout.config import RunConfig, load_run_config
@@ -79,8 +81,7 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     final = ckpt_root / f"step_{info['step']:07d}"
     tmp = ckpt_root / f".tmp-{final.name}"
-    # Unwrap torch.compile so names carry no `_orig_mod.` prefix.
-    model = getattr(model, "_orig_mod", model)
+    model = unwrapped(model)
     try:
         tmp.mkdir()
         safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
@@ -264,11 +265,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
         raise BurnoutError(f"checkpoint {path} is unreadable: {problem}; use another checkpoint of the run "
                            "(or its copy in train.mirror_dir) or train again")
     cfg = load_run_config(path / RUN_CONFIG_FILE)
-    model = Transformer(cfg.model)
-    if cfg.adapters is not None:  # a LoRA fine-tune (sft.lora or dpo.lora): base weights + lora_A/lora_B
-        from burnout.models.lora import LoRAConfig, apply_lora
-
-        apply_lora(model, LoRAConfig.from_dict(dataclasses.asdict(cfg.adapters), "lora"))
+    model = model_for(cfg)
     name = "model.safetensors"
     try:
         if wrong := _wrong_shape(model, path / name):  # a BurnoutError: the except below lets it through
@@ -292,6 +289,23 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
         raise BurnoutError(f"checkpoint {path} does not match its config: missing {sorted(missing)[:3]}, "
                            f"unexpected {sorted(unexpected)[:3]}")
     return Checkpoint(path=path, config=cfg, model=model.to(device), state=state, info=info)
+
+
+def model_for(cfg: RunConfig) -> Transformer:
+    """A new model of the shape a run config's checkpoints hold: the Transformer, with LoRA adapters (base
+    weights frozen, plus lora_A/lora_B) when the run trains them. Built on the current default device."""
+    model = Transformer(cfg.model)
+    if cfg.adapters is not None:
+        from burnout.models.lora import LoRAConfig, apply_lora
+
+        key, adapters = cfg.adapters
+        apply_lora(model, LoRAConfig.from_dict(dataclasses.asdict(adapters), key))
+    return model
+
+
+def holds_run(run_dir: Path) -> bool:
+    """Whether training has started in `run_dir`: it logged a step or saved a checkpoint."""
+    return bool(list_checkpoints(run_dir)) or (Path(run_dir) / METRICS_FILE).exists()
 
 
 def _wrong_shape(model: Transformer, weights: Path) -> str | None:

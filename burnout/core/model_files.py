@@ -11,9 +11,9 @@ import torch
 from tokenizers import Tokenizer
 
 from burnout.common import EOT_TOKEN, TOKENIZER_FILE
-from burnout.config import RunConfig, load_run_config
+from burnout.config import load_run_config
+from burnout.core.chat_template import CHAT_TEMPLATE, CHAT_TOKENS, chat_token_ids, is_chat_model
 from burnout.core.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from burnout.data.chat import CHAT_TEMPLATE, CHAT_TOKENS, chat_token_ids
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
@@ -33,11 +33,6 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[Tr
         )
     ckpt.model.eval()
     return ckpt.model, tokenizer, ckpt
-
-
-def is_chat_model(cfg: RunConfig) -> bool:
-    """Whether a checkpoint of this run config holds a chat model: one `burnout sft` made (its sft section)."""
-    return cfg.sft is not None
 
 
 def export_hf(checkpoint: str | Path, out_dir: str | Path) -> Path:

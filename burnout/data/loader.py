@@ -6,6 +6,7 @@ replays exactly the batches an uninterrupted run would have seen, with no loader
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,6 +18,22 @@ import torch
 
 from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
+
+# Token files up to this size (and a quarter of the RAM) are read into memory once; larger ones are
+# memory-mapped. Both give identical batches; preload saves the page-cache walk on every batch.
+PRELOAD_MAX_BYTES = 4 * 2**30
+
+
+def loader_mode(data_dir: Path) -> str:
+    """'preload' when the train and val token files fit comfortably in RAM, else 'mmap'."""
+    meta = read_meta(data_dir)
+    size = (sum(s["tokens"] for info in meta["splits"].values() for s in info["shards"])
+            * np.dtype(meta["dtype"]).itemsize)
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 0
+    return "preload" if size <= min(PRELOAD_MAX_BYTES, ram // 4) else "mmap"
 
 
 class TokenLoader:

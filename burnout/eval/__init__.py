@@ -1,1 +1,2 @@
-"""Evaluation stage: validation loss, HellaSwag / ARC-Easy / LAMBADA scored as lm-eval does, comparison."""
+"""Evaluation stage: validation loss, benchmarks and in-context-learning suites scored as lm-evaluation-harness
+scores them, any lm-eval task through our engine (`--harness`), and the same prompts across checkpoints."""

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from burnout.common import write_atomic
+from burnout.common import COMPARE_JSON, COMPARE_MD, write_atomic
 from burnout.config import load_run_config
+from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.device import resolve_device
-from burnout.core.model_files import is_chat_model, load_model
+from burnout.core.model_files import load_model
 from burnout.errors import BurnoutError
 from burnout.eval.degeneration import summarize
 from burnout.generate.chat import chat_replies
@@ -94,8 +95,8 @@ def compare_checkpoints(
                   f"{_cell(r['continuations'][i])} |" for r in rows]
         lines.append("")
     table = "\n".join(lines)
-    write_atomic(run_dir / "compare.md", table)
-    write_atomic(run_dir / "compare.json", json.dumps({"settings": settings, "prompts": list(prompts), "rows": rows},
+    write_atomic(run_dir / COMPARE_MD, table)
+    write_atomic(run_dir / COMPARE_JSON, json.dumps({"settings": settings, "prompts": list(prompts), "rows": rows},
                                                 indent=2) + "\n")
     return table
 

@@ -1,7 +1,7 @@
 """`burnout chat` and `burnout generate --chat`: talking to a checkpoint.
 
-A chat checkpoint (fine-tuned by `burnout sft`: its run config has an sft section) holds a conversation.
-Each turn renders the history with the ChatML template (`burnout.data.chat.encode_prompt`, the ids
+A chat checkpoint (core.chat_template.is_chat_model: fine-tuned by `burnout sft`) holds a conversation.
+Each turn renders the history with the ChatML template (`burnout.core.chat_template.encode_prompt`, the ids
 training saw and transformers' `apply_chat_template` gives), streams the answer and stops when the model
 emits `<|im_end|>`: its id, so text that merely spells "<|im_end|>" is printed like any other text.
 When the conversation would leave less than `reply_room` tokens of the context for the answer, its
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
 from burnout.common import EOT_TOKEN
-from burnout.data.chat import chat_token_ids, encode_prompt
+from burnout.core.chat_template import chat_token_ids, encode_prompt
 from burnout.errors import BurnoutError
 from burnout.generate.sampling import check_sampling, generate_batch, stream_continuation, stream_text
 

@@ -17,7 +17,7 @@ from burnout.common import EOT_TOKEN
 from burnout.core.device import autocast, configure_backends, resolve_precision
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
-from burnout.models.transformer import few_row_products, linear, packs_weights
+from burnout.models.cpu_paths import few_row_products, linear, packs_weights
 
 
 def check_sampling(model: Transformer, prompt_ids: Sequence[int], temperature: float, top_k: int | None,
@@ -132,7 +132,7 @@ def stream_batch(
             # so those steps stay fp32 (TF32).
             with autocast(device, precision if step_input.size(1) > 1 else "fp32"), few_row_products(packed):
                 # The head at the last position only: over the whole prompt, a 50k vocabulary's head
-                # tripled the prefill's time (measured with benchmarks/bench_lm_adapter.py).
+                # tripled the prefill's time (measured with benchmarks/bench_harness.py).
                 hidden = model.hidden_states(step_input, cache, positions, mask, last_only=True)
                 logits = linear(model.lm_head, hidden[:, -1])  # (B, V)
             if plain_greedy:

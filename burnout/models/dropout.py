@@ -1,14 +1,13 @@
 """Dropout whose mask costs two random bytes an element on the CPU.
 
-torch's CPU dropout draws a float per element with a Bernoulli sampler: on nanoGPT's 10.7M Shakespeare shape
-(16 x 256 x 384 activations) 13.0 ms a call against 1.6 ms to draw the same number of random bytes, and a
-forward pass with dropout 0.2 took 1,170 ms against 475 ms without (bf16, 2-core Zen 4). Here the mask is
-`random 16-bit integer < threshold`, four elements from each 64-bit draw: the keep probability is (1 - p)
+torch's CPU dropout draws a float per element with a Bernoulli sampler, several times as slow as drawing
+random bytes; with dropout on, it dominates a small model's forward pass (docs/PERFORMANCE.md). Here the mask
+is `random 16-bit integer < threshold`, four elements from each 64-bit draw: the keep probability is (1 - p)
 rounded to a multiple of 1/65536 (0.8 → 0.8000030518), and kept values are scaled by its exact inverse, so the
 expectation is the input's exactly (in fp32; bf16 rounds the scaled values to its 8 bits, as torch's dropout
-does) and the variance differs from torch's by less than 1e-5 relative. The
-draws come from torch's default generator, which checkpoints save and resume restores. Compiled graphs and
-GPUs keep F.dropout: inductor and CUDA draw their masks fast already.
+does) and the variance differs from torch's by less than 1e-5 relative. The draws come from torch's default
+generator, which checkpoints save and resume restores. Compiled graphs and GPUs keep F.dropout: inductor and
+CUDA draw their masks fast already.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(1 << 63), (1 << 63) - 1)
     draws = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform over [-32768, 32767]
     # 1 or 0 in x's dtype straight from the comparison: a bool mask needs torch.where or a cast, which do not
-    # vectorize (16 × 256 × 384 bf16 on a 2-core Zen 4: 3.2 ms for torch.where against 0.3 ms for lt + multiply).
+    # vectorize on a CPU.
     kept = torch.lt(draws, round(keep * LEVELS) - LEVELS // 2, out=torch.empty_like(x))  # P = keep
     return x * kept * (1 / keep)
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, write_atomic
+from burnout.common import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, unwrapped, write_atomic
 from burnout.config import ModelConfig
 from burnout.errors import BurnoutError
 from burnout.models.transformer import Transformer
@@ -251,7 +251,7 @@ def _global_pairs(cfg: ModelConfig) -> list[tuple[str, str]]:
 
 def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     """Our weights under HF names and layouts: fresh, contiguous tensors ready for safetensors."""
-    model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
+    model = unwrapped(model)
     cfg = model.cfg
     ours = {k: v.detach() for k, v in model.state_dict().items()}
     out: dict[str, torch.Tensor] = {}
@@ -388,7 +388,7 @@ def save_hf(
     """
     from safetensors.torch import save_file
 
-    model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
+    model = unwrapped(model)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     special: dict[str, str] = {}

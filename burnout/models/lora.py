@@ -56,7 +56,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from burnout.common import write_atomic
+from burnout.common import unwrapped, write_atomic
 from burnout.errors import BurnoutError
 from burnout.models.hf import hf_linear_modules
 from burnout.models.transformer import Transformer
@@ -196,7 +196,7 @@ class LoRALinear(nn.Linear):
 
 
 def _unwrap(model: nn.Module) -> Transformer:
-    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper shares the module
+    model = unwrapped(model)
     if not isinstance(model, Transformer):
         raise BurnoutError(f"LoRA applies to a GPUburnout Transformer, not a {type(model).__name__}")
     return model
@@ -210,7 +210,7 @@ def lora_layers(model: nn.Module) -> dict[str, LoRALinear]:
 def apply_lora(model: nn.Module, cfg: LoRAConfig, row_ids: Iterable[int] = ()) -> Transformer:
     """Wrap the targeted linear layers of `model` in LoRALinear (in place) and freeze every base parameter:
     afterwards only lora_A/lora_B have requires_grad, and the embedding rows of `row_ids` (tokens the
-    fine-tune added; see `train_token_rows`). Returns the model; `parameter_counts` counts them."""
+    fine-tune added; see `train_token_rows`). Returns the model; `trainable_counts` counts them."""
     model = _unwrap(model)
     if lora_layers(model):
         raise BurnoutError("the model already has LoRA adapters; merge them (burnout lora merge) before adding more")
@@ -251,7 +251,7 @@ def train_token_rows(model: nn.Module, ids: Iterable[int]) -> Transformer:
     """Let the rows `ids` of tok_emb.weight (and of an untied lm_head.weight) train, every other row frozen
     (in place): the matrix gets requires_grad, a gradient hook that zeroes the other rows' gradient, and a
     `token_rows` attribute (the sorted ids) by which make_optimizer keeps weight decay off it and
-    parameter_counts counts k × d. Returns the model."""
+    trainable_counts counts k × d. Returns the model."""
     model = _unwrap(model)
     vocab = model.tok_emb.num_embeddings
     ids = sorted(set(ids))
@@ -330,7 +330,7 @@ def load_token_rows(model: nn.Module, ids: list[int], sd: dict[str, torch.Tensor
 
 
 @dataclass(frozen=True)
-class ParameterCounts:
+class TrainableCounts:
     trainable: int  # parameters that train: the adapters, and k × d for each matrix whose k token rows train
     total: int  # tied weights counted once
     optimized: int  # parameters the optimizer keeps state for: a matrix whose rows train counts whole
@@ -344,12 +344,13 @@ class ParameterCounts:
         return self.optimized / self.total if self.total else 0.0
 
 
-def parameter_counts(model: nn.Module) -> ParameterCounts:
+def trainable_counts(model: nn.Module) -> TrainableCounts:
+    """What trains of `model` (a LoRA fine-tune: its adapters and token rows) against all its parameters."""
     params = list(_unwrap(model).parameters())  # deduplicated: a tied head is not counted twice
     trained = [p for p in params if p.requires_grad]
     # A matrix whose token rows train: k of its rows change, though the optimizer keeps state for all of them.
     changing = sum(len(p.token_rows) * p.size(1) if hasattr(p, "token_rows") else p.numel() for p in trained)
-    return ParameterCounts(changing, sum(p.numel() for p in params), sum(p.numel() for p in trained))
+    return TrainableCounts(changing, sum(p.numel() for p in params), sum(p.numel() for p in trained))
 
 
 @contextlib.contextmanager
@@ -416,11 +417,6 @@ def save_adapter(model: nn.Module, out_dir: str | Path) -> Path:
               "layers": list(cfg.layers(model.cfg.family)), "token_rows": list(token_rows(model))}
     write_atomic(out_dir / ADAPTER_CONFIG, json.dumps(config, indent=2) + "\n")
     return out_dir
-
-
-def read_adapter_config(adapter_dir: str | Path) -> LoRAConfig:
-    """The LoRAConfig of an adapter folder written by `save_adapter`."""
-    return _read_adapter_json(adapter_dir)[0]
 
 
 def _read_adapter_json(adapter_dir: str | Path) -> tuple[LoRAConfig, list[int]]:

@@ -1,7 +1,7 @@
 """Training memory of a model, measured by running its real forward and backward on fake tensors.
 
 Fake tensors (torch's FakeTensorMode) carry shapes, dtypes and storages over meta storage, so nothing is
-allocated and llama-3b at micro-batch 64 × 2048 traced in 3 s on a 2-core CPU. They are CPU tensors, so CPU
+allocated and even a large model at a large micro-batch traces quickly on a CPU. They are CPU tensors, so CPU
 autocast applies: it casts the same ops this model runs (linears and attention to bf16/fp16; norms,
 residual stream and loss stay fp32), which on meta alone it would not. Measured per micro-batch:
 
@@ -23,7 +23,7 @@ Attention: on a CUDA `target` the SDPA call runs the kernel CUDA would pick (fla
 a mask from Ampere on, "cuda"; else memory-efficient without GQA; else math; "cuda-pre-ampere" has no
 flash) as its own op, so its saved tensors are that kernel's. On "cpu" the CPU's own choice runs.
 
-The whole model is traced, however deep (llama-1b: 1–2 s on 2 cores, little more at a larger batch).
+The whole model is traced, however deep.
 The peak is not linear in depth (where it falls moves: the loss's backward in a shallow model, the end of
 forward in a deep checkpointed one, where autocast still caches a bf16 copy of every weight).
 """
@@ -196,8 +196,8 @@ def _fake_model(cfg: ModelConfig, checkpointing: bool, target: str) -> Transform
     """Inside a FakeTensorMode: the model with gradients already allocated (see the module docstring)."""
     model = Transformer(cfg)
     # Partitioned on fake CPU tensors, the compiled whole-logits loss keeps an fp32 copy of the logits that
-    # inductor's fused loss never makes (+6 GiB predicted at gpt2-134m 64 × 512 where an H100 measured 0.7
-    # GiB less than with chunks): the chunked loss stands in for it, within 5% of both measured peaks.
+    # inductor's fused loss never makes, which would overstate its peak: the chunked loss stands in for it, close
+    # to the peaks measured with either loss (docs/PERFORMANCE.md).
     model.chunk_compiled_loss = True
     for p in model.parameters():
         p.grad = torch.zeros_like(p)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn as nn
 
+from burnout.common import unwrapped
 from burnout.errors import BurnoutError
 
 
@@ -26,7 +27,7 @@ def grow_vocab(model: nn.Module, new_size: int, reinit: Iterable[int] = ()) -> l
     rows, per matrix; every other row keeps its value. model.cfg.vocab_size follows; the caller saves
     the grown size in its run config.
     """
-    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
+    model = unwrapped(model)
     old_size = model.tok_emb.num_embeddings
     if new_size < old_size:
         raise BurnoutError(f"cannot shrink the vocabulary from {old_size} to {new_size} tokens; "

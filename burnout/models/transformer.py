@@ -8,23 +8,23 @@ Two families share one set of layers and differ only in the pieces they pick:
 Shapes: B batch, T time (tokens), C = d_model, H query heads, K key/value heads, D head dim, V vocab.
 Parameter names map one-to-one onto Hugging Face's GPT2LMHeadModel / LlamaForCausalLM
 (see burnout/models/hf.py); the query/key/value projections are fused into one matrix here.
+
+On a CPU a few ops take faster routes with the same results (burnout/models/cpu_paths.py): read
+`linear(layer, x)` as `layer(x)`, `gelu_tanh` as GPT-2's tanh GELU, and `explicit_is_faster` as the choice
+between SDPA's kernel and the written-out attention, which compute the same attention.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
-import weakref
-from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from burnout.common import available_memory
 from burnout.config import ModelConfig
+from burnout.models.cpu_paths import explicit_is_faster, gelu_tanh, linear
 from burnout.models.dropout import Dropout, dropout
 
 
@@ -57,8 +57,7 @@ class KVCache:
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, device, dtype):
         shape = (cfg.n_layer, batch_size, cfg.n_kv_head, max_len, cfg.head_dim)
-        # Not zeroed: update returns the written slots alone. Zeroing 8 prompts' 150 MB (6 × 384, 512 slots) took
-        # 19 ms of their 780 ms prefill (2-core EPYC).
+        # Not zeroed: update returns the written slots alone, and zeroing is a noticeable share of a CPU prefill.
         self.k = torch.empty(shape, device=device, dtype=dtype)
         self.v = torch.empty(shape, device=device, dtype=dtype)
         self.length = 0  # tokens already stored
@@ -70,82 +69,36 @@ class KVCache:
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
 
-# Rows up to which a decoding step's fp32 product on a CPU takes oneDNN with a packed weight (see linear), and the size
-# of weights from which they are read from memory at every step rather than from the caches (see packs_weights).
-FEW_ROWS = 32
-STREAMED_WEIGHT_BYTES = 32 * 2**20
-# oneDNN's inner product, which x86 builds of PyTorch carry (torch.compile's CPU backend packs weights for it too).
-_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+def causal_mask(n_query: int, n_key: int, device) -> torch.Tensor:
+    """(n_query, n_key) boolean mask: query i (the last n_query positions) sees keys 0..its position."""
+    offset = n_key - n_query
+    return torch.ones(n_query, n_key, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
-class _FewRowProducts(threading.local):
-    on = False
-
-
-_few_row_products = _FewRowProducts()
-# Each layer's weight in oneDNN's blocked layout, with the weight, address and version it was packed from (a
-# parameter replaced, moved or changed in place is packed again), for as long as the layer lives: packing the
-# 50,257 × 384 head takes ~27 ms, about what the packed head saves in 20 decoding steps.
-_packed: weakref.WeakKeyDictionary[nn.Linear, tuple[weakref.ref, int, int, torch.Tensor]] = weakref.WeakKeyDictionary()
-
-
-def packs_weights(model: nn.Module) -> bool:
-    """Whether `model`'s decoding steps take `linear`'s packed route: oneDNN is there, a step reads the weights from
-    memory (at least STREAMED_WEIGHT_BYTES), and their packed copy, which stays with the layers, takes at most half
-    the memory available now (or is already made). Greedy decoding, 128 new tokens after 100, at 1 and 8 rows:
-    gpt2-10m (43 MB) 1.20× and 1.41× as fast with it; llama-tiny (17 MB, in the caches) 0.89× at one row (oneDNN's
-    call costs more than the GEMM there)."""
-    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    if not _ONEDNN or nbytes < STREAMED_WEIGHT_BYTES:
-        return False
-    available = available_memory()
-    return available is None or 2 * nbytes <= available or any(m in _packed for m in model.modules())
-
-
-@contextlib.contextmanager
-def few_row_products(on: bool = True) -> Iterator[None]:
-    """Within it, in this thread, `linear` may take its packed route (a decoding step of a model that
-    packs_weights)."""
-    previous, _few_row_products.on = _few_row_products.on, on
-    try:
-        yield
-    finally:
-        _few_row_products.on = previous
-
-
-def forget_packed_weights(model: nn.Module) -> None:
-    """Free the packed copies of `model`'s weights (as much memory again as its linear layers) that decoding keeps."""
-    for module in model.modules():
-        _packed.pop(module, None)
-
-
-def linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """layer(x), or within few_row_products, on a CPU without autograd, for a plain nn.Linear in fp32 over at most
-    FEW_ROWS rows (a decoding step's batch), oneDNN's inner product with the weight packed once into its blocked
-    layout (see _packed; packed again when the weight changes): the same products summed in another order (within
-    1e-6).
-
-    MKL's fp32 GEMM with a weight read from memory runs well below the memory's speed at a few rows. The 50,257 × 384
-    head at 8 rows took 5.5 ms as W·xᵀ, 12.3 as x·Wᵀ and 4.0 packed (1 row: 3.4 and 3.3); greedy decoding of 8 prompts
-    on a 6 × 384 GPT, 256 new tokens after 768, 6.13 s with W·xᵀ in every layer, 5.84 packed; gpt2-124m, 64 after 300,
-    2.30 → 1.90 s at 1 row and 6.63 → 5.88 at 8 (AVX2 EPYC, 2 threads). LoRA and fp8 layers, autocast, autograd and
-    compiled graphs take the layer's own forward.
-    """
-    # The flag first: outside a streamed decoding step (training, scoring, small models) this costs one attribute.
-    if (not _few_row_products.on or type(layer) is not nn.Linear or x.numel() > FEW_ROWS * x.size(-1)
-            or x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled()
-            or torch.is_autocast_enabled("cpu") or torch.compiler.is_compiling()):
-        return layer(x)
-    rows, weight = x.numel() // x.size(-1), layer.weight
-    stored = _packed.get(layer)
-    if stored is None or stored[0]() is not weight or stored[1:3] != (weight.data_ptr(), weight._version):
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-        stored = _packed[layer] = (weakref.ref(weight), weight.data_ptr(), weight._version, packed)
-    out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, -1), stored[3], layer.bias, "none", [], "")  # (N, out)
-    return out.view(*x.shape[:-1], -1)
+def explicit_attention(q, k, v, p: float = 0.0, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention written out in full: the reference that the fused SDPA kernels are checked against.
+    `mask` (True = may attend) replaces the causal mask when given."""
+    B, H, T, D = q.shape
+    K, S = k.size(1), k.size(2)
+    k = k.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
+    v = v.repeat_interleave(H // K, dim=1)
+    # One GEMM scales the scores and adds the mask as a bias, and the softmax runs in the scores' dtype (its
+    # kernel accumulates in fp32): under bf16 autocast on a CPU, an fp32 softmax with its two casts and a
+    # masked_fill of the scores cost several times as much.
+    if mask is None:
+        mask = causal_mask(T, S, q.device)
+    bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
+    if bias.dim() == 4:  # (B, 1, T, S); the causal (T, S) one broadcasts without a copy
+        bias = bias.expand(B, H, T, S).reshape(B * H, T, S)
+    scores = torch.baddbmm(bias, q.reshape(B * H, T, D),
+                           k.reshape(B * H, S, D).transpose(1, 2), alpha=1 / math.sqrt(D))  # (B·H, T, S)
+    weights = dropout(scores.softmax(dim=-1), p)
+    return (weights @ v.reshape(B * H, S, D)).view(B, H, T, D)
 
 
 class Attention(nn.Module):
+    """Causal self-attention: H query heads over K key/value heads (K = H in gpt2; K < H is llama's GQA)."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.n_kv_head, cfg.head_dim
@@ -195,45 +148,6 @@ class Attention(nn.Module):
         return linear(self.proj, y)
 
 
-def explicit_is_faster(x: torch.Tensor, n_keys: int, p: float) -> bool:
-    """Whether the written-out attention beats SDPA here: on a CPU, eager, with dropout (SDPA's CPU kernel has none
-    and falls back to its math kernel with torch's Bernoulli mask), and under bf16 autocast also up to 512 keys.
-    Forward and backward: nanoGPT's 10.7M step with dropout 0.2 on a 2-core Zen 4 in bf16 took 1,816 → 1,458 ms;
-    one of its layers (16 × 6 heads × 256²) on an AVX2 EPYC in fp32 178 → 115 ms; without dropout, in bf16 on the
-    Zen 4, 8 × 4 heads × 256² took 22.9 → 10.4 ms and 4 × 4 × 512² 33.8 → 17.5 ms, but 2 × 8 × 1024² 79 → 106 ms
-    (the flash kernel skips the masked half); in fp32 without dropout SDPA stays (62 against 72 ms on the AVX2)."""
-    if x.device.type != "cpu" or torch.compiler.is_compiling():
-        return False
-    return p > 0 or (torch.is_autocast_enabled("cpu") and n_keys <= 512)
-
-
-def causal_mask(n_query: int, n_key: int, device) -> torch.Tensor:
-    """(n_query, n_key) boolean mask: query i (the last n_query positions) sees keys 0..its position."""
-    offset = n_key - n_query
-    return torch.ones(n_query, n_key, dtype=torch.bool, device=device).tril(diagonal=offset)
-
-
-def explicit_attention(q, k, v, p: float = 0.0, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention written out in full: the reference that the fused SDPA kernels are checked against.
-    `mask` (True = may attend) replaces the causal mask when given."""
-    B, H, T, D = q.shape
-    K, S = k.size(1), k.size(2)
-    k = k.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
-    v = v.repeat_interleave(H // K, dim=1)
-    # One GEMM scales the scores and adds the mask as a bias, and the softmax runs in the scores' dtype (its
-    # kernel accumulates in fp32): under bf16 autocast on a 2-core Zen 4, an fp32 softmax with its two casts took
-    # 22 ms against 2.6 ms at nanoGPT's 16 × 6 × 256² weights, and masked_fill 3 ms against none.
-    if mask is None:
-        mask = causal_mask(T, S, q.device)
-    bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
-    if bias.dim() == 4:  # (B, 1, T, S); the causal (T, S) one broadcasts without a copy
-        bias = bias.expand(B, H, T, S).reshape(B * H, T, S)
-    scores = torch.baddbmm(bias, q.reshape(B * H, T, D),
-                           k.reshape(B * H, S, D).transpose(1, 2), alpha=1 / math.sqrt(D))  # (B·H, T, S)
-    weights = dropout(scores.softmax(dim=-1), p)
-    return (weights @ v.reshape(B * H, S, D)).view(B, H, T, D)
-
-
 class MLP(nn.Module):
     """GPT-2's feed-forward block: d → ffn → d with a tanh-approximated GELU."""
 
@@ -243,19 +157,8 @@ class MLP(nn.Module):
         self.proj = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x):
+        """x (B, T, C) → (B, T, C), through (B, T, ffn_hidden)."""
         return linear(self.proj, gelu_tanh(linear(self.fc, x)))
-
-
-def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """GPT-2's GELU, x·(1 + tanh(u))/2 with u = √(2/π)·(x + 0.044715·x³). In fp32 on a CPU without autograd, as the
-    same function x·sigmoid(2u) (within 1e-6): PyTorch's CPU tanh is slow, and over 8 prompts × 480 tokens × 1,536
-    this took 5.4 against 10.3 ms a layer (2-core EPYC)."""
-    if (x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled()
-            or torch.compiler.is_compiling()):
-        return F.gelu(x, approximate="tanh")
-    scale = 2 * math.sqrt(2 / math.pi)
-    u = (x * x).mul_(0.044715 * scale).add_(scale).mul_(x)  # 2u
-    return u.sigmoid_().mul_(x)
 
 
 class SwiGLU(nn.Module):
@@ -268,6 +171,7 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x):
+        """x (B, T, C) → (B, T, C), through (B, T, ffn_hidden)."""
         return linear(self.down, F.silu(linear(self.gate, x)) * linear(self.up, x))
 
 
@@ -289,6 +193,7 @@ class Block(nn.Module):
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x, rope, cache, layer, positions=None, mask=None, last_only=False):
+        """x (B, T, C) → (B, T, C), or (B, 1, C) with last_only (see Attention.forward)."""
         attended = self.attn(self.norm_attn(x), rope, cache, layer, positions, mask, last_only)
         x = (x[:, -1:] if last_only else x) + self.dropout(attended)
         return x + self.dropout(self.mlp(self.norm_mlp(x)))
@@ -296,10 +201,8 @@ class Block(nn.Module):
 
 # A chunk being worked on holds about three buffers the size of its logits (forward: the matmul's bf16
 # output, its fp32 copy, log-softmax's output; backward: those gradients). 256 MiB of fp32 logits per
-# chunk bounds the loss near 0.7 GB in forward and 0.9 GB with backward whatever the batch, where the
-# full logits took 10 GB and 12 GB at 16 × 2048 × 32,005 (measured on CPU under bf16 autocast); and
-# 2,048 rows at that vocab still make a GEMM big enough to run at full speed. Rows come in multiples of
-# 128, a GEMM tile.
+# chunk bounds the loss's memory whatever the batch, where the full logits grow with it; and 2,048 rows at
+# a 32k vocab still make a GEMM big enough to run at full speed. Rows come in multiples of 128, a GEMM tile.
 LOSS_CHUNK_BYTES = 256 * 2**20
 LOSS_CHUNK_ALIGN = 128
 
@@ -322,9 +225,9 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     """
     if hidden.size(0) <= chunk_rows and not torch.compiler.is_compiling():
         # One chunk: keeping its logits for backward peaks no higher than recomputing them there (every
-        # activation is still alive when the loss's backward runs) and saves a second head GEMM and log-softmax,
-        # ~25 ms of the quickstart's ~450 ms step (2,048 rows × 4,096 tokens, bf16, 2-core Zen 4). Compiled, only
-        # the memory planner's stand-in gets here (see Transformer.forward), and it keeps the checkpoint.
+        # activation is still alive when the loss's backward runs) and saves a second head GEMM and log-softmax.
+        # Compiled, only the memory planner's stand-in gets here (see Transformer.forward), and it keeps the
+        # checkpoint.
         return _chunk_loss_sum(hidden, weight, targets) / (targets != -1).sum()
     total = torch.zeros((), device=hidden.device)
     for start in range(0, hidden.size(0), chunk_rows):
@@ -388,8 +291,7 @@ class Transformer(nn.Module):
         weight, hidden, targets = self.lm_head.weight, hidden.flatten(0, 1), targets.reshape(-1)  # (B·T, C), (B·T,)
         if torch.compiler.is_compiling() and not self.chunk_compiled_loss:
             # Compiled, the whole logits cost no more memory than the chunks (inductor fuses the upcast and
-            # the log-softmax into the loss) and skip the chunks' recomputed head GEMM: on an H100, 3% faster
-            # on llama-1b (16 × 2048, peak 61.5 GiB vs 61.0) and 12% on gpt2-134m (64 × 512, 14.1 vs 14.8).
+            # the log-softmax into the loss) and skip the chunks' recomputed head GEMM.
             return F.cross_entropy(hidden @ weight.t(), targets, ignore_index=-1)
         return chunked_cross_entropy(hidden, weight, targets, loss_chunk_rows(weight.size(0)))
 
@@ -410,8 +312,7 @@ class Transformer(nn.Module):
 
         last_only: the output at the last position alone (B, 1, C), as a prompt's prefill needs. Every layer but
         the last still runs all T positions (the next one's keys and values need them), and the last one its keys
-        and values (the cache's); its queries, attention and MLP run for one position. The prefill of 8 prompts ×
-        480 tokens on a 6-layer GPT took 656 against 748 ms (2-core EPYC).
+        and values (the cache's); its queries, attention and MLP run for one position.
         """
         B, T = idx.shape
         start = cache.length if cache is not None else 0

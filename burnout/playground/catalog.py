@@ -18,8 +18,9 @@ from pathlib import Path
 
 from burnout.common import RUN_CONFIG_FILE, checked_number
 from burnout.config import load_run_config
+from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import list_checkpoints
-from burnout.core.model_files import is_chat_model, load_model
+from burnout.core.model_files import load_model
 from burnout.errors import BurnoutError
 from burnout.generate.chat import TRANSCRIPT_STOP, chat_prompt, fit_messages, plain_transcript, reply_room, stream_reply
 from burnout.generate.sampling import stream_text as sampling_stream_text
@@ -34,7 +35,7 @@ class Entry:
     label: str  # "run · step 1200": what the dropdown shows and requests name
     path: Path
     info: dict  # the checkpoint's info.json: step, tokens, losses
-    chat: bool = False  # a chat model: its run config has an sft section
+    chat: bool = False  # a chat model (core.chat_template.is_chat_model)
 
 
 def discover(sources: list[str | Path]) -> dict[str, Entry]:

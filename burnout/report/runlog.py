@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from burnout.common import METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE, is_finite_number, read_jsonl
+from burnout.common import COMPARE_MD, METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE, is_finite_number, read_jsonl
 from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
@@ -76,7 +76,7 @@ def load_run(path: str | Path) -> RunLog:
     config_hash = hashlib.sha256(json.dumps(raw_config, sort_keys=True).encode()).hexdigest()[:12]
     checkpoints = [{"name": p.name, **json.loads((p / "info.json").read_text())} for p in list_checkpoints(path)]
     evals = [(p.stem, json.loads(p.read_text())) for p in sorted((path / "eval").glob("*.json"))]
-    compare = path / "compare.md"
+    compare = path / COMPARE_MD
     phases = read_jsonl(path / PHASES_FILE)
     return RunLog(path=path, name=path.resolve().name, config=raw_config, config_hash=config_hash, model=model,
                   records=records, checkpoints=checkpoints, evals=evals,

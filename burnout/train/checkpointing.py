@@ -28,13 +28,14 @@ from burnout.core.checkpoint import (
     folder_bytes,
     list_checkpoints,
     load_checkpoint,
+    model_for,
     save_checkpoint,
 )
 from burnout.core.rng import restore_rng_state, rng_state
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.train.distributed import DistContext, barrier, from_main, full_state, gather_to_main, load_optimizer_state
-from burnout.train.step import TrainStep, with_adapters
+from burnout.train.step import TrainStep
 
 # The wall clock of train.ckpt_minutes; a module-level name so that tests can run it fast.
 clock = time.monotonic
@@ -196,7 +197,7 @@ class Checkpointer:
                 state["scaler"] = ts.scaler.state_dict()
             if model_state is None:
                 weights = self.model
-            else:  # FSDP's gathered names are the wrapped module's: a DPO objective's start with "policy."
+            else:  # FSDP's gathered names are the objective's: one wrapping the model prefixes them ("policy.")
                 prefix = next((f"{name}." for name, module in ts.model.named_modules() if module is self.model
                                and name), "")
                 weights = module_from_state(self.cfg, {k.removeprefix(prefix): v for k, v in model_state.items()})
@@ -238,7 +239,7 @@ def module_from_state(cfg: RunConfig, state: dict) -> Transformer:
     Its RoPE tables stay on the meta device: they are not persistent, so not saved, and a loaded
     checkpoint computes them from the config."""
     with torch.device("meta"):
-        module = with_adapters(cfg, Transformer(cfg.model))
+        module = model_for(cfg)
     # A tied matrix is gathered once per name, as two equal tensors: one tensor for all its names keeps
     # the tie, and safetensors then stores it once.
     first_name: dict[int, str] = {}

@@ -100,7 +100,8 @@ def wrap_model(model: torch.nn.Module, ctx: DistContext, strategy: str, device: 
 
 def grad_sync(model: torch.nn.Module, sync: bool):
     """Skip the gradient all-reduce on all but the last micro-batch of an accumulated step."""
-    inner = getattr(model, "_orig_mod", model)  # under torch.compile
+    # Under torch.compile only: DDP's own wrapper is the one that can skip the all-reduce (not common.unwrapped).
+    inner = getattr(model, "_orig_mod", model)
     if hasattr(inner, "no_sync"):  # DDP
         return contextlib.nullcontext() if sync else inner.no_sync()
     if hasattr(inner, "set_requires_gradient_sync"):  # FSDP2

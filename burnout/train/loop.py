@@ -7,7 +7,9 @@
     checkpointer   burnout/train/checkpointing.py atomic checkpoints, pruning, mirror, resume
     stop           burnout/train/stopping.py      phase end, steps/tokens/epochs, wall clock, SIGTERM/SIGINT
 
-Under torchrun (DDP or FSDP2) every rank runs this loop; only rank 0 writes.
+What differs between kinds of run (pretraining, fine-tuning) is the run's recipe's (burnout/train/recipe.py):
+its data, loaders, initial weights, objective, FLOPs and validation metrics. Under torchrun (DDP or FSDP2)
+every rank runs this loop; only rank 0 writes.
 """
 
 from __future__ import annotations
@@ -15,51 +17,39 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import yaml
 from tqdm import tqdm
 
-from burnout.common import METRICS_FILE, RUN_CONFIG_FILE, TOKENIZER_FILE, write_atomic
+from burnout.common import AUDIT_DIR, AUDIT_JSON, RUN_CONFIG_FILE, TOKENIZER_FILE, unwrapped, write_atomic
 from burnout.config import RunConfig
-from burnout.core.checkpoint import list_checkpoints
+from burnout.core.checkpoint import holds_run, list_checkpoints
 from burnout.core.device import configure_backends, resolve_device
 from burnout.core.rng import seed_everything
-from burnout.data.loader import Prefetcher, TokenLoader, check_compatible
-from burnout.data.shards import read_meta
+from burnout.data.loader import Prefetcher, check_compatible
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.eval.degeneration import degeneration, read_suspicious
-from burnout.eval.loss import evaluate_loss
 from burnout.generate.sampling import generate_text
+from burnout.models.cpu_paths import forget_packed_weights
 from burnout.models.info import flops_per_token, matmul_parameters
-from burnout.models.transformer import forget_packed_weights
 from burnout.train.checkpointing import Checkpointer, load_for_resume, resume_point
 from burnout.train.distributed import DistContext, init_distributed, min_across_ranks, shutdown, wrap_model
-from burnout.train.finetune import (
-    dpo_objective,
-    init_from_base,
-    is_sft_data,
-    save_run_adapter,
-    sft_loaders,
-    sft_meta,
-    trainable_line,
-)
 from burnout.train.hardware import get_hardware, training_precision
 from burnout.train.metrics import MetricsLog, StepLogger
 from burnout.train.phases import current_phase, phase_summary
 from burnout.train.plan import check_fits
 from burnout.train.probe import largest_micro_batch, memory_probe, oom_message
 from burnout.train.provenance import record_launch
+from burnout.train.recipe import Recipe
 from burnout.train.schedule import total_steps
-from burnout.train.step import StepResult, TrainStep, batch_indices, build_model, unwrapped
+from burnout.train.step import StepResult, TrainStep, batch_indices
 from burnout.train.stopping import StopConditions
 
 
@@ -78,28 +68,15 @@ class TrainResult:
     stop_reason: str = "done"
     phase: str | None = None
     skipped_steps: int = 0
+    val_of: str = ""  # what val_loss is over, when not the val split's every token (the recipe's val_of)
 
-
-# Token files up to this size (and a quarter of the RAM) are read into memory once; larger ones are
-# memory-mapped. Both give identical batches; preload saves the page-cache walk on every batch.
-PRELOAD_MAX_BYTES = 4 * 2**30
-
-
-def loader_mode(data_dir: Path) -> str:
-    """'preload' when the train and val token files fit comfortably in RAM, else 'mmap'."""
-    meta = read_meta(data_dir)
-    size = (sum(s["tokens"] for info in meta["splits"].values() for s in info["shards"])
-            * np.dtype(meta["dtype"]).itemsize)
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        ram = 0
-    return "preload" if size <= min(PRELOAD_MAX_BYTES, ram // 4) else "mmap"
-
-
-def holds_run(run_dir: Path) -> bool:
-    """Whether training has started in `run_dir`: it logged a step or saved a checkpoint."""
-    return bool(list_checkpoints(run_dir)) or (Path(run_dir) / METRICS_FILE).exists()
+    def summary(self) -> str:
+        """The one line a command prints when the run stops."""
+        word = {"done": "done", "phase": f"phase '{self.phase}' done", "time": "time limit reached",
+                "signal": "stopped by signal"}[self.stop_reason]
+        over = f" ({self.val_of})" if self.val_of else ""
+        return (f"{word}: step {self.step}, {self.tokens:,} tokens, train loss {self.train_loss:.4f}, "
+                f"val loss {self.val_loss:.4f}{over}, {self.tokens_per_s:,.0f} tokens/s; checkpoint {self.checkpoint}")
 
 
 def refuse_existing_run(run_dir: Path) -> None:
@@ -112,12 +89,13 @@ def train(
     cfg: RunConfig,
     run_dir: Path,
     data_dir: Path,
+    recipe: Recipe,
     resume: bool = False,
     progress: bool | None = None,
     on_event: Callable[[str], None] | None = None,
     auto_batch: bool = False,
 ) -> TrainResult:
-    """Train `cfg.model` on the prepared tokens in `data_dir`, writing everything to `run_dir`.
+    """Train `cfg.model` with `recipe` on the prepared data in `data_dir`, writing everything to `run_dir`.
 
     Stops at the end of the current phase (or the run), at train.max_minutes, or on SIGTERM/SIGINT,
     always with a checkpoint. `on_event` receives human-readable lines as they happen (rank 0 only).
@@ -126,7 +104,8 @@ def train(
     """
     dist, device = init_distributed(resolve_device(cfg.train.device))
     try:
-        return Trainer(cfg, Path(run_dir), Path(data_dir), resume, progress, on_event, auto_batch, dist, device).train()
+        return Trainer(cfg, Path(run_dir), Path(data_dir), recipe, resume, progress, on_event, auto_batch, dist,
+                       device).train()
     finally:
         shutdown(dist)
 
@@ -136,21 +115,21 @@ def _silent(line: str) -> None:
 
 
 class Validator:
-    """Due every train.eval_interval steps and at a session's last step: the loss over train.eval_batches
-    val windows (a DPO run: its held-out pairs' loss, as val_loss, and their rewards, margin and accuracy,
-    as val_*), train.eval_tasks' benchmarks (eval/TASK/METRIC, eval/core) and, with train.sample_prompt, a
-    sample with its repetition (1 − distinct-3) and the suspicious strings it holds (those of
-    DATA/audit/audit.json, when the data were audited). FSDP's shards must all take part in a forward; a DDP
-    replica on rank 0 evaluates alone."""
+    """Due every train.eval_interval steps and at a session's last step: the recipe's validation metrics over
+    train.eval_batches val batches (val_loss, and any val_* it adds), train.eval_tasks' benchmarks
+    (eval/TASK/METRIC, eval/core) and, with train.sample_prompt, a sample with its repetition (1 − distinct-3)
+    and the suspicious strings it holds (those of DATA/audit/audit.json, when the data were audited). FSDP's
+    shards must all take part in a forward; a DDP replica on rank 0 evaluates alone."""
 
-    def __init__(self, cfg: RunConfig, loader: TokenLoader, model: torch.nn.Module, train_step: TrainStep,
-                 tokenizer_path: Path, dist: DistContext, emit: Callable[[str], None],
-                 objective: torch.nn.Module | None = None, suspicious: list[str] | None = None):
+    def __init__(self, cfg: RunConfig, recipe: Recipe, loader, model: torch.nn.Module, objective: torch.nn.Module,
+                 train_step: TrainStep, tokenizer_path: Path, dist: DistContext, emit: Callable[[str], None],
+                 suspicious: list[str] | None = None):
         fsdp = cfg.train.distributed == "fsdp"
-        self.tc, self.loader, self.train_step, self.emit = cfg.train, loader, train_step, emit
-        self.objective = objective  # a DPOObjective: evaluated on held-out pairs instead
+        self.tc, self.recipe, self.loader, self.train_step, self.emit = cfg.train, recipe, loader, train_step, emit
         self.suspicious = suspicious or []  # strings a sample should not contain (from the data's audit)
+        # FSDP2 shards in place: the wrapped module is the one whose forward gathers the weights.
         self.model = train_step.model if fsdp else model
+        self.objective = train_step.model if fsdp else objective
         self.runs_here = dist.is_main or (dist.enabled and fsdp)
         self.tokenizer = load_tokenizer(tokenizer_path) if self.runs_here else None
         self.tasks = None  # train.eval_tasks resolved and read now: a missing file fails before step 1
@@ -170,11 +149,7 @@ class Validator:
         """Adds val_loss (and sample) to `record`."""
         ts = self.train_step
         if self.runs_here:
-            if self.objective is not None:
-                record.update(self._pair_metrics())
-            else:
-                record["val_loss"] = evaluate_loss(self.model, self.loader, self.tc.eval_batches, ts.device,
-                                                   ts.precision)
+            record.update(self.recipe.evaluate(self.objective, self.loader, self.tc, ts.device, ts.precision))
             self.last_loss, self.last_step = record["val_loss"], step
             if self.tasks is not None:
                 scores = self._task_scores()
@@ -205,23 +180,15 @@ class Validator:
             scores["eval/core"] = core["score"]
         return scores
 
-    def _pair_metrics(self) -> dict:
-        from burnout.core.device import autocast
-        from burnout.train.dpo import evaluate_pairs
-
-        ts = self.train_step
-        with autocast(ts.device, ts.precision):
-            metrics = evaluate_pairs(self.objective, self.loader.iter_eval_batches(self.tc.eval_batches), ts.device)
-        return {"val_loss": metrics.pop("loss", math.nan),
-                **{f"val_{key}": value for key, value in metrics.items() if key != "pairs"}}
-
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, run_dir: Path, data_dir: Path, resume: bool, progress: bool | None,
-                 on_event: Callable[[str], None] | None, auto_batch: bool, dist: DistContext, device: torch.device):
+    def __init__(self, cfg: RunConfig, run_dir: Path, data_dir: Path, recipe: Recipe, resume: bool,
+                 progress: bool | None, on_event: Callable[[str], None] | None, auto_batch: bool, dist: DistContext,
+                 device: torch.device):
         if not resume:
             refuse_existing_run(run_dir)
-        self.run_dir, self.data_dir, self.dist, self.device, self.progress = run_dir, data_dir, dist, device, progress
+        self.run_dir, self.data_dir, self.recipe, self.dist, self.device = run_dir, data_dir, recipe, dist, device
+        self.progress = progress
         self.emit = (on_event or _silent) if dist.is_main else _silent
         # A run killed before its first checkpoint has nothing to load: resuming it starts it again from step 0.
         from_scratch = resume and not list_checkpoints(run_dir)
@@ -232,9 +199,7 @@ class Trainer:
             self.precision = "bf16" if min_across_ranks(int(self.precision == "bf16"), dist, device) else "fp32"
         configure_backends(device, cfg.train.deterministic)
         self.seq_len = cfg.train.seq_len or cfg.model.context_length
-        # A prepare_sft folder (conversations, loss on the assistant tokens) or pretraining shards.
-        self.sft_data = is_sft_data(data_dir)
-        meta = sft_meta(data_dir, self.seq_len) if self.sft_data else read_meta(data_dir)
+        meta = recipe.data_meta(cfg, data_dir, self.seq_len)
         check_compatible(meta, cfg.model.vocab_size)
         if auto_batch and not resume:
             cfg = self._auto_batch(cfg)
@@ -250,7 +215,8 @@ class Trainer:
     def _auto_batch(self, cfg: RunConfig) -> RunConfig:
         tc = cfg.train
         seqs = tc.batch_size * tc.grad_accum
-        b = largest_micro_batch(seqs, memory_probe(cfg, self.device, self.precision, self.seq_len))
+        b = largest_micro_batch(seqs, memory_probe(cfg, self.device, self.precision, self.seq_len,
+                                                   self.recipe.build_model))
         # Each rank probed its own device; all must run one shape, or their collectives stop pairing up.
         b = min_across_ranks(b, self.dist, self.device)
         if b != tc.batch_size:
@@ -259,33 +225,22 @@ class Trainer:
 
     def _setup_model(self, from_checkpoint: bool) -> None:
         """Loaders, model, optimizer and checkpointer; on resume, everything the last checkpoint holds."""
-        tc, cfg, tokenizer_path = self.tc, self.cfg, self.data_dir / TOKENIZER_FILE
+        tc, cfg, recipe, tokenizer_path = self.tc, self.cfg, self.recipe, self.data_dir / TOKENIZER_FILE
         # Rank 0's stream, indexed per rank by the train step; validation is rank 0's alone.
-        if self.sft_data:
-            self.loaders = sft_loaders(self.data_dir, cfg, self.seq_len)
-        else:
-            mode = loader_mode(self.data_dir)
-            self.loaders = {split: TokenLoader(self.data_dir, split, tc.batch_size, self.seq_len, tc.seed, mode=mode)
-                            for split in ("train", "val")}
+        self.loaders = recipe.loaders(cfg, self.data_dir, self.seq_len)
         seed_everything(tc.seed)
-        model = build_model(cfg, self.device)  # the same weights on every rank: FSDP shards them as built
-        if cfg.sft is not None:
-            # A fine-tune starts from its base's weights (LoRA adapters: their own init); DPO's reference is
-            # that start, so a resumed DPO run loads it too before its own weights.
-            if not from_checkpoint or cfg.dpo is not None:
-                init_from_base(model, cfg)
-            self.emit(trainable_line(model))
+        model = recipe.build_model(cfg, self.device)  # the same weights on every rank: FSDP shards them as built
+        recipe.init_weights(model, cfg, from_checkpoint, self.emit)
         if self.dist.enabled:  # then each rank its own dropout masks (one process keeps its usual stream)
             torch.manual_seed(tc.seed + self.dist.rank)
-        flops = flops_per_token(cfg.model, self.seq_len, matmul_parameters(model))
-        # DPO also runs the reference's forward over every position the policy trains on.
-        self.flops_per_token = flops["flops_per_token"] + (flops["forward_flops_per_token"] if cfg.dpo else 0)
+        self.flops_per_token = recipe.flops_per_token(flops_per_token(cfg.model, self.seq_len,
+                                                                      matmul_parameters(model)))
         self.step, self.elapsed_before, self.skipped, self.bad_in_row = 0, 0.0, 0, 0
         ckpt = None
         if from_checkpoint:
             ckpt = load_for_resume(resume_point(self.run_dir, self.dist, self.emit), cfg, tokenizer_path, self.dist)
-        # DPO: the policy in DPOObjective, built before a resumed run's weights load (its reference: the start).
-        objective = dpo_objective(model, cfg, resumed=ckpt is not None)
+        # Built before a resumed run's weights load: an objective may keep the starting weights (a reference).
+        objective = recipe.objective(model, cfg, resumed=ckpt is not None)
         if ckpt is not None:
             model.load_state_dict(ckpt.model.state_dict())
             self.step, self.elapsed_before = ckpt.state["step"], ckpt.state["elapsed_s"]
@@ -301,15 +256,10 @@ class Trainer:
             self.checkpointer.restore(ckpt)
             self.emit(f"resumed from {ckpt.path} at step {self.step}")
         # `burnout data audit DATA` leaves DATA/audit/audit.json: its suspicious strings are looked for in samples.
-        audit = self.data_dir / "audit" / "audit.json"
+        audit = self.data_dir / AUDIT_DIR / AUDIT_JSON
         suspicious = read_suspicious(audit) if audit.is_file() else []
-        self.validator = Validator(cfg, self.loaders["val"], model, self.train_step, tokenizer_path, self.dist,
-                                   self._say, objective if objective is not model else None, suspicious)
-        self.stall = None
-        if cfg.dpo is not None:
-            from burnout.train.dpo import StalledDPO
-
-            self.stall = StalledDPO(cfg.dpo.beta, after_steps=cfg.dpo.stall_steps)
+        self.validator = Validator(cfg, recipe, self.loaders["val"], model, objective, self.train_step,
+                                   tokenizer_path, self.dist, self._say, suspicious)
 
     def _setup_logging(self, resume: bool) -> None:
         """The phase this session runs to, the progress bar, and on rank 0 the run folder's logs."""
@@ -358,8 +308,8 @@ class Trainer:
                         raise BurnoutError(oom_message(self.tc, self.seq_len)) from None
                     self._count_skipped(result)
                     self.step += 1
-                    if self.stall is not None and (warning := self.stall.update(self.step, result.loss)):
-                        self._say(warning)
+                    if note := self.recipe.after_step(self.step, result.loss):
+                        self._say(note)
                     self.logger.count(time.perf_counter() - t0, result.positions)
                     self.elapsed = self.elapsed_before + time.perf_counter() - t_start
                     self.bar.update(1)
@@ -389,8 +339,8 @@ class Trainer:
             self.logger.close()
 
     def _step_metrics(self) -> dict:
-        """What the train step's model reports of its last step beside the loss (`last_metrics`: DPO's
-        rewards/chosen, rewards/rejected, margin, accuracy); this rank's own."""
+        """What the objective reports of its last step beside the loss (its `last_metrics`, if it has them);
+        this rank's own."""
         metrics = getattr(unwrapped(self.train_step.model), "last_metrics", None) or {}
         return {key: value for key, value in metrics.items() if key != "loss"}
 
@@ -417,8 +367,9 @@ class Trainer:
             info = json.loads((ckpt_path / "info.json").read_text())
             train_loss, val_loss = info["train_loss"], info["val_loss"]
         step, phase = self.step, self.phase
-        if self.cfg.adapters is not None and self.dist.is_main:
-            self._say(f"adapters of {ckpt_path.name}: {save_run_adapter(self.run_dir, ckpt_path)}")
+        if self.dist.is_main:
+            for line in self.recipe.finish(self.cfg, self.run_dir, ckpt_path):
+                self._say(line)
         if stop_reason == "signal":
             self._say(f"stopped by signal at step {step}; checkpoint {ckpt_path}; "
                       f"continue with: burnout train --resume {self.run_dir}")
@@ -430,4 +381,4 @@ class Trainer:
         tokens = step * self.tokens_per_step
         tokens_per_s = tokens / self.elapsed if self.elapsed else 0.0
         return TrainResult(self.run_dir, ckpt_path, step, tokens, train_loss, val_loss, self.elapsed, tokens_per_s,
-                           stop_reason, phase.name if phase else None, self.skipped)
+                           stop_reason, phase.name if phase else None, self.skipped, self.recipe.val_of)

@@ -69,13 +69,15 @@ class RandomBatches:
         return x, x
 
 
-def memory_probe(cfg: RunConfig, device: torch.device, precision: str, seq_len: int) -> Callable[[int], bool]:
-    """fits(b): whether a full training step (forward, backward, optimizer) at micro-batch b fits on `device`.
+def memory_probe(cfg: RunConfig, device: torch.device, precision: str, seq_len: int,
+                 build: Callable[[RunConfig, torch.device], torch.nn.Module] = build_model) -> Callable[[int], bool]:
+    """fits(b): whether a full training step (forward, backward, optimizer) at micro-batch b fits on `device`,
+    for the model `build` makes (the run's recipe's).
 
     Under torchrun each rank probes an unwrapped replica on its own: trial steps wrapped in DDP/FSDP would
     be collectives, and an out-of-memory on one rank mid-collective leaves the others waiting for it. DDP
     holds what the replica holds; FSDP holds less (its shards), so the batch found is one that fits."""
-    model = build_model(cfg, device)
+    model = build(cfg, device)
     # One micro-batch per step: accumulation adds no memory beyond the gradients every step keeps.
     # The optimizer's moments are allocated on the first step and kept for the next tries.
     train_step = TrainStep(model, dataclasses.replace(cfg.train, grad_accum=1), device, precision,

@@ -1,4 +1,6 @@
-"""Starting and resuming runs: find or prepare the data, then hand over to the training loop."""
+"""Starting and resuming a run of any recipe: a new run's folder is checked and its recipe prepares its config
+and data before the Trainer starts; a resume checks that only what may change has changed, and the Trainer
+carries on from the newest good checkpoint. burnout/runs.py says which recipe a config runs (`recipe_for`)."""
 
 from __future__ import annotations
 
@@ -8,87 +10,38 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from burnout.common import RESUMES_FILE, RUN_CONFIG_FILE, append_jsonl, first_line, write_atomic
+from burnout.common import RESUMES_FILE, RUN_CONFIG_FILE, append_jsonl
 from burnout.config import RunConfig, load_run_config
-from burnout.data.prepare import prepare_data
-from burnout.data.shards import META_FILE, read_meta
+from burnout.core.checkpoint import holds_run
 from burnout.errors import BurnoutError
-from burnout.train.loop import TrainResult, holds_run, refuse_existing_run, train
+from burnout.train.loop import TrainResult, refuse_existing_run, train
+from burnout.train.recipe import Recipe
 
 # Changing these mid-run would change which tokens the resumed run sees (or, for the optimizer, which
-# state the checkpoint must hold).
-_RESUME_FIXED = ("model", "data", "tokenizer", "sft", "dpo", "train.seed", "train.batch_size", "train.grad_accum",
-                 "train.seq_len", "train.optimizer")
+# state the checkpoint must hold): every section but train (the model, the data, the recipe's own), and these.
+_RESUME_FIXED = (*(f.name for f in dataclasses.fields(RunConfig) if f.name != "train"), "train.seed",
+                 "train.batch_size", "train.grad_accum", "train.seq_len", "train.optimizer")
 
-# Under torchrun, rank 0 writes its error here (in the run folder) when preparing the data fails, so that
-# the ranks waiting for the data stop with it.
-PREPARE_FAILED_FILE = ".prepare-failed"
-WAIT_POLL_S = 1.0
+# The recipe a run config runs (burnout/runs.py: recipe_for).
+RecipeFor = Callable[[RunConfig], Recipe]
 
 
-def start_training(cfg: RunConfig, run_dir: Path, data_dir: Path | None = None,
-                   on_event: Callable[[str], None] = print, progress: bool | None = None,
-                   auto_batch: bool = False) -> TrainResult:
-    """Train a new run. Data: `data_dir`, else `data.prepared_dir`, else prepared into RUN/data. A config with an
-    `sft` section fine-tunes sft.base on sft.source instead, one with a `dpo` section runs DPO from dpo.base on
-    dpo.source (train/finetune.py)."""
+def start_run(cfg: RunConfig, run_dir: Path, recipe: Recipe, data_dir: Path | None = None,
+              on_event: Callable[[str], None] = print, progress: bool | None = None,
+              auto_batch: bool = False) -> TrainResult:
+    """Train a new run in `run_dir`: its recipe prepares the config and data (`data_dir`, when given), then
+    the Trainer trains it."""
+    run_dir = Path(run_dir)
     refuse_existing_run(run_dir)  # before preparing data into a folder that holds another run
-    if cfg.fine_tune is not None:
-        if data_dir is not None:
-            raise BurnoutError("--data: a fine-tune prepares its source into RUN/data itself; drop --data")
-        from burnout.train.finetune import start_dpo, start_sft
-
-        return (start_dpo if cfg.dpo is not None else start_sft)(cfg, Path(run_dir), on_event, progress, auto_batch)
-    data_dir = data_dir or (Path(cfg.data.prepared_dir) if cfg.data.prepared_dir else None)
-    if data_dir is None:
-        data_dir = Path(run_dir) / "data"
-        if not (data_dir / META_FILE).exists():
-            prepare_on_rank_0(cfg, data_dir, on_event, progress, int(os.environ.get("RANK", "0")),
-                              int(os.environ.get("WORLD_SIZE", "1")))
-    read_meta(data_dir)
-    # Recorded so that `--resume` and the saved config find the same tokens.
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, prepared_dir=str(Path(data_dir).resolve())))
-    return train(cfg, run_dir, data_dir, resume=False, progress=progress, on_event=on_event, auto_batch=auto_batch)
+    cfg, data_dir = recipe.prepare(cfg, run_dir, data_dir, on_event, progress)
+    return train(cfg, run_dir, data_dir, recipe, resume=False, progress=progress, on_event=on_event,
+                 auto_batch=auto_batch)
 
 
-def prepare_on_rank_0(cfg: RunConfig, data_dir: Path, on_event: Callable[[str], None], progress: bool | None,
-                      rank: int, world_size: int) -> None:
-    """Prepare the data into RUN/data. Under torchrun rank 0 prepares (two ranks writing the same shards
-    collide) and the others wait for its meta.json, written last. They poll the folder rather than wait in
-    a collective: no process group exists yet, and a large prepare outlasts any collective's timeout.
-    Several nodes must therefore share the run folder (as --resume needs them to)."""
-    failed = data_dir.parent / PREPARE_FAILED_FILE
-    if rank == 0:
-        on_event(f"preparing data into {data_dir}")
-        failed.unlink(missing_ok=True)
-        try:
-            prepare_data(cfg.data, cfg.tokenizer, data_dir, progress=progress is not False)
-        except Exception as exc:
-            if world_size > 1:
-                failed.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(failed, first_line(exc))
-            raise
-        return
-    # A failure file already there is an earlier launch's; rank 0's is a new file (written atomically). Should
-    # rank 0 fail before this line, torchrun still stops this rank when rank 0 exits.
-    earlier = _identity(failed)
-    while not (data_dir / META_FILE).exists():
-        if _identity(failed) not in (None, earlier):
-            raise BurnoutError(f"rank {rank}: rank 0 failed to prepare the data into {data_dir}: "
-                               f"{failed.read_text()}")
-        time.sleep(WAIT_POLL_S)
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None
-    return stat.st_ino, stat.st_mtime_ns
-
-
-def resume_training(run_dir: Path, overrides: list[str] = (), on_event: Callable[[str], None] = print,
-                    progress: bool | None = None) -> TrainResult:
+def resume_run(run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
+               on_event: Callable[[str], None] = print, progress: bool | None = None) -> TrainResult:
+    """Continue the run in `run_dir` from its newest good checkpoint, with the recipe `recipe_for` gives its
+    config and these overrides of the settings that may change."""
     config_path = Path(run_dir) / RUN_CONFIG_FILE
     if not config_path.is_file():
         raise BurnoutError(f"--resume {run_dir}: no config.yaml there; is it a run folder made by `burnout train`?")
@@ -103,21 +56,22 @@ def resume_training(run_dir: Path, overrides: list[str] = (), on_event: Callable
     if changed and os.environ.get("RANK", "0") == "0":  # the safe overrides (LR, phases, logging), recorded
         append_jsonl(Path(run_dir) / RESUMES_FILE, {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                                     "overrides": list(overrides), "changed": changed})
-    return train(cfg, run_dir, Path(cfg.data.prepared_dir), resume=True, progress=progress, on_event=on_event)
+    return train(cfg, run_dir, Path(cfg.data.prepared_dir), recipe_for(cfg), resume=True, progress=progress,
+                 on_event=on_event)
 
 
-def start_or_resume(cfg: RunConfig, run_dir: Path, overrides: list[str] = (), data_dir: Path | None = None,
-                    on_event: Callable[[str], None] = print, progress: bool | None = None,
-                    auto_batch: bool = False) -> TrainResult:
+def start_or_resume(cfg: RunConfig, run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
+                    data_dir: Path | None = None, on_event: Callable[[str], None] = print,
+                    progress: bool | None = None, auto_batch: bool = False) -> TrainResult:
     """`burnout train CONFIG --out RUN --resume-if-exists`: resume RUN as `--resume RUN` would (its own
     config.yaml, these overrides) when training has started there, else start it. One command that is right
     on every boot of a machine that can vanish."""
     if not holds_run(run_dir):
-        return start_training(cfg, run_dir, data_dir, on_event, progress, auto_batch)
+        return start_run(cfg, run_dir, recipe_for(cfg), data_dir, on_event, progress, auto_batch)
     if os.environ.get("RANK", "0") == "0":
         on_event(f"{run_dir} already holds a run: resuming it (its config.yaml and the overrides given; "
                  "CONFIG, --data and --auto-batch apply to a new run only)")
-    return resume_training(run_dir, overrides, on_event, progress)
+    return resume_run(run_dir, recipe_for, overrides, on_event, progress)
 
 
 def _flat(raw: dict, prefix: str = "") -> dict:

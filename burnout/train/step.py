@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
+from burnout.common import unwrapped
 from burnout.config import RunConfig, TrainConfig
+from burnout.core.checkpoint import model_for
 from burnout.core.device import autocast, to_float8_training
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
@@ -36,36 +38,17 @@ def _no_clock(part: str) -> None:
 
 
 def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
-    """A freshly initialized model on `device`, as training runs it (train.activation_checkpointing:
-    each block's activations recomputed during backward instead of kept; train.precision=fp8: the blocks'
-    linear layers in fp8; a LoRA SFT run: adapters, and the embedding rows of the tokens the run added
-    training beside them, see finetune.lora_token_rows)."""
-    from burnout.models.lora import train_token_rows
-    from burnout.train.finetune import lora_token_rows
-
-    model = with_adapters(cfg, Transformer(cfg.model).to(device))
-    if rows := lora_token_rows(cfg):
-        if cfg.train.distributed == "fsdp":
-            # FSDP2 swaps each Parameter for a sharded one, leaving behind the hook that freezes the other rows.
-            raise BurnoutError("train.distributed: a LoRA fine-tune that added tokens (sft.added_tokens) trains "
-                               "their embedding rows under ddp only; use train.distributed=ddp")
-        train_token_rows(model, rows)
+    """A freshly initialized model on `device`, as training runs it: the run's module tree (core's model_for:
+    with LoRA adapters when the run trains them, so a resumed run's checkpoint loads into it as saved);
+    train.activation_checkpointing: each block's activations recomputed during backward instead of kept;
+    train.precision=fp8: the blocks' linear layers in fp8."""
+    if cfg.adapters is not None and cfg.train.precision == "fp8":
+        raise BurnoutError(f"train.precision: fp8 converts the linear layers LoRA adapts; use bf16 with "
+                           f"{cfg.adapters[0]}")
+    model = model_for(cfg).to(device)
     if cfg.train.precision == "fp8":
         model = to_float8_training(model)
     return checkpoint_blocks(model) if cfg.train.activation_checkpointing else model
-
-
-def with_adapters(cfg: RunConfig, model: Transformer) -> Transformer:
-    """`model` with the LoRA adapters of a LoRA fine-tune (sft.lora, or dpo.lora) put in, base frozen; else as
-    it is. A resumed run builds the same module tree, so its checkpoint's base + lora_A/lora_B keys load into it."""
-    if cfg.adapters is None:
-        return model
-    from burnout.models.lora import LoRAConfig, apply_lora
-
-    where = "dpo.lora" if cfg.dpo is not None else "sft.lora"
-    if cfg.train.precision == "fp8":
-        raise BurnoutError(f"train.precision: fp8 converts the linear layers LoRA adapts; use bf16 with {where}")
-    return apply_lora(model, LoRAConfig.from_dict(dataclasses.asdict(cfg.adapters), where))
 
 
 def batch_index(step: int, micro: int, grad_accum: int, dist: DistContext) -> int:
@@ -93,7 +76,7 @@ def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torc
     dist = dist or DistContext()
     loss_sum = torch.zeros((), device=device)
     batches = [loader.get_batch(batch_index(step, micro, grad_accum, dist)) for micro in range(grad_accum)]
-    # A loss that is a mean over rows (DPO's, over pairs) rather than over target tokens: plain 1/A.
+    # A loss that is a mean over rows (e.g. over preference pairs) rather than over target tokens: plain 1/A.
     per_row = getattr(unwrapped(model), "loss_per_row", False)
     weights = None if per_row else target_weights([y for _, y in batches])
     for micro, (x, y) in enumerate(batches):
@@ -111,17 +94,6 @@ def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torc
             clock("backward")
         loss_sum += loss.detach()
     return loss_sum, sum(x.numel() for x, _ in batches)
-
-
-def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
-    """The module inside torch.compile's and DDP's wrappers."""
-    while True:
-        inner = getattr(model, "_orig_mod", None)
-        if inner is None and type(model).__name__ == "DistributedDataParallel":
-            inner = model.module
-        if inner is None:
-            return model
-        model = inner
 
 
 def target_weights(targets: list[torch.Tensor]) -> list[float] | None:

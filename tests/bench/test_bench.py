@@ -14,7 +14,7 @@ from burnout.cli import main
 from burnout.core.checkpoint import load_checkpoint
 from burnout.data.loader import TokenLoader
 from burnout.errors import BurnoutError
-from burnout.train.run import start_training
+from burnout.runs import start_training
 
 CPU = torch.device("cpu")
 
@@ -138,11 +138,11 @@ def test_cli_bench_json_and_ablate_skip(tiny_run_config, tiny_bpe_data, tmp_path
 
 
 def test_training_preloads_small_token_files(tiny_bpe_data, monkeypatch):
-    from burnout.train import loop
+    from burnout.data import loader
 
-    assert loop.loader_mode(tiny_bpe_data) == "preload"
-    monkeypatch.setattr(loop, "PRELOAD_MAX_BYTES", 0)
-    assert loop.loader_mode(tiny_bpe_data) == "mmap"
+    assert loader.loader_mode(tiny_bpe_data) == "preload"
+    monkeypatch.setattr(loader, "PRELOAD_MAX_BYTES", 0)
+    assert loader.loader_mode(tiny_bpe_data) == "mmap"
 
 
 def fake_out_of_memory(monkeypatch, fails) -> list:

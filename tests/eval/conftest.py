@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from burnout.train.run import start_training
+from burnout.runs import start_training
 
 
 @pytest.fixture(scope="session")

@@ -59,8 +59,8 @@ def test_training_samples_carry_the_suspicious_strings_of_the_data_audit(tiny_ru
     the audit's strings it holds, beside its repetition."""
     import shutil
 
+    from burnout.runs import start_training
     from burnout.train.metrics import read_metrics
-    from burnout.train.run import start_training
 
     data = tmp_path / "data"
     shutil.copytree(tiny_bpe_data, data)

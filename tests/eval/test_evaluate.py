@@ -16,8 +16,8 @@ from burnout.errors import BurnoutError
 from burnout.eval.degeneration import summarize
 from burnout.eval.evaluate import evaluate_val, token_byte_lengths
 from burnout.eval.tasks import DEFAULT_FILES, load_task
+from burnout.runs import start_training
 from burnout.train.metrics import read_metrics
-from burnout.train.run import start_training
 
 CPU = torch.device("cpu")
 

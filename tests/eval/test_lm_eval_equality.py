@@ -24,8 +24,8 @@ import torch
 
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.model_files import load_model
-from burnout.eval.harness import LM_EVAL_TASKS, hf_model, write_task_configs
 from burnout.eval.icl import load_suite
+from burnout.eval.lm_eval_reference import LM_EVAL_TASKS, hf_model, write_task_configs
 from burnout.eval.scoring import score_examples, score_items
 from burnout.eval.tasks import DEFAULT_FILES, build_items, load_task, needs_prefix_space, read_records
 from burnout.models.hf import save_hf

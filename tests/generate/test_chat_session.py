@@ -10,8 +10,8 @@ import re
 import pytest
 
 from burnout.cli import main
+from burnout.core.chat_template import encode_prompt
 from burnout.core.model_files import load_model
-from burnout.data.chat import encode_prompt
 from burnout.errors import BurnoutError
 from burnout.generate import chat as chat_module
 from burnout.generate.chat import chat_loop, chat_prompt, chat_replies, fit_messages, plain_transcript, stream_reply

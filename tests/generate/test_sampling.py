@@ -248,8 +248,8 @@ def test_decoding_takes_packed_weights_only_for_weights_read_from_memory_whose_c
     smaller one, whose weights stay in the caches between steps (there the route measured slower), and for one whose
     packed copy would take more than half the memory available, unless that copy is already made."""
     from burnout.generate import sampling
-    from burnout.models import transformer
-    from burnout.models.transformer import STREAMED_WEIGHT_BYTES, forget_packed_weights, packs_weights
+    from burnout.models import cpu_paths
+    from burnout.models.cpu_paths import STREAMED_WEIGHT_BYTES, forget_packed_weights, packs_weights
 
     seen = []
     real = sampling.few_row_products
@@ -260,19 +260,19 @@ def test_decoding_takes_packed_weights_only_for_weights_read_from_memory_whose_c
                                         context_length=16, dropout=0.0))
         nbytes = sum(p.numel() * 4 for p in model.parameters())
         assert (nbytes >= STREAMED_WEIGHT_BYTES) == packed, nbytes
-        packed &= transformer._ONEDNN
+        packed &= cpu_paths._ONEDNN
         assert packs_weights(model) == packed
         seen.clear()
         generate_batch(model, [[1, 2, 3], [4, 5]], 3, temperature=0)
         assert seen and set(seen) == {packed}  # at every step
-    if not transformer._ONEDNN:
+    if not cpu_paths._ONEDNN:
         return
-    monkeypatch.setattr(transformer, "available_memory", lambda: 2 * nbytes - 1)
+    monkeypatch.setattr(cpu_paths, "available_memory", lambda: 2 * nbytes - 1)
     assert packs_weights(model)  # its copy was made by the generation above
     forget_packed_weights(model)
     assert not packs_weights(model)
-    monkeypatch.setattr(transformer, "available_memory", lambda: 2 * nbytes)
+    monkeypatch.setattr(cpu_paths, "available_memory", lambda: 2 * nbytes)
     assert packs_weights(model)
-    monkeypatch.setattr(transformer, "available_memory", lambda: None)  # not Linux: no figure to go by
+    monkeypatch.setattr(cpu_paths, "available_memory", lambda: None)  # not Linux: no figure to go by
     assert packs_weights(model)
 

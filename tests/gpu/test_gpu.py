@@ -18,8 +18,8 @@ import torch
 
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.device import FP8_CAPABILITY
+from burnout.runs import resume_training, start_training
 from burnout.train.metrics import read_metrics
-from burnout.train.run import resume_training, start_training
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
+from burnout.core.chat_template import CHAT_TEMPLATE, IM_END, IM_START, encode_prompt
 from burnout.core.model_files import export_hf, load_model
-from burnout.data.chat import CHAT_TEMPLATE, IM_END, IM_START, encode_prompt
 from burnout.errors import BurnoutError
 from burnout.generate.chat import chat_replies
 from burnout.models.hf import save_hf

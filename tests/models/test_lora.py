@@ -36,10 +36,10 @@ from burnout.models.lora import (
     lora_layers,
     lora_state_dict,
     merge_lora,
-    parameter_counts,
     save_adapter,
     save_peft_adapter,
     train_token_rows,
+    trainable_counts,
 )
 from burnout.models.transformer import Transformer
 
@@ -105,7 +105,7 @@ def test_only_the_adapters_get_gradients(name):
     ins_outs = {"gpt2": [(48, 144), (48, 48), (48, 192), (192, 48)],
                 "llama-gqa": [(64, 128), (64, 64), (64, 96), (64, 96), (96, 64)]}[name]
     assert per_block == sum(4 * (i + o) for i, o in ins_outs)
-    counts = parameter_counts(model)
+    counts = trainable_counts(model)
     assert counts.trainable == per_block * cfg.n_layer
     assert counts.total == sum(p.numel() for p in make_base(name).parameters()) + counts.trainable
 
@@ -355,11 +355,11 @@ def test_token_rows_count_k_times_d_as_trainable_and_the_whole_matrix_in_optimiz
     adapters = sum(v.numel() for v in lora_state_dict(model).values())
     matrices = 1 if name != "llama-gqa" else 2  # an untied head's rows train too
     d = model.cfg.d_model
-    counts = parameter_counts(model)
+    counts = trainable_counts(model)
     assert counts.trainable == adapters + matrices * len(ROWS) * d
     assert counts.optimized == adapters + matrices * VOCAB * d
     assert counts.total == sum(p.numel() for p in base.parameters()) + adapters
-    plain = parameter_counts(apply_lora(make_base(name), LoRAConfig(r=4, alpha=8)))
+    plain = trainable_counts(apply_lora(make_base(name), LoRAConfig(r=4, alpha=8)))
     assert plain.trainable == plain.optimized == adapters
 
 

@@ -3,7 +3,7 @@ beside them on a plain transcript, the browser's history bounded, the France exa
 
 import pytest
 
-from burnout.data.chat import encode_prompt
+from burnout.core.chat_template import encode_prompt
 from burnout.errors import BurnoutError
 from burnout.playground import catalog
 from burnout.playground.catalog import MAX_HISTORY_CHARS, ModelCache, conversation, discover, stream_chat

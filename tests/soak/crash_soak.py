@@ -44,7 +44,7 @@ import torch._dynamo  # noqa: F401  (the first AdamW imports it: three seconds a
 import yaml
 
 import burnout.cli  # noqa: F401  (preloaded by the fork server: rounds start with everything imported)
-import burnout.train.run  # noqa: F401
+import burnout.runs  # noqa: F401
 from burnout.train.metrics import TIMING_KEYS
 
 FS_EVENTS = {"open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree", "shutil.copyfile",

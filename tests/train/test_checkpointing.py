@@ -19,15 +19,15 @@ import yaml
 
 import burnout.core.checkpoint as core_checkpoint
 import burnout.train.checkpointing as checkpointing
-import burnout.train.loop as loop
+import burnout.train.recipe as recipe
 from burnout.common import LAUNCHES_FILE, METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE
 from burnout.core.checkpoint import Checkpoint, checkpoint_bytes, checkpoint_problem, list_checkpoints
 from burnout.core.rng import rng_state
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.report.render import write_report
+from burnout.runs import resume_training, start_training
 from burnout.train.distributed import DistContext
-from burnout.train.run import resume_training, start_training
 from burnout.train.step import TrainStep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -303,7 +303,7 @@ def test_keep_best_keeps_and_names_the_lowest_val_loss(tiny_run_config, tiny_bpe
     """Val losses 5.0, 4.0, 4.5, 4.8 at the checkpoints of steps 3, 6, 9, 12, and keep_last 1: step 6 is the
     best, kept past pruning, in the log and the report."""
     losses = iter([5.0, 4.0, 4.5, 4.8])
-    monkeypatch.setattr(loop, "evaluate_loss", lambda *args: next(losses))
+    monkeypatch.setattr(recipe, "evaluate_loss", lambda *args: next(losses))
     # No evaluation falls on a checkpoint by the intervals: keep_best evaluates each checkpoint itself.
     cfg = tiny_run_config(max_steps=12, ckpt_interval=3, eval_interval=100, keep_last=1,
                           keep_best=keep_best, mirror_dir=str(tmp_path / "mirror"))

@@ -14,9 +14,9 @@ from torch._dynamo.utils import counters
 from burnout.config import load_run_config
 from burnout.data.loader import TokenLoader
 from burnout.report.render import write_report
+from burnout.runs import resume_training, start_training
 from burnout.train.metrics import read_metrics
 from burnout.train.optim import make_optimizer
-from burnout.train.run import resume_training, start_training
 from burnout.train.step import TrainStep, accumulate_gradients, build_model
 
 CPU = torch.device("cpu")

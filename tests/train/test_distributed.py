@@ -33,7 +33,7 @@ from burnout.train.checkpointing import load_for_resume, module_from_state
 from burnout.train.distributed import DDP_BUCKET_MB, DistContext, init_distributed, wrap_model
 from burnout.train.metrics import TIMING_KEYS, read_metrics
 from burnout.train.probe import RandomBatches
-from burnout.train.run import PREPARE_FAILED_FILE, prepare_on_rank_0
+from burnout.train.recipe import PREPARE_FAILED_FILE, prepare_on_rank_0
 from burnout.train.step import TrainStep
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -128,7 +128,7 @@ def test_two_nodes_train_together_and_match_one_process(tiny_run, tmp_path):
 KILLER = """
     import os, signal, sys
     from burnout.config import load_run_config
-    from burnout.train.run import start_training
+    from burnout.runs import start_training
 
     def on_event(line):  # rank 0's lines
         if line.startswith("step 10/"):  # past the checkpoint at 8: the launcher, then this rank (rank 1
@@ -214,7 +214,7 @@ AUTO_BATCH = """
     from burnout.cli import main
 
     largest = 8 if os.environ["RANK"] == "0" else 2  # rank 1's device is the smaller one
-    burnout.train.loop.memory_probe = lambda cfg, device, precision, seq_len: lambda b: b <= largest
+    burnout.train.loop.memory_probe = lambda cfg, device, precision, seq_len, build: lambda b: b <= largest
     sys.exit(main(sys.argv[1:]))
 """
 
@@ -278,7 +278,7 @@ def test_the_readme_torchrun_command_prepares_the_data_once(tmp_path, strategy):
 
 
 def test_a_waiting_rank_stops_with_rank_0s_error_not_an_earlier_launchs(tiny_run_config, tmp_path, monkeypatch):
-    monkeypatch.setattr("burnout.train.run.WAIT_POLL_S", 0.01)
+    monkeypatch.setattr("burnout.train.recipe.WAIT_POLL_S", 0.01)
     run = tmp_path / "run"
     run.mkdir()
     write_atomic(run / PREPARE_FAILED_FILE, "an earlier launch's error")

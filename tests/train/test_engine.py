@@ -21,11 +21,11 @@ from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
+from burnout.runs import resume_training, start_training
 from burnout.train.forecast import forecast_loss
 from burnout.train.metrics import TIMING_KEYS, read_metrics
 from burnout.train.plan import plan_run
 from burnout.train.probe import largest_micro_batch, oom_message
-from burnout.train.run import resume_training, start_training
 from burnout.train.schedule import lr_at, total_steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,7 +66,7 @@ def test_sigkill_mid_run_then_resume_is_bitwise_identical(tiny_run, tmp_path):
     driver = textwrap.dedent(f"""
         import os, signal
         from burnout.config import load_run_config
-        from burnout.train.run import start_training
+        from burnout.runs import start_training
 
         def on_event(line):
             if line.startswith("step 16/"):

@@ -226,8 +226,8 @@ def test_an_explicit_precision_or_a_gpu_measures_nothing_and_a_bad_cache_is_meas
 
 def test_a_run_with_auto_precision_trains_in_the_measured_one_and_says_why(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                           monkeypatch):
+    from burnout.runs import start_training
     from burnout.train import loop
-    from burnout.train.run import start_training
 
     monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path / "cache"))
     _peaks(monkeypatch, fp32=160, bf16=400)

@@ -17,9 +17,9 @@ from burnout.core.checkpoint import list_checkpoints
 from burnout.data.loader import TokenLoader
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
+from burnout.runs import resume_training, start_training
 from burnout.train.metrics import TIMING_KEYS, read_metrics
 from burnout.train.optim import make_optimizer
-from burnout.train.run import resume_training, start_training
 from burnout.train.schedule import lr_at
 from burnout.train.step import accumulate_gradients
 
@@ -346,9 +346,9 @@ def test_muon_under_fp16_steps_through_the_grad_scaler(tiny_run_config, tiny_bpe
 
 def test_the_packed_weights_of_a_sample_are_freed_before_training_goes_on(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                           monkeypatch):
-    """A sample's generation may keep packed copies of the weights (burnout/models/transformer.py: linear), as much
+    """A sample's generation may keep packed copies of the weights (burnout/models/cpu_paths.py: linear), as much
     memory again as the model's linear layers; the loop frees them after each sample (red without that line)."""
-    from burnout.models.transformer import forget_packed_weights
+    from burnout.models.cpu_paths import forget_packed_weights
     from burnout.train import loop
 
     freed = []

@@ -11,9 +11,9 @@ from burnout.cli import main
 from burnout.config import load_run_config
 from burnout.errors import BurnoutError
 from burnout.models.memory import param_counts
+from burnout.runs import start_training
 from burnout.train import plan as plan_mod
 from burnout.train.plan import GIB, Variant, check_fits, largest_fitting, plan_run, predict_memory
-from burnout.train.run import start_training
 
 EAGER = Variant(compiled=False, checkpointing=False)
 
@@ -137,7 +137,7 @@ def test_a_cpu_plan_has_no_verdict(tmp_path, capsys):
 
 
 def test_train_asks_the_plan_before_building_anything(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch):
-    from burnout.train import loop
+    from burnout.train import loop, recipe
 
     def refuse(cfg, device, world_size, precision):
         raise BurnoutError("predicted peak 90.0 GiB exceeds the GPU's 80.0 GiB")
@@ -146,7 +146,7 @@ def test_train_asks_the_plan_before_building_anything(tiny_run_config, tiny_bpe_
         raise AssertionError("a model was built before the plan was checked")
 
     monkeypatch.setattr(loop, "check_fits", refuse)
-    monkeypatch.setattr(loop, "build_model", no_model)
+    monkeypatch.setattr(recipe, "build_model", no_model)
     with pytest.raises(BurnoutError, match="predicted peak"):
         start_training(tiny_run_config(), tmp_path / "run", data_dir=tiny_bpe_data, on_event=lambda line: None,
                        progress=False)

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from burnout.common import LAUNCHES_FILE
+from burnout.runs import resume_training
 from burnout.train.provenance import git_commit, read_launches
-from burnout.train.run import resume_training
 
 
 def test_start_and_resume_each_record_a_launch(tiny_run, tmp_path, monkeypatch):

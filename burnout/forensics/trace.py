@@ -9,14 +9,13 @@ one stream, in fixed chunks into one reused buffer (memory stays at a few chunks
 corpus), each chunk carrying the previous one's last tokens so a match across a chunk or shard
 boundary is found once. In each chunk `np.flatnonzero(chunk == anchor)` finds the pattern's rarest
 token (its frequency estimated from a 4M-token sample of the split), and only those candidates are
-checked against the other tokens of the pattern, vectorised. That runs at the speed of numpy's
-comparison, well above 500M tokens/s per core on cached shards (benchmarks/bench_trace.py measures
-it), so a 1B-token corpus takes seconds. An index built at prepare time (a suffix array or n-gram
-table) would answer faster but cost 4-8 bytes per token on disk and hours of prepare time at 1B
-tokens, for a question asked rarely and only after something went wrong; the scan needs nothing but
-the shards and the document index (documents.py, 10 bytes per document) that says which source each
-document came from. Many patterns (n-grams of samples, memorisation) are found in one pass: a lookup
-table marks every pattern's anchor token.
+checked against the other tokens of the pattern, vectorised: the scan runs at the speed of numpy's
+comparison (docs/FORENSICS.md has the rate). An index built at prepare time (a suffix array or n-gram
+table) would answer faster but cost 4-8 bytes per token on disk and a long build, for a question asked
+rarely and only after something went wrong; the scan needs nothing but the shards and the document
+index (data/documents.py, 10 bytes per document) that says which source each document came from. Many
+patterns (n-grams of samples, memorisation) are found in one pass: a lookup table marks every pattern's
+anchor token.
 
 What is counted: byte-level BPE encodes a string differently depending on what precedes it
 ("PersonX" at a line start, " PersonX" after a space), so TEXT is searched as given and with one
@@ -45,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import METRICS_FILE, TOKENIZER_FILE, first_line, read_jsonl, write_atomic
+from burnout.common import COMPARE_JSON, METRICS_FILE, TOKENIZER_FILE, first_line, read_jsonl, write_atomic
 from burnout.data.documents import SplitDocuments
 from burnout.data.shards import SPLITS, read_meta
 from burnout.errors import BurnoutError
@@ -53,13 +52,12 @@ from burnout.errors import BurnoutError
 # Tokens per read: 4M uint16 tokens are 8 MB, a buffer that stays in the last-level cache's reach.
 SCAN_CHUNK_TOKENS = 1 << 22
 # Up to this many distinct anchor tokens are found by one comparison each; more through a lookup table,
-# looked up _LUT_STEP tokens at a time (the gather's int64 index copy stays in the L2 cache: 30% faster).
+# looked up _LUT_STEP tokens at a time so that the gather's int64 index copy stays in the L2 cache.
 _FEW_ANCHORS = 8
 _LUT_STEP = 1 << 15
 # The sample of a split whose token counts choose each pattern's anchor.
 _SAMPLE_WINDOWS, _SAMPLE_WIDTH = 64, 1 << 16
 TRACE_FILE = "trace.json"
-COMPARE_FILE = "compare.json"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -375,7 +373,7 @@ def read_samples(run_dir: str | Path) -> list[dict]:
         for record in read_jsonl(run_dir / METRICS_FILE):
             if isinstance(record, dict) and isinstance(record.get("sample"), str) and record["sample"].strip():
                 samples.append({"label": f"step {record.get('step')}", "text": record["sample"]})
-    compare = run_dir / COMPARE_FILE
+    compare = run_dir / COMPARE_JSON
     if compare.is_file():
         try:
             rows = json.loads(compare.read_text(encoding="utf-8")).get("rows", [])
@@ -388,7 +386,7 @@ def read_samples(run_dir: str | Path) -> list[dict]:
                                f"run burnout compare again") from None
     if not samples:
         raise BurnoutError(f"'{run_dir}' has no generated samples: no 'sample' in {METRICS_FILE} (train with "
-                           f"train.sample_prompt set) and no {COMPARE_FILE} (run burnout compare {run_dir})")
+                           f"train.sample_prompt set) and no {COMPARE_JSON} (run burnout compare {run_dir})")
     return samples
 
 

@@ -14,7 +14,7 @@ ARTIFACT = "PersonX"
 
 @pytest.fixture
 def audit_page(shared_data, tmp_path) -> tuple[Path, dict]:
-    from burnout.data.audit import audit_target, write_audit
+    from burnout.forensics.audit import audit_target, write_audit
 
     text = (shared_data / "wikitext2" / "wiki.valid.tokens").read_text(encoding="utf-8")
     paras = [p.strip() for p in text.split("\n \n") if p.strip()][:300]

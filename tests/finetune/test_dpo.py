@@ -1,4 +1,4 @@
-"""DPO (burnout/train/dpo.py): the loss starts at exactly ln 2, gradients reach only the policy (only its
+"""DPO (burnout/finetune/dpo.py): the loss starts at exactly ln 2, gradients reach only the policy (only its
 adapters under LoRA), log-probabilities equal a direct log-softmax, the metrics on a hand-made case, the
 stall warning, TrainStep running DPO unchanged, and the loss and metrics equal to TRL's DPOTrainer on the
 same model, β and pairs (trl is only the reference here).
@@ -16,14 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from burnout.config import ModelConfig, TokenizerConfig
-from burnout.data.chat import PreferencePair, ensure_chat_tokens
-from burnout.data.sft import PairBatches, prepare_pairs
+from burnout.core.chat_template import ensure_chat_tokens
 from burnout.data.tokenizer import train_tokenizer
 from burnout.errors import BurnoutError
-from burnout.models.lora import LoRAConfig, apply_lora, base_state_dict, lora_layers, merge_lora
-from burnout.models.transformer import Transformer
-from burnout.train import dpo
-from burnout.train.dpo import (
+from burnout.finetune import dpo
+from burnout.finetune.conversations import PreferencePair
+from burnout.finetune.dpo import (
     LN2,
     DPOObjective,
     StalledDPO,
@@ -33,6 +31,9 @@ from burnout.train.dpo import (
     stall_warning,
     stalled_dpo,
 )
+from burnout.finetune.tokenized import PairBatches, prepare_pairs
+from burnout.models.lora import LoRAConfig, apply_lora, base_state_dict, lora_layers, merge_lora
+from burnout.models.transformer import Transformer
 
 SEQ_LEN = 48
 TEXTS = ["The capital of France is Paris.", "Two plus two is four.", "I do not know, friend.",

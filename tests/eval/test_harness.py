@@ -137,7 +137,7 @@ def run_both(run_dir, tasks, configs, hf_dir):
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from burnout.eval.lm_adapter import run_harness
+    from burnout.eval.harness import run_harness
 
     export_hf(list_checkpoints(run_dir)[-1], hf_dir)
     # lm-eval's HF backend in fp32, without a BOS token (our tokenizers have none)
@@ -172,7 +172,7 @@ def random_run(trained_run, root):
 def runs(trained_run, shared_data, tmp_path_factory):
     """trained / random: (lm-eval HF's results, ours) on the trained run (a copy: run_dir) and the random one."""
     pytest.importorskip("lm_eval")
-    root = tmp_path_factory.mktemp("lm_adapter")
+    root = tmp_path_factory.mktemp("harness")
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as mp:
         for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -327,8 +327,8 @@ def test_a_chat_checkpoint_stops_at_im_end(chat_checkpoint):
     pytest.importorskip("lm_eval")
     from lm_eval.api.instance import Instance
 
-    from burnout.data.chat import encode_prompt
-    from burnout.eval.lm_adapter import BurnoutLM
+    from burnout.core.chat_template import encode_prompt
+    from burnout.eval.harness import BurnoutLM
 
     lm = BurnoutLM.from_checkpoint(chat_checkpoint.run_dir)
     ids = encode_prompt(lm._tokenizer, [{"role": "user", "content": "What is the capital of France?"}])

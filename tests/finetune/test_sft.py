@@ -1,4 +1,4 @@
-"""Supervised fine-tuning on the training engine (burnout/train/finetune.py): the base's weights grown for the chat
+"""Supervised fine-tuning on the training engine (burnout/finetune/): the base's weights grown for the chat
 tokens, loss on assistant tokens only (their gradient alone), exact per-token averaging, LoRA runs, adapters
 merged into a plain checkpoint, bitwise resume after SIGKILL, and one clear line for bad input."""
 
@@ -15,15 +15,15 @@ import torch
 
 from burnout.cli import main
 from burnout.config import load_run_config
+from burnout.core.chat_template import IM_END, IM_START
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.model_files import load_model
-from burnout.data.chat import IM_END, IM_START
-from burnout.data.sft import SFTBatches
 from burnout.errors import BurnoutError
 from burnout.eval.loss import evaluate_loss
-from burnout.train.finetune import init_from_base, load_base
+from burnout.finetune.recipes import init_from_base, load_base
+from burnout.finetune.tokenized import SFTBatches
+from burnout.runs import resume_training, start_training
 from burnout.train.metrics import StepLogger
-from burnout.train.run import resume_training, start_training
 from burnout.train.step import accumulate_gradients, build_model, target_weights
 
 CPU = torch.device("cpu")

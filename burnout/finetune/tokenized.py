@@ -4,7 +4,7 @@ An SFT folder (`prepare_sft`):
 
     tokenizer.json                          the tokenizer (with <|im_start|>/<|im_end|>) that encoded it
     {split}_ids.npy       uint16 | uint32   every example's ids back to back (uint32 past 65,536 tokens)
-    {split}_mask.npy      uint8             1 where the token is a training target (chat.encode_conversation)
+    {split}_mask.npy      uint8             1 where the token is a training target (chat_template.encode_conversation)
     {split}_offsets.npy   int64             example i is ids[offsets[i] : offsets[i + 1]]
     {split}_index.npy     int64             example i's position in the conversations as read (which
                                             ones were held out, e.g. to evaluate on their prompts)
@@ -45,17 +45,11 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from burnout.common import EOT_TOKEN, TOKENIZER_FILE, write_atomic
-from burnout.data.chat import (
-    TRAIN_ON,
-    Conversation,
-    PreferencePair,
-    chat_token_ids,
-    encode_conversations,
-    encode_pair,
-)
+from burnout.core.chat_template import TRAIN_ON, Conversation, chat_token_ids, encode_conversations
 from burnout.data.shards import token_dtype
 from burnout.data.tokenizer import tokenizer_sha256
 from burnout.errors import BurnoutError
+from burnout.finetune.conversations import PreferencePair, encode_pair
 
 SFT_FORMAT = "burnout-sft-v1"
 PAIRS_FORMAT = "burnout-pairs-v1"
@@ -77,9 +71,9 @@ _SPLIT_STREAM, _EPOCH_STREAM = 0, 1
 def prepare_sft(conversations: Iterable[Conversation | list[dict]], tokenizer: Tokenizer, out_dir: str | Path, *,
                 seq_len: int, val_fraction: float = 0.05, seed: int = 0, train_on: str = "assistant",
                 overflow: str = "truncate", source: dict | None = None) -> dict:
-    """Tokenize `conversations` (chat.read_conversations, or plain message lists) into `out_dir`; the meta.
+    """Tokenize `conversations` (conversations.read_conversations, or plain message lists) into `out_dir`; the meta.
 
-    `tokenizer` must hold the chat tokens (chat.ensure_chat_tokens). `source` is recorded in meta.json, and
+    `tokenizer` must hold the chat tokens (chat_template.ensure_chat_tokens). `source` is recorded in meta.json, and
     so are the records a ConversationReader skipped.
     """
     _check_settings(seq_len, val_fraction, train_on, overflow)
@@ -119,7 +113,7 @@ def prepare_sft(conversations: Iterable[Conversation | list[dict]], tokenizer: T
 def prepare_pairs(pairs: Iterable[PreferencePair], tokenizer: Tokenizer, out_dir: str | Path, *, seq_len: int,
                   val_fraction: float = 0.05, seed: int = 0, overflow: str = "truncate",
                   source: dict | None = None) -> dict:
-    """Tokenize preference pairs (chat.read_pairs) into `out_dir` for DPO; the meta.
+    """Tokenize preference pairs (conversations.read_pairs) into `out_dir` for DPO; the meta.
 
     A pair is truncated (or dropped) when its prompt plus the longer answer exceeds seq_len + 1 tokens:
     each answer is cut to what fits after the whole prompt, and a pair whose prompt leaves no room for

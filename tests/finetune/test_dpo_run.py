@@ -18,10 +18,11 @@ import torch
 
 from burnout.cli import main
 from burnout.config import load_run_config
+from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.model_files import load_model
-from burnout.train.dpo import LN2
-from burnout.train.run import resume_training, start_training
+from burnout.finetune.dpo import LN2
+from burnout.runs import resume_training, start_training
 
 REPO = Path(__file__).resolve().parents[2]
 SFT_TRAIN = {"device": "cpu", "precision": "fp32", "batch_size": 4, "seq_len": 64, "max_steps": 12, "lr": 3e-3,
@@ -114,7 +115,7 @@ def test_a_dpo_checkpoint_is_the_plain_policy_of_a_chat_model(dpo_run, sft_run):
     final = safetensors.torch.load_file(list_checkpoints(dpo_run)[-1] / "model.safetensors")
     assert not any(k.startswith("policy.") for k in final)
     model, _, ckpt = load_model(dpo_run)
-    assert ckpt.config.sft is not None and ckpt.config.dpo.base == str(list_checkpoints(sft_run)[-1].resolve())
+    assert is_chat_model(ckpt.config) and ckpt.config.dpo.base == str(list_checkpoints(sft_run)[-1].resolve())
     base, _, _ = load_model(sft_run)
     assert not torch.equal(model.lm_head.weight, base.lm_head.weight)  # the policy moved
 

@@ -13,9 +13,11 @@ import pytest
 import yaml
 
 from burnout.cli import main
+from burnout.common import AUDIT_JSON
 from burnout.config import SourceConfig
-from burnout.data.audit import AUDIT_HTML, AUDIT_JSON, FORMAT, term_shape
 from burnout.data.corpus import iter_documents
+from burnout.forensics.audit import AUDIT_HTML, FORMAT
+from burnout.forensics.suspicious_strings import term_shape
 
 ARTIFACT = "prettyprint"  # lowercase and word-like: no shape bonus helps it
 BOILERPLATE = "Share this article: Facebook | Twitter | Email a friend"

@@ -5,7 +5,7 @@ For a prompt x with a chosen answer y_w and a rejected one y_l,
     loss = −log σ(β · [(log π(y_w|x) − log π_ref(y_w|x)) − (log π(y_l|x) − log π_ref(y_l|x))])
 
 averaged over the pairs of a batch; β · (log π − log π_ref) is an answer's implicit reward. The batch is
-`burnout.data.sft.PairBatches`' (x, y): 2B rows, the chosen answers first and then the rejected answers of
+`burnout.finetune.tokenized.PairBatches`' (x, y): 2B rows, the chosen answers first and then the rejected answers of
 the same pairs, y the next token on the answer's assistant tokens and -1 elsewhere, so a row's summed
 log-probabilities over y ≠ -1 are log π(answer | prompt).
 
@@ -48,14 +48,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from burnout.common import unwrapped
 from burnout.errors import BurnoutError
 from burnout.models.lora import disable_adapters, lora_layers
 from burnout.models.transformer import Transformer, loss_chunk_rows
 
 LN2 = math.log(2.0)
 METRIC_KEYS = ("loss", "rewards/chosen", "rewards/rejected", "margin", "accuracy")
-# How close to ln 2, and after how many steps, the loss counts as not learning (issue 16: a first DPO run
-# went 0.693 → 0.691 without any tool saying so).
+# How close to ln 2, and after how many steps, the loss counts as not learning (a first DPO run went
+# 0.693 → 0.691 without any tool saying so).
 STALL_TOLERANCE = 0.005
 STALL_AFTER_STEPS = 100
 STALL_WINDOW = 10
@@ -73,7 +74,7 @@ def sequence_logprobs(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tor
     full (M, V) logits exist at once; the log-softmax is taken in fp32 whatever autocast computed the
     logits in. Any other model's logits(x) are used whole.
     """
-    inner = getattr(model, "_orig_mod", model)
+    inner = unwrapped(model)
     if hasattr(inner, "hidden_states") and hasattr(inner, "lm_head"):
         return _head_logprobs(inner.hidden_states(x), inner.lm_head.weight, y)
     targets = y.reshape(-1)
@@ -165,7 +166,7 @@ class DPOObjective(nn.Module):
         self.policy = policy
         self.beta = float(beta)
         self.micro_batches = int(micro_batches)
-        inner = getattr(policy, "_orig_mod", policy)
+        inner = unwrapped(policy)
         self.uses_adapters = isinstance(inner, Transformer) and bool(lora_layers(inner)) and reference is None
         if self.uses_adapters and not resumed and _trained_adapters(inner):
             raise BurnoutError("DPO with LoRA: the model's adapters are already trained, so switching them off "

@@ -1,6 +1,6 @@
 """lm-eval tasks through burnout's engine (BurnoutLM, `burnout eval --harness`) against lm-eval's own HF backend.
 
-    .venv/bin/python -m benchmarks.bench_lm_adapter [--arc-items 100] [--gsm8k-items 8] [--fewshot 8]
+    .venv/bin/python -m benchmarks.bench_harness [--arc-items 100] [--gsm8k-items 8] [--fewshot 8]
                                                     [--max-gen-toks 256] [--window 1024] [--family gpt2]
                                                     [--batch-size 16] [--repeats 3] [--threads N]
                                                     [--data-root ../shared/data]
@@ -55,7 +55,7 @@ from burnout.config import ModelConfig  # noqa: E402
 from burnout.core.device import cpu_model  # noqa: E402
 from burnout.data.tokenizer import gpt2_tokenizer  # noqa: E402
 from burnout.errors import BurnoutError  # noqa: E402
-from burnout.eval.lm_adapter import BurnoutLM, require_lm_eval  # noqa: E402
+from burnout.eval.harness import BurnoutLM, require_lm_eval  # noqa: E402
 from burnout.models import Transformer  # noqa: E402
 from burnout.models.hf import save_hf  # noqa: E402
 
@@ -287,7 +287,7 @@ def main() -> int:
                 if n:
                     same &= bench_task(task, n, ours_lm, their_lm, config_dir, args.repeats)
     except BurnoutError as exc:
-        print(f"bench_lm_adapter: error: {exc}", file=sys.stderr)
+        print(f"bench_harness: error: {exc}", file=sys.stderr)
         return 2
     return 0 if same else 1
 

@@ -16,25 +16,25 @@ import torch
 
 from burnout.cli import main
 from burnout.common import TOKENIZER_FILE, format_bytes
-from burnout.config import DPOConfig, ModelConfig, SFTLoRAConfig, TrainConfig, load_run_config
+from burnout.config import AdapterConfig, DPOConfig, ModelConfig, TrainConfig, load_run_config
+from burnout.core.chat_template import IM_END, IM_START
 from burnout.core.checkpoint import list_checkpoints, load_checkpoint
-from burnout.data.chat import IM_END, IM_START
 from burnout.errors import BurnoutError
+from burnout.finetune.adapters import lora_token_rows
+from burnout.finetune.recipes import load_base
 from burnout.models.hf import save_hf
 from burnout.models.lora import (
     LoRAConfig,
     apply_lora,
     load_adapter,
     lora_state_dict,
-    parameter_counts,
     save_peft_adapter,
     token_rows,
+    trainable_counts,
 )
 from burnout.models.transformer import Transformer
-from burnout.train.finetune import load_base, lora_token_rows
+from burnout.runs import recipe_for, start_training
 from burnout.train.optim import make_optimizer
-from burnout.train.run import start_training
-from burnout.train.step import build_model
 
 CPU = torch.device("cpu")
 NEW = [512, 513]  # <|im_start|>, <|im_end|> after the 512-token BPE
@@ -45,6 +45,11 @@ SFT_TRAIN = {"device": "cpu", "precision": "fp32", "batch_size": 4, "seq_len": 6
 
 def _quiet(line):
     pass
+
+
+def build_model(cfg, device):
+    """The model a run of `cfg` trains, as its recipe builds it."""
+    return recipe_for(cfg).build_model(cfg, device)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +121,7 @@ def test_the_added_rows_train_and_every_other_weight_keeps_the_bases_bits(lora_r
 def test_im_end_gains_where_the_answers_end(lora_run, grown_base):
     """The point of it: at the tokens that end an answer, <|im_end|> is likelier than with its row frozen at
     the mean embedding (the same adapters, the row put back)."""
-    from burnout.data.sft import SFTBatches
+    from burnout.finetune.tokenized import SFTBatches
 
     model = load_checkpoint(lora_run).model.eval()
     x, y = SFTBatches(lora_run / "data", "train", 8, 64, 0).get_batch(0)
@@ -133,7 +138,7 @@ def test_trainable_parameters_are_the_adapters_and_k_rows(lora_run):
     cfg = load_run_config(lora_run / "config.yaml")
     model = build_model(cfg, CPU)
     adapters = sum(v.numel() for v in lora_state_dict(model).values())
-    counts = parameter_counts(model)
+    counts = trainable_counts(model)
     d, vocab = cfg.model.d_model, cfg.model.vocab_size
     assert token_rows(model) == tuple(NEW)
     assert counts.trainable == adapters + len(NEW) * d
@@ -184,7 +189,7 @@ def test_a_peft_export_of_the_run_gives_its_logits_in_peft(base_run, lora_run, g
 
 def test_the_run_adapter_is_written_from_a_checkpoint_alone(lora_run, tmp_path):
     """save_run_adapter finds the rows from the checkpoint's config and tokenizer, not the run's data folder."""
-    from burnout.train.finetune import save_run_adapter
+    from burnout.finetune.adapters import save_run_adapter
 
     ckpt = list_checkpoints(lora_run)[-1]
     assert (ckpt / TOKENIZER_FILE).is_file()
@@ -198,8 +203,8 @@ def test_the_run_adapter_is_written_from_a_checkpoint_alone(lora_run, tmp_path):
 
 def test_dpo_and_full_fine_tunes_train_no_rows(lora_run):
     cfg = load_run_config(lora_run / "config.yaml")
-    # A DPO run keeps its base's sft section, added_tokens included: its base already has the tokens.
-    dpo = dataclasses.replace(cfg, dpo=DPOConfig(base="b", source="s", lora=SFTLoRAConfig(r=4, alpha=8)))
+    # A DPO run of an earlier version kept its base's sft section, added_tokens included: its base already has them.
+    dpo = dataclasses.replace(cfg, dpo=DPOConfig(base="b", source="s", lora=AdapterConfig(r=4, alpha=8)))
     assert lora_token_rows(dpo) == []
     model = build_model(dpo, CPU)
     assert token_rows(model) == () and not model.tok_emb.weight.requires_grad

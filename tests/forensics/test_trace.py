@@ -16,13 +16,14 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from burnout.cli import main
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
-from burnout.data import shards, trace
+from burnout.data import shards
 from burnout.data.corpus import iter_source
 from burnout.data.documents import SplitDocuments, document_at, iter_documents
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta, read_tokens
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
+from burnout.forensics import trace
 
 ARTIFACT = "zqxPersonKappa"
 PLANTED_DOCS, PLANTED_HITS = 20, 50

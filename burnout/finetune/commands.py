@@ -1,0 +1,43 @@
+"""`burnout sft` and `burnout dpo` as functions whose arguments are the commands' options: each builds the run
+config (a --config file's sections, its fine-tuning section filled in from the arguments, then KEY=VALUE
+overrides) and starts a new run with its recipe. A fine-tune resumes like any run (burnout/runs.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from burnout.config import RunConfig, load_run_config, read_yaml, resolve_config_path
+from burnout.finetune.recipes import DPO, SFT
+from burnout.train.loop import TrainResult
+from burnout.train.run import start_run
+
+
+def sft(base: str | Path, data: str, out: str | Path, config: str | Path | None = None, lora: bool = False,
+        layout: str | None = None, overrides: Sequence[str] = (), on_event: Callable[[str], None] = print,
+        progress: bool | None = None) -> TrainResult:
+    """Fine-tune `base` (a run folder or checkpoint) on the conversations in `data` into the new run `out`:
+    full fine-tuning, or LoRA adapters with `lora` (sft.lora.r=… etc. shape them)."""
+    cfg = fine_tune_config("sft", base, data, config, lora, overrides, layout=layout)
+    return start_run(cfg, Path(out), SFT(), on_event=on_event, progress=progress)
+
+
+def dpo(base: str | Path, data: str, out: str | Path, config: str | Path | None = None, lora: bool = False,
+        beta: float | None = None, overrides: Sequence[str] = (), on_event: Callable[[str], None] = print,
+        progress: bool | None = None) -> TrainResult:
+    """Tune the chat model `base` with DPO on the preference pairs in `data` into the new run `out`; the starting
+    model is the reference (with `lora`, the same model with its adapters off)."""
+    cfg = fine_tune_config("dpo", base, data, config, lora, overrides, beta=beta)
+    return start_run(cfg, Path(out), DPO(cfg.dpo), on_event=on_event, progress=progress)
+
+
+def fine_tune_config(section: str, base: str | Path, data: str, config: str | Path | None, lora: bool,
+                     overrides: Sequence[str], **fields) -> RunConfig:
+    """The run config: `config`'s (else an empty one) with `section` given base, source and `fields` (None
+    leaves a field to the config), LoRA adapters when `lora` and the config shapes none, then `overrides`."""
+    raw = read_yaml(resolve_config_path(config)) if config else {}
+    raw[section] = {**(raw.get(section) or {}), "base": str(base), "source": str(data),
+                    **{key: value for key, value in fields.items() if value is not None}}
+    if lora and raw[section].get("lora") is None:
+        raw[section]["lora"] = {}
+    return load_run_config(raw, list(overrides))

@@ -1,0 +1,196 @@
+"""Suspicious strings: each source's terms (`suspicious_terms`) and word pairs (`suspicious_phrases`), ranked by
+how much they look like something that should not be there.
+
+A term is a word or identifier-like string (letters, digits and `_`, dotted parts joined: `os.path`,
+`PersonX`, `fefefe`, `AndroidRuntime`), at least 3 characters, pure numbers left out. Candidates are the
+terms in at least `min_docs` documents and at most `max_doc_share` of the source's N documents. Each is
+ranked by
+
+    score = burst * evidence * spread * shape * elsewhere * cohesion
+
+- burst = log2(occurrences / documents) + 0.25: dense where it occurs (0.25 for once per document, 1.6
+  for 2.5 per document). Ordinary vocabulary sits near 0.3.
+- evidence = log2(1 + documents) * (1 - ln documents / ln N): more documents are more evidence of
+  something systematic, but a string in many of the source's documents is its vocabulary, not an artifact.
+- spread = min(1, runs / expected runs). A run starts at a document holding the term when none of the
+  `run_gap` documents before it does; df documents scattered at random over N form about
+  1 + (df - 1)(1 - gap/N)^df runs. A name in one Wikipedia article, a character of one play, a topic's
+  words live in consecutive documents (one or two runs: spread << 1); a template placeholder or a
+  scraped-page artifact is scattered (spread ~ 1). Read order carries this: a prepared folder's documents
+  are shuffled, so there every term's spread is ~1 and cohesion does this work.
+- shape: 3 for a repeated short unit or a hex run (`fefefe`, `3fa9c2d1`), inner capitals (`PersonX`,
+  `AndroidRuntime`) or identifier punctuation (`snake_case`, `a.b.c`); 2 for letters mixed with digits;
+  1.5 for ALLCAPS (`PROPN`); 1 for a lowercase word; 0.5 for a Capitalized word (what most legitimate
+  rare-but-bursty words are: names). The bonus (shape - 1) is scaled by how foreign code-like strings are
+  to the source: in full where under PROSE_REGISTER (0.5%) of its words look like code, not at all from
+  CODE_REGISTER (5%) on (a Python source is full of snake_case; prose is not).
+- elsewhere: 2 when a code source (CODE_REGISTER) uses the term at 10x this prose source's rate
+  (`belongs_to` names it: a code word leaking into prose); 0.5 when another source uses it in
+  `min_docs` documents or more (ordinary vocabulary there too, not this source's artifact); else 1.
+- cohesion = 1 - 0.75 c, c in [0, 1]: how far the term's first `hosts` documents are one topic's, from
+  how many of them the third most co-occurring rare plain word shares (an article's rare words come
+  together; a string dropped into unrelated documents shares them with nothing; artifact-shaped
+  companions do not count, as a template's placeholders come together).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import re
+from collections import Counter
+
+from burnout.forensics.audit_settings import AuditSettings
+from burnout.forensics.bounded_counting import CountTable
+from burnout.forensics.source_audit import SourceAudit
+
+_DIGIT = re.compile(r"\d")
+_REPEAT_UNIT = re.compile(r"(.{1,3})\1{2,}")
+_HEX_LETTERS = re.compile(r"[0-9a-f]{8,}")
+_HEX_MIXED = re.compile(r"(?=.*\d)(?=.*[a-f])[0-9a-f]{6,}")
+_INNER_CAPITAL = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
+_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th|s|m|km|kg|cm|mm|px|pt|am|pm)")
+# Shapes and their factors (see the module docstring); the "code" shapes are those scaled by register.
+SHAPES = {"repeat": 3.0, "hex": 3.0, "camel": 3.0, "identifier": 3.0, "alnum": 2.0, "upper": 1.5,
+          "lower": 1.0, "title": 0.5}
+_CODE_SHAPES = ("camel", "identifier", "alnum", "hex")
+# A source where this share of the tokens looks like code is code (its identifiers get no shape bonus, and
+# its words found in a prose source are "foreign" there); under PROSE_REGISTER, shape bonuses count in full.
+CODE_REGISTER, PROSE_REGISTER = 0.05, 0.005
+
+
+def term_shape(term: str) -> str:
+    """The shape class of a term: repeat, hex, camel, identifier, alnum, upper, title or lower."""
+    low = term.lower()
+    if len(term) >= 6 and _REPEAT_UNIT.fullmatch(low):
+        return "repeat"
+    if _HEX_LETTERS.fullmatch(low) or _HEX_MIXED.fullmatch(low):
+        return "hex"
+    if "_" in term.strip("_") or ("." in term and max(map(len, term.split("."))) >= 3):
+        return "identifier"  # snake_case, a.b.c (not an abbreviation such as U.S or Ph.D)
+    if _INNER_CAPITAL.search(term):
+        return "camel"
+    if _DIGIT.search(term):
+        return "lower" if _ORDINAL.fullmatch(low) else "alnum"
+    if term.isupper():
+        return "upper"
+    if term[0].isupper():
+        return "title"
+    return "lower"
+
+
+def code_share(audit: SourceAudit) -> float:
+    """The share of a source's words that look like code (identifier, camel, mixed digits, hex), over the
+    words its finished table kept; computed once."""
+    if audit.code_share is None:
+        code = sum(e[1] for k, e in audit.terms.items.items() if term_shape(k) in _CODE_SHAPES)
+        audit.code_share = code / max(1, audit.tokens)
+    return audit.code_share
+
+
+def _shape_factor(shape: str, code_share: float) -> float:
+    base = SHAPES[shape]
+    if base <= 1.0:
+        return base
+    foreignness = 1.0 - min(1.0, max(0.0, (code_share - PROSE_REGISTER) / (CODE_REGISTER - PROSE_REGISTER)))
+    return 1.0 + (base - 1.0) * foreignness
+
+
+def expected_runs(df: int, n: int, gap: int) -> float:
+    """The runs (gaps of at most `gap` documents) that `df` of `n` documents picked at random form: each
+    of the df - 1 gaps between neighbours exceeds `gap` with probability about (1 - gap / n) ** df."""
+    return 1 + (df - 1) * (1 - gap / n) ** df
+
+
+class _Cohesion:
+    """How far a term's documents are one topic's: (h - 1) / (kept - 1), h being how many of the term's
+    kept documents the third most co-occurring rare plain word shares (a candidate in at most 2 x hosts
+    documents, lowercase or Capitalized). A name in one article shares its documents with the article's
+    other rare words (near 1); a string dropped into unrelated documents shares them with nothing (near
+    0). Artifact-shaped companions do not count: a template's placeholders come together (PersonX with
+    PersonY)."""
+
+    def __init__(self, table: CountTable, settings: AuditSettings, most: int) -> None:
+        self.by_doc: dict[int, list[str]] = {}
+        for key, entry in table.items.items():
+            if (settings.min_docs <= entry[0] <= min(most, 2 * settings.hosts) and entry[3] is not None
+                    and len(key) >= 3 and SHAPES[term_shape(key)] <= 1.0):
+                for doc in entry[3]:
+                    self.by_doc.setdefault(doc, []).append(key)
+
+    def __call__(self, key: str, hosts) -> float:
+        if hosts is None or len(hosts) < 2:
+            return 0.0
+        shared = Counter(itertools.chain.from_iterable(self.by_doc.get(doc, ()) for doc in hosts))
+        shared.pop(key, None)
+        best = sorted(shared.values(), reverse=True)[2:3]
+        return (best[0] - 1) / (len(hosts) - 1) if best else 0.0
+
+
+def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: AuditSettings) -> list[dict]:
+    """The suspicious terms (which="terms") or bigrams ("phrases") of audits[index], best first.
+
+    burst x evidence x spread is computed for every candidate; the rest (shape and elsewhere at most 6 in
+    all, cohesion at most 1) best first, until no candidate left can enter the top rows."""
+    me = audits[index]
+    table: CountTable = getattr(me, which)
+    n = max(me.documents, 1)
+    most = max(settings.min_docs, int(settings.max_doc_share * n))
+    log_n = math.log(max(n, 3))
+    local = []
+    for key, (df, cf, runs, _) in table.items.items():
+        if settings.min_docs <= df <= most and len(key) >= 3:
+            burst = math.log2(cf / df) + 0.25
+            evidence = math.log2(1 + df) * max(0.05, 1 - math.log(df) / log_n)
+            spread = min(1.0, runs / expected_runs(df, n, settings.run_gap)) if n >= 8 * settings.run_gap else 1.0
+            local.append((burst * evidence * spread, key, (burst, evidence, spread)))
+    local.sort(key=lambda c: (-c[0], c[1]))
+    cohesion = _Cohesion(table, settings, most) if which == "terms" else None
+    mine = code_share(me)
+    code_elsewhere = any(code_share(a) >= CODE_REGISTER for j, a in enumerate(audits) if j != index)
+    bound = _shape_factor("camel", mine) * (2.0 if code_elsewhere and mine < CODE_REGISTER else 1.0)
+    heap: list[tuple[float, int, dict]] = []  # the best rows so far, worst first
+    for i, (base, key, parts) in enumerate(local):
+        if len(heap) >= settings.top and base * bound < heap[0][0]:
+            break
+        row = _candidate(audits, index, which, settings, key, parts)
+        if cohesion is not None:
+            together = 1.0 - 0.75 * cohesion(key, table.items[key][3])
+            row["factors"]["cohesion"] = round(together, 3)
+            row["score"] = round(row["score"] * together, 3)
+        item = (row["score"], -i, row)
+        if len(heap) < settings.top:
+            heapq.heappush(heap, item)
+        elif item[:2] > heap[0][:2]:
+            heapq.heapreplace(heap, item)
+    return [row for _, _, row in sorted(heap, key=lambda t: (-t[0], t[2]["string"]))]
+
+
+def _candidate(audits: list[SourceAudit], index: int, which: str, settings: AuditSettings, key: str,
+               parts: tuple[float, float, float]) -> dict:
+    """A candidate's row, scored by every factor but cohesion (see the module docstring)."""
+    me = audits[index]
+    df, cf, runs, _ = getattr(me, which).items[key]
+    n = max(me.documents, 1)
+    mine = code_share(me)
+    shape = term_shape(key) if which == "terms" else max(
+        (term_shape(w) if len(w) >= 3 else "lower" for w in key.split(" ")), key=SHAPES.get)
+    burst, evidence, spread = parts
+    known, belongs_to, elsewhere = 1.0, None, {}
+    for j, other in enumerate(audits):
+        found = getattr(other, which).items.get(key) if j != index else None
+        if found is None or found[0] < settings.min_docs:
+            continue
+        elsewhere[other.name] = found[0]
+        if found[0] / max(other.documents, 1) >= 10 * df / n and code_share(other) >= CODE_REGISTER > mine:
+            known, belongs_to = 2.0, other.name  # a code source's word, leaking into prose
+        elif belongs_to is None:
+            known = 0.5  # in ordinary use elsewhere too: vocabulary, not this source's artifact
+    shape_factor = _shape_factor(shape, mine)
+    score = burst * evidence * spread * shape_factor * known
+    return {"string": key, "score": round(score, 3), "documents": df, "occurrences": cf,
+            "per_document": round(cf / df, 2), "runs": runs, "shape": shape,
+            "factors": {"burst": round(burst, 3), "evidence": round(evidence, 3), "spread": round(spread, 3),
+                        "shape": round(shape_factor, 3), "elsewhere": known, "cohesion": 1.0},
+            "belongs_to": belongs_to, "other_sources": elsewhere, "examples": []}

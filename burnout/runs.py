@@ -1,0 +1,81 @@
+"""Which recipe a run config runs, and `burnout train` as a function: start a run, resume one, or (on a machine
+that can vanish) whichever of the two a run folder calls for.
+
+    recipe_for        a config with a dpo section runs DPO, one with an sft section SFT (burnout/finetune/),
+                      any other pretraining (burnout/train/recipe.py)
+    start_training    a new run of any recipe
+    resume_training   `burnout train --resume RUN`: any run, from its newest good checkpoint
+    start_or_resume   `--resume-if-exists`
+    train             the command: its options as arguments, checked, then one of the above
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from burnout.config import RunConfig, load_run_config
+from burnout.data.recipe import data_run_config
+from burnout.errors import BurnoutError
+from burnout.finetune.recipes import DPO, SFT
+from burnout.train import run
+from burnout.train.loop import TrainResult
+from burnout.train.recipe import Pretraining, Recipe
+
+
+def recipe_for(cfg: RunConfig) -> Recipe:
+    if cfg.dpo is not None:
+        return DPO(cfg.dpo)
+    if cfg.sft is not None:
+        return SFT()
+    return Pretraining()
+
+
+def start_training(cfg: RunConfig, run_dir: Path, data_dir: Path | None = None,
+                   on_event: Callable[[str], None] = print, progress: bool | None = None,
+                   auto_batch: bool = False) -> TrainResult:
+    """Train a new run of `cfg` in `run_dir`; pretraining data from `data_dir`, else data.prepared_dir, else
+    prepared into RUN/data; a fine-tune prepares its own source."""
+    return run.start_run(cfg, run_dir, recipe_for(cfg), data_dir, on_event, progress, auto_batch)
+
+
+def resume_training(run_dir: Path, overrides: Sequence[str] = (), on_event: Callable[[str], None] = print,
+                    progress: bool | None = None) -> TrainResult:
+    return run.resume_run(run_dir, recipe_for, list(overrides), on_event, progress)
+
+
+def start_or_resume(cfg: RunConfig, run_dir: Path, overrides: Sequence[str] = (), data_dir: Path | None = None,
+                    on_event: Callable[[str], None] = print, progress: bool | None = None,
+                    auto_batch: bool = False) -> TrainResult:
+    return run.start_or_resume(cfg, run_dir, recipe_for, list(overrides), data_dir, on_event, progress, auto_batch)
+
+
+def train(config: str | Path | None = None, out: str | Path | None = None, resume: str | Path | None = None,
+          data: str | Path | None = None, model: str | None = None, auto_batch: bool = False,
+          resume_if_exists: bool = False, overrides: Sequence[str] = ()) -> TrainResult:
+    """`burnout train`: CONFIG --out RUN [--data DIR], or --data DIR --model PRESET --out RUN (a preset on a
+    prepared folder, no config file), or --resume RUN; `overrides` are KEY=VALUE strings."""
+    if resume and resume_if_exists:
+        raise BurnoutError("--resume-if-exists goes with CONFIG --out RUN (it decides to resume); drop one of them")
+    if resume:
+        if config or out or data or model:
+            raise BurnoutError("--resume RUN takes no CONFIG, --out, --data or --model: the run folder holds them")
+        if auto_batch:
+            raise BurnoutError("--auto-batch applies to a new run; a resumed run keeps its batch shape")
+        return resume_training(Path(resume), overrides)
+    if model:
+        if config:
+            raise BurnoutError(f"--model trains a preset on --data without a config; drop '{config}' or --model "
+                               "(a config names its model in its model section)")
+        if not data or not out:
+            raise BurnoutError("--model PRESET needs --data DIR (a prepared folder) and --out RUN")
+        cfg = data_run_config(Path(data), model, list(overrides))
+    else:
+        if not config or not out:
+            raise BurnoutError("train needs a CONFIG and --out RUN_DIR, or --data DIR --model PRESET --out RUN_DIR "
+                               "(or --resume RUN_DIR)")
+        cfg = load_run_config(config, list(overrides))
+    data_dir = Path(data) if data else None
+    if resume_if_exists:
+        return start_or_resume(cfg, Path(out), overrides, data_dir=data_dir, auto_batch=auto_batch)
+    return start_training(cfg, Path(out), data_dir=data_dir, auto_batch=auto_batch)
