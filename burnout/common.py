@@ -209,10 +209,10 @@ def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 def retain_freed_memory() -> bool:
     """Have glibc's malloc keep freed blocks up to 32 MiB in the heap instead of returning them to the kernel.
 
-    By default each step's large activations are fresh mmap'd (or re-grown heap) pages that fault in zeroed:
-    on nanoGPT's 10.7M shape (bf16, batch 16 × 256, 2-core Zen 4) 200K page faults and 0.16 s of kernel time a
-    step, against none once the blocks are kept. The process's memory then stays at its peak instead of
-    shrinking between steps. Returns whether it applied (Linux with glibc only).
+    By default each step's large activations are fresh mmap'd (or re-grown heap) pages that fault in zeroed,
+    every step, at a cost in kernel time (docs/PERFORMANCE.md); none once the blocks are kept. The process's
+    memory then stays at its peak instead of shrinking between steps. Returns whether it applied (Linux with
+    glibc only).
     """
     import ctypes
     import platform

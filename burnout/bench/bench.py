@@ -161,8 +161,8 @@ def peak_rss_mb() -> float:
 # One measurement
 
 
-# A CPU without bf16 instructions emulates bf16 matmuls: an AVX2 EPYC ran them at 1.4 against 181 GFLOP/s in fp32,
-# where the ladder's bf16 rung would take over a minute a step of the 10.7M model.
+# A CPU without bf16 instructions emulates bf16 matmuls, too slowly for the ladder's bf16 rung to finish in
+# reasonable time (docs/PERFORMANCE.md).
 EMULATED_BF16_SLOWDOWN = 10
 
 
@@ -287,8 +287,8 @@ def measure(cfg: RunConfig, data_dir: Path, setup: Setup, steps: int, warmup: in
 def _add_mfu(result: dict, device: torch.device) -> dict:
     precision = result["setup"]["precision"]
     peak = measure_peak(device, precision)
-    # A peak below what the model just achieved was measured in a burst of other load (a shared 2-core CPU read
-    # 209 GFLOP/s where it gives 300-400, and printed "MFU 123.9%"): measured again, twice at most, best kept.
+    # A peak below what the model just achieved was measured in a burst of other load (on a shared CPU it printed an
+    # MFU above 100%; docs/PERFORMANCE.md): measured again, twice at most, best kept.
     for _ in range(2):
         if result["achieved_flops"] <= peak:
             break

@@ -57,7 +57,7 @@ CHECKPOINT_DIR = "checkpoints"
 MANIFEST_FILE = "sha256.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Beside the tensors' bytes: safetensors' header, state.pt's zip entries and pickled RNG states, config,
-# info and manifest: 25-50 KB measured on the test models and llama-tiny; this leaves a margin.
+# info and manifest; this leaves a margin over their measured size (docs/PERFORMANCE.md).
 _OVERHEAD_BYTES = 256 * 1024
 _OVERHEAD_PER_RANK = 32 * 1024  # each rank's RNG states under torchrun
 

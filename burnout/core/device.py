@@ -44,8 +44,9 @@ def cpu_model() -> str:
 
 def cpu_instructions() -> str:
     """The vector instructions PyTorch uses on this CPU and the bf16 ones it has: a CPU's name alone does not set
-    its bf16 speed ("AMD EPYC" named a Zen 4 with AVX-512 BF16, bf16 at 4× fp32, and an AVX2 one where bf16 ran at
-    1/130 of fp32), and a cache shared between machines must not hand one's choice to the other."""
+    its bf16 speed ("AMD EPYC" named both a Zen 4 with AVX-512 BF16, where bf16 beats fp32, and an AVX2 one that
+    emulates bf16 far slower; docs/PERFORMANCE.md), and a cache shared between machines must not hand one's choice
+    to the other."""
     try:
         flags = set(next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
                          if line.startswith("flags")).split(":", 1)[1].split())

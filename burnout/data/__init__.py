@@ -2,5 +2,5 @@
 
 Import-free on purpose: importing a submodule imports this package first, so `burnout.data.shards`
 (what training and evaluation read data with) stays free of preparation's tokenizers and tqdm, and
-preparation stays free of the loader's torch (~170 MB and 2 s of import).
+preparation stays free of the loader's torch (a heavy import: docs/PERFORMANCE.md).
 """

@@ -50,8 +50,9 @@ from burnout.errors import BurnoutError
 # them (or a test's patch) reaches every caller, the shard writer's own calls included.
 
 # Documents (or characters) read from one source before they are encoded together. Encoding a chunk
-# briefly holds Hugging Face Encoding objects of ~80 bytes per token, which sets prepare's peak memory:
-# 1M characters keep it near 140 MB whatever the corpus size (4M measured 200+ MB), at the same speed.
+# briefly holds Hugging Face Encoding objects, several values per token, which set prepare's peak memory:
+# 1M characters keep it flat whatever the corpus size; larger chunks take more memory for no more speed
+# (docs/PERFORMANCE.md).
 ENCODE_CHUNK_DOCS = 1024
 ENCODE_CHUNK_CHARS = 1_000_000
 
@@ -251,7 +252,7 @@ def _restore_streams(streams: list[_SourceStream | None], logged_fills: list, ta
 
 def _encode_chunks(docs: list[str]):
     """`docs` in consecutive lists of about ENCODE_CHUNK_CHARS characters: encoding them all at once
-    would hold ~80 bytes per token of Encoding objects for the whole sample."""
+    would hold the Encoding objects of the whole sample at once."""
     chunk, chars = [], 0
     for doc in docs:
         chunk.append(doc)

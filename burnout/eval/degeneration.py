@@ -1,7 +1,7 @@
 """How degenerate a generated text is: repetition (distinct-n) and hits of strings known to be junk.
 
-The blog's fine-tuned model answered 5 of 8 prompts with garbage ("PersonX", "AndroidRuntime", loops of
-the same phrase) and nobody counted it; these numbers count it, for training's samples, `burnout compare`
+The blog's fine-tuned model answered most of its test prompts with garbage ("PersonX", "AndroidRuntime", loops
+of the same phrase) and nobody counted it; these numbers count it, for training's samples, `burnout compare`
 and the report.
 
 distinct-n is the share of a text's word n-grams that are unique (Li et al., 2016): 1.0 when nothing

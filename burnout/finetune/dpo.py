@@ -55,8 +55,8 @@ from burnout.models.transformer import Transformer, loss_chunk_rows
 
 LN2 = math.log(2.0)
 METRIC_KEYS = ("loss", "rewards/chosen", "rewards/rejected", "margin", "accuracy")
-# How close to ln 2, and after how many steps, the loss counts as not learning (a first DPO run went
-# 0.693 → 0.691 without any tool saying so).
+# How close to ln 2, and after how many steps, the loss counts as not learning (a first DPO run stayed near
+# ln 2 without any tool saying so).
 STALL_TOLERANCE = 0.005
 STALL_AFTER_STEPS = 100
 STALL_WINDOW = 10
@@ -85,8 +85,8 @@ def sequence_logprobs(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tor
 
 
 # NOTE: outside torch.compile. The number of target positions M differs from batch to batch, and a graph
-# taking the (M, C) rows was compiled again for every new M (7 recompiles in a 6-step run, those steps 60×
-# slower, then eager for good at dynamo's recompile limit). The blocks, whose shapes depend on x's alone,
+# taking the (M, C) rows was compiled again for every new M (each of those steps far slower, then eager for
+# good at dynamo's recompile limit; docs/PERFORMANCE.md). The blocks, whose shapes depend on x's alone,
 # stay in the compiled graph; what runs eager here is the head's matmuls, a chunk at a time.
 @torch.compiler.disable
 def _head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -132,7 +132,7 @@ def stream_batch(
             # so those steps stay fp32 (TF32).
             with autocast(device, precision if step_input.size(1) > 1 else "fp32"), few_row_products(packed):
                 # The head at the last position only: over the whole prompt, a 50k vocabulary's head
-                # tripled the prefill's time (measured with benchmarks/bench_harness.py).
+                # cost more than the rest of the prefill (benchmarks/bench_harness.py; docs/PERFORMANCE.md).
                 hidden = model.hidden_states(step_input, cache, positions, mask, last_only=True)
                 logits = linear(model.lm_head, hidden[:, -1])  # (B, V)
             if plain_greedy:

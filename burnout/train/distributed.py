@@ -20,14 +20,15 @@ from burnout.core.device import LOW_PRECISION_DTYPES, compute_precision
 from burnout.train.optim import Optimizers
 
 # How long a collective waits for the slowest rank. Rank 0 alone evaluates and writes each checkpoint
-# while the others wait in the next collective: the 1B's 12.5 GB checkpoint (weights and AdamW's moments)
-# takes ~4 minutes at a network volume's 50 MB/s and passes NCCL's 10-minute default at 20 MB/s. 30 minutes
-# (gloo's default) still covers 7 MB/s, and a hung job still ends within the hour.
+# while the others wait in the next collective: the 1B's 12.5 GB checkpoint (weights and AdamW's moments) on a
+# slow network volume can pass NCCL's 10-minute default (docs/PERFORMANCE.md). 30 minutes (gloo's default)
+# covers a volume three times slower than that, and a hung job still ends within the hour.
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
 
 # DDP's gradient buckets, in MB. torch.compile splits the graph at each bucket boundary (DDPOptimizer), so
-# the default 25 MB cut the 1B into ~70 graphs; 256 MB is about one of its blocks (243 MB of fp32
-# gradients): ~17 graphs, and each block's all-reduce still overlaps the backward of the block before it.
+# the default 25 MB cut the 1B into many small graphs (docs/PERFORMANCE.md); 256 MB is about one of its blocks
+# (243 MB of fp32 gradients): about a graph per block, and each block's all-reduce still overlaps the backward
+# of the block before it.
 DDP_BUCKET_MB = 256
 
 

@@ -117,9 +117,9 @@ def _is_gpu(device: torch.device | None) -> bool:
 @functools.cache
 def measure_cpu_peak(precision: str, max_size: int = 2048, repeats: int = 6) -> float:
     """Best observed FLOP/s of a square matrix multiply on the CPU, in the given precision: large and warmed,
-    so that no GEMM of a model outruns it (one 1024² multiply timed alone read "mfu 96.3%" on gpt2-134m, whose
-    768 x 3072 GEMMs ran faster than it). The size doubles from 256 while a multiply takes under 20 ms, up to
-    max_size: a precision the CPU emulates (fp16 on most) stays small instead of taking minutes."""
+    so that no GEMM of a model outruns it (gpt2-134m's 768 x 3072 GEMMs outran one 1024² multiply timed alone,
+    which overstated its MFU: docs/PERFORMANCE.md). The size doubles from 256 while a multiply takes under 20 ms,
+    up to max_size: a precision the CPU emulates (fp16 on most) stays small instead of taking minutes."""
     dtype = DTYPES[precision]
     # A private generator: this runs after a resume restored the run's RNG states, and must not move them.
     g = torch.Generator().manual_seed(0)
@@ -140,10 +140,9 @@ def measure_cpu_peak(precision: str, max_size: int = 2048, repeats: int = 6) -> 
     return 2 * size**3 / best
 
 
-# On a CPU, bf16 beats fp32 only where the CPU has bf16 matrix instructions (AVX-512 BF16, AMX): 2.4x on a
-# Zen 4 EPYC (a 2048 x 256 x 1024 matmul under autocast: 409 vs 172 GFLOP/s, 2 threads); elsewhere bf16 is
-# emulated and slower. So training's `auto` measures on the running machine, once per CPU model, torch version
-# and thread count, and picks bf16 when it is at least this much faster.
+# On a CPU, bf16 beats fp32 only where the CPU has bf16 matrix instructions (AVX-512 BF16, AMX); elsewhere bf16
+# is emulated and slower (docs/PERFORMANCE.md). So training's `auto` measures on the running machine, once per CPU
+# model, torch version and thread count, and picks bf16 when it is at least this much faster.
 CPU_BF16_MIN_SPEEDUP = 1.2
 PRECISION_CACHE_FILE = "cpu_precision.json"
 

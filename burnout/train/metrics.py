@@ -110,7 +110,7 @@ class StepLogger:
         """The record of `step`. Where the window since the last record is the session's first step alone
         (train.log_interval=1, or a record due right after a resume), no rate was measured: tokens_per_s,
         MFU, ETA and dollars_projected are left out rather than computed from a step that includes
-        compilation (an ETA from a 40 s compile step would read hours); the next record has them."""
+        compilation (an ETA from a compile step would read hours); the next record has them."""
         rate = self.train_tokens / self.train_time if self.train_tokens else None
         step_s = self.train_time / self.train_steps if self.train_steps else None
         self.train_time, self.train_tokens, self.train_steps = 0.0, 0, 0

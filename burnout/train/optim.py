@@ -71,9 +71,9 @@ class Optimizers:
 
 class Muon(torch.optim.Muon):
     """torch.optim.Muon with the Newton–Schulz iteration in `orthogonalize_dtype`. PyTorch's runs it in bf16
-    whatever the device, and a CPU without bf16 matrix instructions emulates bf16 matmuls: on an AVX2 EPYC one
-    256² matrix's five iterations took 265 ms against 4.3 ms in fp32, and the quickstart's step 8.9 s. In bf16
-    it updates bitwise as torch.optim.Muon does (tests/train/test_optim.py); its state dict is the same."""
+    whatever the device, and a CPU without bf16 matrix instructions emulates bf16 matmuls, far slower than fp32
+    (docs/PERFORMANCE.md). In bf16 it updates bitwise as torch.optim.Muon does (tests/train/test_optim.py); its
+    state dict is the same."""
 
     def __init__(self, params, orthogonalize_dtype: torch.dtype = torch.bfloat16, **kwargs):
         super().__init__(params, **kwargs)
@@ -140,8 +140,8 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, precision: str = "f
         {"params": [p for p, decay in zip(params, decays) if not decay], "weight_decay": 0.0},
     ]
     # Fused (one kernel over all tensors) on every device: on the CPU it updates as foreach does
-    # (tests/train/test_compile.py) and 4.4× faster than the per-tensor loop PyTorch picks there by
-    # default (0.33 vs 1.46 ms per update of the shakespeare-fast model with AdamW alone).
+    # (tests/train/test_compile.py) and faster than the per-tensor loop PyTorch picks there by default
+    # (docs/PERFORMANCE.md).
     adamw = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
     if not muon_params:
         return Optimizers(adamw)

@@ -158,9 +158,9 @@ def predict_memory(cfg: RunConfig, precision: str, target: str, devices: int, ba
     """Peak bytes per GPU of a training step at micro-batch `batch_size`, line by line (LINES), and the total.
 
     A compiled run keeps what torch.compile's partitioner saves (models.memory.compiled_saved) with eager's
-    working memory, an upper bound for inductor's fused kernels (benchmarks/bench_memory.py measured compiled
-    runs 9–17 % under this on CPU); under activation checkpointing the checkpoint decides what is kept (each
-    block's input), compiled or not, so both checkpointed variants are eager's.
+    working memory, an upper bound for inductor's fused kernels (benchmarks/bench_memory.py; docs/PERFORMANCE.md);
+    under activation checkpointing the checkpoint decides what is kept (each block's input), compiled or not, so
+    both checkpointed variants are eager's.
     """
     tc = cfg.train
     # fp8 is predicted as bf16: its linear layers keep fp8 casts for backward where bf16 keeps bf16 ones,

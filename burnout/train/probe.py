@@ -20,13 +20,12 @@ from burnout.train.step import TrainStep, build_model
 
 def measure_step_seconds(cfg: RunConfig, data_dir: Path, steps: int = 6) -> float:
     """Median wall time of a training step for this config, after one warm-up step (weights discarded).
-    Six steps, not three: on a shared 2-core host a median of three read 0.56 s where the run then went at
-    0.44 s a step, and the quickstart planned 271 steps that used 2.1 of its 3 minutes."""
+    Six steps, not three: a median of three mis-sized the quickstart on a busy host (docs/PERFORMANCE.md)."""
     tc = cfg.train
     device = resolve_device(tc.device)
     loader = TokenLoader(data_dir, "train", tc.batch_size, tc.seq_len or cfg.model.context_length, tc.seed)
     # The precision the run will train in (on a CPU, auto as measured): a step timed in another one
-    # mis-sizes the quickstart's budget (fp32 timed, bf16 run: 2.0 of its 3 minutes used).
+    # mis-sizes the quickstart's budget (docs/PERFORMANCE.md).
     precision = training_precision(tc.precision, device, say=lambda line: None)
     train_step = TrainStep(build_model(cfg, device), tc, device, precision, end_of_run=tc.max_steps)
     times = []

@@ -11,25 +11,9 @@ from burnout.errors import BurnoutError
 from burnout.finetune.conversations import encode_pair, read_pairs
 from burnout.finetune.tokenized import PairBatches, SFTBatches, format_report, prepare_pairs, prepare_sft, read_sft_meta
 
-S, E = 50257, 50258  # <|im_start|>, <|im_end|> appended to GPT-2's 50,257 tokens
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"},
         {"role": "assistant", "content": "Hi there!"}, {"role": "user", "content": "Bye"},
         {"role": "assistant", "content": " Bye.\n"}]
-# GPT-2 ids: 10057 system, 198 "\n", 3856 Be, 4506 " brief", 13 ".", 7220 user, 15496 Hello, 562 10167 "assistant",
-# 17250 Hi, 612 " there", 0 "!", 3886 68 "Bye".
-CHAT_IDS = [S, 10057, 198, 3856, 4506, 13, E, 198,
-            S, 7220, 198, 15496, E, 198,
-            S, 562, 10167, 198, 17250, 612, 0, E, 198,
-            S, 7220, 198, 3886, 68, E, 198,
-            S, 562, 10167, 198, 3886, 68, 13, E, 198]
-# The assistant contents and their <|im_end|>: "Hi there!" + E, "Bye." + E.
-CHAT_TARGETS = [18, 19, 20, 21, 34, 35, 36, 37]
-
-
-
-def _jsonl(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
 
 
 def _one_line_error(excinfo, *parts):
@@ -114,10 +98,11 @@ def test_sft_batches_are_a_pure_function_of_seed_and_index(chatml_bpe, alpaca_ch
 
 
 def test_preference_pairs_prepare_and_batch(chatml_gpt2, tmp_path):
-    pair_file = _jsonl(tmp_path / "pairs.jsonl", [
+    pair_file = tmp_path / "pairs.jsonl"
+    pair_file.write_text("".join(json.dumps(r) + "\n" for r in [
         {"prompt": "Capital of France?", "chosen": "Paris.", "rejected": "It is Rome, I think."},
         {"chosen": "\n\nHuman: Hi\n\nAssistant: Hello!\n\nHuman: 2+2?\n\nAssistant: 4",
-         "rejected": "\n\nHuman: Hi\n\nAssistant: Hello!\n\nHuman: 2+2?\n\nAssistant: five"}])
+         "rejected": "\n\nHuman: Hi\n\nAssistant: Hello!\n\nHuman: 2+2?\n\nAssistant: five"}]), encoding="utf-8")
     pairs = list(read_pairs(pair_file))
     prompt, (chosen, chosen_mask), _ = encode_pair(chatml_gpt2, pairs[0])
     assert prompt == encode_prompt(chatml_gpt2, pairs[0].prompt) and all(chosen_mask[:-1])
