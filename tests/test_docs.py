@@ -1,4 +1,5 @@
-"""Tables in the README that say they match the code, checked against it, so the docs cannot drift."""
+"""The docs checked against the code, so they cannot drift: the preset table, the README's length and tree, and
+every link."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from burnout.config import MODEL_PRESET_DIR, load_model_preset
 from burnout.models.info import model_info
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+USAGE = README.parent / "docs" / "USAGE.md"
 
 
 def _preset_rows() -> dict[str, list[str]]:
-    section = README.read_text().split("## Model presets", 1)[1].split("\n## ", 1)[0]
+    section = USAGE.read_text(encoding="utf-8").split("## Model presets", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -21,7 +23,7 @@ def _preset_rows() -> dict[str, list[str]]:
     return rows
 
 
-def test_the_readme_preset_table_equals_the_presets():
+def test_the_preset_table_equals_the_presets():
     rows = _preset_rows()
     assert set(rows) == {p.stem for p in MODEL_PRESET_DIR.glob("*.yaml")}
     for name, (family, shape, vocab, context, params) in rows.items():
@@ -34,3 +36,49 @@ def test_the_readme_preset_table_equals_the_presets():
         assert int(vocab.split()[0].replace(",", "")) == cfg.vocab_size, name
         assert int(context) == cfg.context_length, name
         assert int(params.replace(",", "")) == model_info(cfg)["params_total"], name
+
+
+# ----------------------------------------------------------------------------------------------
+# The README: a newcomer's first hour, and a tree that lists every file
+
+README_MAX_LINES = 200
+PACKAGE = README.parent / "burnout"
+
+
+def test_the_readme_fits_a_first_sitting():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move details to docs/"
+
+
+def _tree_files() -> set[str]:
+    """The files the README's tree lists under burnout/ (`train/loop.py`, `cli.py`): one line a file, a
+    package's files indented under it."""
+    block = README.read_text(encoding="utf-8").split("## The tree", 1)[1].split("```", 2)[1]
+    files, folder = set(), ""
+    for line in block.splitlines():
+        indent, name = len(line) - len(line.lstrip()), (line.split() or [""])[0]
+        if indent == 2 and name.endswith("/"):
+            folder = name
+        elif indent == 2:
+            files.add(name)
+        elif indent == 4:
+            files.add(folder + name)
+    return files
+
+
+def test_the_readme_tree_lists_every_module_once():
+    modules = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py")}
+    listed = {f for f in _tree_files() if f.endswith(".py")}
+    assert listed == modules, (f"not in README.md's tree: {sorted(modules - listed)}; "
+                               f"listed but gone: {sorted(listed - modules)}")
+
+
+def test_every_relative_link_in_the_docs_points_to_a_file_that_exists():
+    root = README.parent
+    broken = []
+    for page in [README, *sorted((root / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(root)}: {target}")
+    assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
