@@ -123,7 +123,8 @@ def main() -> None:
         split = "  ".join(f"{part} {v:.1%}" for part, v in r["split_fraction"].items())
         print(f"{name:<8} {r['tokens_per_s']:>8,.0f} tokens/s  {r['step_s']:.2f} s/step  "
               f"{r['tokens_per_s'] / p['tokens_per_s']:.2f}x the peer just measured (target {TARGET_RATIO}x)  "
-              f"{r['setup']['precision']}  MFU {r['mfu_measured']:.1%} of {r['peak_flops_measured'] / 1e9:.0f} "
+              f"{r['setup']['precision']}  MFU {format(r['mfu_measured'], '.1%') if 'mfu_measured' in r else '-'} "
+              f"of {r['peak_flops_measured'] / 1e9:.0f} "
               f"GFLOP/s  peak RSS {r['peak_rss_mb']:,.0f} MB")
         peer_flops = p["tokens_per_s"] * r["flops_per_token"]  # the same shape: the same FLOPs per token
         print(f"         ceiling {r['peak_flops_measured'] / peer_flops:.2f}x: every FLOP at the "

@@ -6,7 +6,8 @@ function that declares the subcommand's arguments on its parser and returns the 
 parsed options; nested subcommands register under their group (`group("model", ...)`, then
 `@command("model", "info", ...)`). `build_parser()` turns the registry into argparse subparsers in the
 order the units appear in this file, and `main()` runs the chosen handler, turning errors into one
-`burnout: error:` line and an exit code. Handlers import lazily, so `--help` never imports torch.
+`burnout: error:` line and an exit code, and anything else (a bug) into one `burnout: internal error:` line
+naming the file its trace is saved in. Handlers import lazily, so `--help` never imports torch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from burnout.common import checked_number, retain_freed_memory
+from burnout.common import SEED_MAX, checked_number, first_line, retain_freed_memory, user_cache_dir
 from burnout.errors import BurnoutError
 
 # A handler gets the parsed arguments and the `key=value` overrides; it returns an exit code or None (0).
@@ -55,6 +56,7 @@ def number(integer: bool = False, **bounds) -> Callable[[str], int | float]:
 
 
 counting, natural = number(integer=True, low=1), number(integer=True, low=0)  # 1, 2, ... and 0, 1, ...
+seed = number(integer=True, low=0, high=SEED_MAX)
 positive, non_negative, fraction = number(low=0, low_open=True), number(low=0), number(low=0, low_open=True, high=1)
 
 
@@ -209,7 +211,7 @@ def cmd_data_inspect(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("data_dir")
     p.add_argument("--sample-tokens", type=natural, default=200)
     p.add_argument("--split", choices=["train", "val"], default="train")
-    p.add_argument("--seed", type=natural, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--verify", action="store_true", help="re-hash every shard against the manifest")
 
     def run(args, overrides):
@@ -274,6 +276,7 @@ def cmd_data_audit(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("target", metavar="SOURCE_OR_DATA",
                    help="recipe name or YAML, run config, data file, prepared data folder, or (--sft) conversations")
     p.add_argument("--out", help="folder for audit.json and audit.html (default: DATA/audit, else ./audit)")
+    p.add_argument("--overwrite", action="store_true", help="replace an audit of another target at --out")
     p.add_argument("--sft", action="store_true", help="SOURCE_OR_DATA is conversations: audit each role's messages")
     p.add_argument("--layout", default="auto", help="conversation layout with --sft (default: auto)")
     p.add_argument("--split", choices=["train", "val"], default="train", help="split of a prepared folder")
@@ -288,15 +291,16 @@ def cmd_data_audit(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. data.max_chars=5000000")
 
     def run(args, overrides):
-        from burnout.forensics.audit import audit_target, default_out, write_audit
+        from burnout.forensics.audit import audit_out, audit_target, write_audit
         from burnout.forensics.audit_settings import AuditSettings
         from burnout.forensics.audit_summary import summary
 
+        out = audit_out(args.target, args.out, args.sft, args.overwrite)  # refused before the audit runs
         settings = AuditSettings(near_dup_threshold=args.threshold, top=args.top, capacity=args.capacity)
         report = audit_target(args.target, sft=args.sft, layout=args.layout, split=args.split,
                               chars_per_source=args.chars_per_source, overrides=overrides, junk=args.junk,
                               settings=settings, progress=lambda line: print(line, file=sys.stderr))
-        written = write_audit(report, Path(args.out) if args.out else default_out(args.target, args.sft))
+        written = write_audit(report, out, args.overwrite)
         print(summary(report, written))
     return run
 
@@ -539,7 +543,7 @@ def sampling_flags(p: argparse.ArgumentParser, temperature: float, top_k: int, m
     p.add_argument("--top-p", type=fraction, default=1.0, help="nucleus sampling; 1 turns it off")
     p.add_argument("--repetition-penalty", type=positive, default=1.0, help="1 means none (HF/CTRL style)")
     p.add_argument("--repetition-window", type=counting, default=64, help="recent tokens the penalty looks at")
-    p.add_argument("--seed", type=natural, default=None)
+    p.add_argument("--seed", type=seed, default=None)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
 
 
@@ -576,9 +580,9 @@ def cmd_generate(p: argparse.ArgumentParser) -> Handler:
         from burnout.generate.prompts import read_prompts
         from burnout.generate.sampling import generate_texts, stream_text
 
-        model, tokenizer, _ = load_model(args.checkpoint, resolve_device(args.device))
+        model, tokenizer, ckpt = load_model(args.checkpoint, resolve_device(args.device, "--device"))
         if args.chat:
-            return _generate_chat(args, model, tokenizer)
+            return _generate_chat(args, model, tokenizer, ckpt)
         if args.prompt is not None:
             pieces = stream_text(model, tokenizer, args.prompt, args.max_new_tokens, stop=args.stop, **_sampling(args))
             sys.stdout.write(args.prompt)
@@ -593,11 +597,17 @@ def cmd_generate(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-def _generate_chat(args, model, tokenizer) -> None:
+def _generate_chat(args, model, tokenizer, ckpt) -> None:
     """`generate --chat`: the answer to --prompt streamed, or to each line of --prompts-file as JSON."""
+    from burnout.core.chat_template import is_chat_model
     from burnout.generate.chat import chat_prompt, chat_replies, stream_reply
     from burnout.generate.prompts import read_prompts
 
+    if not is_chat_model(ckpt.config):
+        raise BurnoutError(f"--chat needs a chat model, and {ckpt.path} is a base model (its config has no "
+                           "tokenizer.chat_template: it was never fine-tuned on conversations in the <|im_start|> "
+                           f"template); make a chat model of it with `burnout sft {args.checkpoint} --data "
+                           "CONVERSATIONS --out RUN`, or drop --chat to continue the text")
     head = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt is not None:
         messages = [*head, {"role": "user", "content": args.prompt}]
@@ -629,7 +639,7 @@ def cmd_chat(p: argparse.ArgumentParser) -> Handler:
         from burnout.core.model_files import load_model
         from burnout.generate.chat import chat, chat_loop
 
-        model, tokenizer, ckpt = load_model(args.checkpoint, resolve_device(args.device))
+        model, tokenizer, ckpt = load_model(args.checkpoint, resolve_device(args.device, "--device"))
         settings = {"max_new_tokens": args.max_new_tokens, **_sampling(args)}
         if is_chat_model(ckpt.config):
             chat_loop(model, tokenizer, settings, system=args.system)
@@ -751,11 +761,12 @@ def cmd_compare(p: argparse.ArgumentParser) -> Handler:
 def cmd_export(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("checkpoint")
     p.add_argument("--to", required=True, help="output folder")
+    p.add_argument("--overwrite", action="store_true", help="replace an export of another checkpoint at --to")
 
     def run(args, overrides):
         from burnout.core.model_files import export_hf
 
-        export_hf(args.checkpoint, args.to)
+        export_hf(args.checkpoint, args.to, overwrite=args.overwrite)
         print(f"wrote a Hugging Face model folder to {args.to} (load it with AutoModelForCausalLM.from_pretrained)")
     return run
 
@@ -784,6 +795,7 @@ def cmd_report(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--html", action="store_true", help="write the HTML page (default: both formats)")
     p.add_argument("--md", action="store_true", help="write the Markdown file (default: both formats)")
     p.add_argument("--out", help="output folder (default RUN/report; required for several runs)")
+    p.add_argument("--overwrite", action="store_true", help="replace a report of other runs at --out")
     p.add_argument("--log-scale", action="store_true", help="log-log axes on the loss plots")
 
     def run(args, overrides):
@@ -791,7 +803,7 @@ def cmd_report(p: argparse.ArgumentParser) -> Handler:
 
         both = not (args.html or args.md)  # neither flag means both formats
         runs, written = write_report(args.runs, out=args.out, html_page=args.html or both,
-                                     markdown=args.md or both, log_scale=args.log_scale)
+                                     markdown=args.md or both, log_scale=args.log_scale, overwrite=args.overwrite)
         print(terminal_summary(runs, written))
     return run
 
@@ -832,6 +844,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The exit code of an error that is burnout's and not the user's: as Python's for an uncaught exception.
+INTERNAL_ERROR = 1
+
+
 def main(argv: list[str] | None = None) -> int:
     retain_freed_memory()
     parser = build_parser()
@@ -852,4 +868,27 @@ def main(argv: list[str] | None = None) -> int:
         from burnout.errors import StorageError
 
         return StorageError.exit_code
+    except Exception as exc:  # burnout's own fault: one line for the user, the whole trace kept for a bug report
+        what = type(exc).__name__ + (f": {first_line(exc)}" if str(exc).strip() else "")
+        print(f"burnout: internal error: {what}; {_keep_trace(argv)}", file=sys.stderr)
+        return INTERNAL_ERROR
     return code or 0
+
+
+def _keep_trace(argv: list[str] | None) -> str:
+    """Save the traceback being handled, with the command line, to a file in the user's cache folder; the words that
+    say where it is (or, when no file can be written, that it is printed above: printed now, before the line)."""
+    import shlex
+    import time
+    import traceback
+
+    trace = traceback.format_exc()
+    folder = user_cache_dir() / "errors"
+    path = folder / f"internal-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"burnout {shlex.join(sys.argv[1:] if argv is None else argv)}\n{trace}", encoding="utf-8")
+    except OSError as exc:
+        sys.stderr.write(trace)
+        return f"the full trace is above (it could not be saved in {folder}: {exc.strerror or exc}); please report it"
+    return f"the full trace is in {path}; please report it"

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from burnout.common import EOT_TOKEN
+from burnout.common import EOT_TOKEN, SEED_MAX, checked_number
 from burnout.errors import BurnoutError
 
 # tokenizer.chat_template of a chat model (burnout/core/chat_template.py renders it).
@@ -176,6 +176,7 @@ class DataConfig:
             source.validate(f"data.sources[{i}]")
         if sum(s.weight for s in self.sources) <= 0:
             raise BurnoutError("data.sources: the weights sum to zero; give at least one source a positive weight")
+        _check_seed("data.seed", self.seed)
         _require_positive("data.max_chars", self.max_chars)
         if self.max_tokens is not None:
             _require_positive("data.max_tokens", self.max_tokens)
@@ -309,6 +310,7 @@ class TrainConfig:
     eval_data_root: str | None = None
 
     def validate(self) -> None:
+        _check_seed("train.seed", self.seed)
         for key in ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval",
                     "eval_batches", "ckpt_interval", "keep_last", "eval_task_items"):
             _require_positive(f"train.{key}", getattr(self, key))
@@ -654,6 +656,15 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
 
 def _describe(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})"
+
+
+def _check_seed(where: str, value: int) -> None:
+    """A seed NumPy takes, refused when the config loads rather than after the data are prepared."""
+    try:
+        checked_number(where, value, integer=True, low=0, high=SEED_MAX)
+    except BurnoutError as exc:
+        raise BurnoutError(f"{exc}; any number in that range will do (-1 does not mean a random seed: a run is "
+                           "reproduced from its config)") from None
 
 
 def _require_positive(where: str, value: int | float) -> None:

@@ -195,6 +195,112 @@ CASES = [
     Case("import-into-another-run", ["import", "{dir}/hf", "--to", "{dir}/run"], ["already holds checkpoints"],
          setup=lambda d, data, run: (_copy_run(d, data, run), (d / "hf").mkdir(),
                                      shutil.copy(data / "tokenizer.json", d / "hf" / "tokenizer.json"))),
+    # -- folders that are not the command's to write: someone's own files, another kind of output, what it reads
+    Case("prepare-into-a-hugging-face-folder", ["data", "prepare", "{dir}/notes.txt", "--out", "{dir}/hf"],
+         ["data folder {dir}/hf holds files that are not burnout's (config.json, tokenizer.json)"],
+         setup=lambda d, *_: (_notes(d), _yours(d / "hf", "config.json", "tokenizer.json"))),
+    Case("prepare-into-a-folder-with-your-manifest", ["data", "prepare", "{dir}/notes.txt", "--out", "{dir}/mine"],
+         ["data folder {dir}/mine holds files that are not burnout's (manifest.json)"],
+         setup=lambda d, *_: (_notes(d), _yours(d / "mine", "manifest.json"))),
+    Case("prepare-into-the-folder-of-its-text", ["data", "prepare", "{dir}/notes.txt", "--out", "{dir}"],
+         ["data folder {dir} holds {dir}/notes.txt, which this command reads"], setup=lambda d, *_: _notes(d)),
+    Case("quickstart-into-a-folder-with-your-data", ["quickstart", "--out", "{dir}"],
+         ["data folder {dir}/data holds files that are not burnout's (notes.txt)"],
+         setup=lambda d, *_: _yours(d / "data", "notes.txt")),
+    Case("train-into-the-folder-of-its-config", ["train", "{dir}/run.yaml", "--out", "{dir}", "--data", "{data}"],
+         ["--out {dir} holds files that are not burnout's (run.yaml)"], setup=lambda d, *_: _config(d, TINY)),
+    Case("train-into-a-data-folder", ["train", "{dir}/run.yaml", "--out", "{dir}/data", "--data", "{data}"],
+         ["--out {dir}/data holds prepared data made by burnout, not a run"],
+         setup=lambda d, data, run: (_copy_data(d, data, run), _config(d, TINY))),
+    Case("resume-a-folder-of-yours", ["train", "--resume", "{dir}/mine"],
+         ["--resume {dir}/mine holds files that are not burnout's (config.yaml)"],
+         setup=lambda d, *_: (_yours(d / "mine"), (d / "mine" / "config.yaml").write_text(TINY))),
+    Case("mirror-into-a-folder-of-yours", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{data}",
+                                           "train.mirror_dir={dir}/volume"],
+         ["train.mirror_dir {dir}/volume holds files that are not burnout's (config.yaml)"],
+         setup=lambda d, *_: (_config(d, TINY), _yours(d / "volume", "config.yaml"))),
+    Case("export-into-a-folder-of-yours", ["export", "{run}", "--to", "{dir}/mine"],
+         ["--to {dir}/mine holds files that are not burnout's (config.json)"],
+         setup=lambda d, *_: _yours(d / "mine", "config.json")),
+    Case("export-into-its-run", ["export", "{dir}/run", "--to", "{dir}/run"],
+         ["--to {dir}/run holds {dir}/run/checkpoints/step_0000024, which this command reads"], setup=_copy_run),
+    Case("export-over-another-checkpoints-export", ["export", "{run}", "--to", "{dir}/hf"],
+         ["--to {dir}/hf holds a Hugging Face export of ", "step_0000008, not of ", "step_0000024; pass --overwrite"],
+         setup=lambda d, data, run: _export(run, d / "hf")),
+    Case("import-into-its-own-folder", ["import", "{dir}/hf", "--to", "{dir}/hf"],
+         ["--to {dir}/hf is {dir}/hf, which this command reads"],
+         setup=lambda d, data, run: ((d / "hf").mkdir(), shutil.copy(data / "tokenizer.json", d / "hf"))),
+    Case("lora-merge-into-its-run", ["lora", "merge", "{dir}/run", "--out", "{dir}/run"],
+         ["--out {dir}/run holds {dir}/run/checkpoints/step_0000024, which this command reads"], setup=_copy_run),
+    Case("audit-into-a-folder-of-yours", ["data", "audit", "{data}", "--out", "{dir}/mine"],
+         ["--out {dir}/mine holds files that are not burnout's (audit.json)"],
+         setup=lambda d, *_: _yours(d / "mine", "audit.json")),
+    Case("audit-into-its-data-folder", ["data", "audit", "{dir}/data", "--out", "{dir}/data"],
+         ["--out {dir}/data is {dir}/data, which this command reads"], setup=_copy_data),
+    Case("report-into-a-folder-of-yours", ["report", "{run}", "--out", "{dir}/mine"],
+         ["--out {dir}/mine holds files that are not burnout's (report.md)"],
+         setup=lambda d, *_: _yours(d / "mine", "report.md")),
+    Case("report-into-its-run", ["report", "{dir}/run", "--out", "{dir}/run"],
+         ["--out {dir}/run is ", "run, which this command reads"], setup=_copy_run),
+    # -- the second catalogue: each of these gave a traceback or a line that named the wrong problem
+    # Seeds: refused when the config loads, before any data are prepared (NumPy's range).
+    Case("negative-seed", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.seed=-1"],
+         ["train.seed: -1 must be in [0, 4294967295]", "-1 does not mean a random seed"],
+         setup=lambda d, *_: _config(d, TINY)),
+    Case("seed-of-2-to-the-32", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", f"train.seed={2**32}"],
+         [f"train.seed: {2**32} must be in [0, 4294967295]"], setup=lambda d, *_: _config(d, TINY)),
+    Case("seed-of-2-to-the-70", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", f"train.seed={2**70}"],
+         [f"train.seed: {2**70} must be in [0, 4294967295]"], setup=lambda d, *_: _config(d, TINY)),
+    Case("generate-seed-of-2-to-the-70", ["generate", "{run}", "--prompt", "The ", "--seed", str(2**70)],
+         ["--seed", f"'{2**70}' must be in [0, 4294967295]"]),
+    # Corpora.
+    Case("drop-every-document", ["data", "prepare", "{dir}/notes.txt", "--out", "{dir}/out", "--drop", "."],
+         ["no document is left", "by the --drop / data.junk_patterns pattern '.'"],
+         setup=lambda d, *_: (d / "notes.txt").write_text("First note.\n\nSecond note.\n\nThird note.\n"),
+         creates=True),
+    Case("fifo-in-a-recipe", ["data", "prepare", "{dir}/recipe.yaml", "--out", "{dir}/out"],
+         ["'{dir}/pipe' is a named pipe (FIFO), not a file or folder", "save its text to a file"],
+         setup=lambda d, *_: (os.mkfifo(d / "pipe"),
+                              _recipe(d, [{"name": "t", "kind": "text", "path": str(d / "pipe")}])),
+         creates=True),
+    Case("fifo-as-your-text", ["data", "prepare", "{dir}/pipe", "--out", "{dir}/out"],
+         ["'{dir}/pipe' is a named pipe (FIFO), not a file or folder", "save the text to a file"],
+         setup=lambda d, *_: os.mkfifo(d / "pipe")),
+    # Runs.
+    Case("train-out-is-a-file", ["train", "{dir}/run.yaml", "--out", "{dir}/file.txt"], ["{dir}/file.txt is a file"],
+         setup=lambda d, *_: (_config(d, TINY), (d / "file.txt").write_text("keep me\n"))),
+    Case("resume-a-config-file", ["train", "--resume", "{dir}/run/config.yaml"],
+         ["that is a file", "give the run folder: burnout train --resume {dir}/run"], setup=_copy_run),
+    Case("resume-past-a-lowered-max-steps", ["train", "--resume", "{dir}/run", "train.max_steps=3"],
+         ["{dir}/run is at step 24", "train.max_steps=3 now ends it", "config.yaml is left as it was"],
+         setup=_copy_run, creates=True),  # resumes.jsonl records the attempted overrides, as above
+    Case("resume-after-a-kill-during-data-preparation", ["train", "--resume", "{dir}/run"],
+         ["no training started there yet", "preparing its data into {dir}/run/data",
+          "run the command that started it again (burnout train CONFIG --out {dir}/run)"],
+         setup=lambda d, *_: ((d / "run" / "data").mkdir(parents=True),
+                              (d / "run" / "data" / "manifest.json").write_text("{}"))),
+    # Checkpoints.
+    Case("empty-state-of-an-older-checkpoint", ["generate", "{dir}/run", "--prompt", "The "],
+         ["unreadable: state.pt is empty"],
+         setup=lambda d, data, run: (_copy_run(d, data, run), (_ckpt(d) / "sha256.json").unlink(),
+                                     (_ckpt(d) / "state.pt").write_bytes(b""))),
+    Case("generate-a-run-config-file", ["generate", "{dir}/run/config.yaml", "--prompt", "The "],
+         ["'{dir}/run/config.yaml' is a file; give a run folder"], setup=_copy_run),
+    # Generation, evaluation, fine-tuning, forensics.
+    Case("prompts-file-not-utf8", ["generate", "{run}", "--prompts-file", "{dir}/prompts.txt"],
+         ["'{dir}/prompts.txt' is not UTF-8 text", "save it as UTF-8"],
+         setup=lambda d, *_: (d / "prompts.txt").write_bytes("café\n".encode("latin-1"))),
+    Case("chat-with-a-base-model", ["generate", "{run}", "--chat", "--prompt", "Hi"],
+         ["--chat needs a chat model", "is a base model", "burnout sft"]),
+    Case("empty-task-file", ["eval", "{run}", "--task", "mine={dir}/empty.jsonl"], ["'{dir}/empty.jsonl' is empty"],
+         setup=lambda d, *_: (d / "empty.jsonl").write_text("")),
+    Case("pairs-without-rejected", ["dpo", "{chat}", "--data", "{dir}/pairs.jsonl", "--out", "{dir}/dpo"],
+         ["record 1: a preference pair needs prompt, chosen and rejected fields", "no rejected"],
+         setup=lambda d, *_: (d / "pairs.jsonl").write_text('{"prompt": "Capital?", "chosen": "Paris."}\n'),
+         creates=True),  # the new run folder, marked as burnout's
+    Case("trace-a-checkpoints-folder", ["data", "trace", "The", "{dir}/run/checkpoints"],
+         ["'{dir}/run/checkpoints' is not a data folder", "inside the run folder {dir}/run",
+          "whose data folder is {data}"], setup=_copy_run),
 ]
 
 
@@ -209,6 +315,24 @@ def _shrink_val(data: Path) -> None:
     for extra in meta["splits"]["val"]["shards"][1:]:
         (data / extra["file"]).unlink()
     (data / "meta.json").write_text(json.dumps(meta))
+
+
+def _notes(d: Path) -> None:
+    (d / "notes.txt").write_text("\n\n".join(f"note {i}: " + "words " * (i % 30) for i in range(300)))
+
+
+def _yours(folder: Path, *names: str) -> None:
+    """A folder of the user's own, holding files under names burnout writes too."""
+    folder.mkdir(parents=True)
+    for name in names:
+        (folder / name).write_text('{"mine": true}\n')
+
+
+def _export(run: Path, hf: Path) -> None:
+    from burnout.core.checkpoint import list_checkpoints
+    from burnout.core.model_files import export_hf
+
+    export_hf(list_checkpoints(run)[0], hf)
 
 
 def _retouch_yaml(path: Path, old: str, new: str) -> None:
@@ -294,7 +418,7 @@ def _snapshot(root: Path) -> dict[str, tuple[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def catalogue(tmp_path_factory, tiny_bpe_data, sampled_runs):
+def catalogue(tmp_path_factory, tiny_bpe_data, sampled_runs, chat_checkpoint):
     root = tmp_path_factory.mktemp("bad_inputs")
     run = sampled_runs[0]
     for case in CASES:
@@ -303,8 +427,8 @@ def catalogue(tmp_path_factory, tiny_bpe_data, sampled_runs):
         if case.setup is not None:
             case.setup(d, tiny_bpe_data, run)
     before = _snapshot(root)
-    shared_before = {p: _snapshot(p) for p in (tiny_bpe_data, run)}
-    subs = {"{data}": str(tiny_bpe_data), "{run}": str(run)}
+    shared_before = {p: _snapshot(p) for p in (tiny_bpe_data, run, chat_checkpoint.run_dir)}
+    subs = {"{data}": str(tiny_bpe_data), "{run}": str(run), "{chat}": str(chat_checkpoint.run_dir)}
     jobs = []
     for case in CASES:
         argv = [a.replace("{dir}", str(root / case.name)) for a in case.argv]
@@ -318,13 +442,14 @@ def test_catalogue_has_at_least_25_cases():
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_input_gives_one_clear_line(catalogue, case):
+def test_bad_input_gives_one_clear_line(catalogue, case, tiny_bpe_data):
     root, before, after, _, results = catalogue
     code, out, err = results[case.name]
     assert "Traceback" not in err and "Traceback" not in out, err[-3000:]
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("burnout: error: "), err[-3000:]
-    for fragment in case.fragments:
+    for fragment in case.fragments:  # "{dir}": the case's folder; "{data}": the data folder the runs trained on
+        fragment = fragment.replace("{dir}", str(root / case.name)).replace("{data}", str(tiny_bpe_data.resolve()))
         assert fragment in lines[0], lines[0]
     assert code == case.code, (code, lines[0])
     # Nothing that existed was changed; nothing new appeared unless the case may leave an unfinished folder.

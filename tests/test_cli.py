@@ -178,3 +178,38 @@ def test_model_list(capsys):
     assert rows["llama-3b"] == ["llama", "3,122,969,600", "params"]
     assert rows["gpt2-124m"] == ["gpt2", "124,439,808", "params"]
     assert rows["shakespeare-char"] == ["gpt2", "421,504", "params"]
+
+
+# ------------------------------------------------------------------------------------------------
+# An internal error: one line, the trace kept in a file
+
+
+def _broken_model_info(*args, **kwargs):
+    raise RuntimeError("unexpected state\nsecond line of the message")
+
+
+def test_an_internal_error_is_one_line_naming_the_saved_trace(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("burnout.models.info.model_info", _broken_model_info)
+    assert main(["model", "list"]) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    prefix = "burnout: internal error: RuntimeError: unexpected state; the full trace is in "
+    assert lines[0].startswith(prefix) and lines[0].endswith("; please report it"), lines[0]
+    saved = Path(lines[0].removeprefix(prefix).removesuffix("; please report it"))
+    assert saved.parent == tmp_path / "cache" / "errors"
+    trace = saved.read_text()
+    assert trace.startswith("burnout model list\nTraceback (most recent call last):")
+    assert "_broken_model_info" in trace and "second line of the message" in trace
+
+
+def test_an_internal_error_prints_the_trace_when_it_cannot_be_saved(monkeypatch, tmp_path, capsys):
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path / "not-a-folder"))
+    monkeypatch.setattr("burnout.models.info.model_info", _broken_model_info)
+    assert main(["model", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "_broken_model_info" in err
+    assert err.splitlines()[-1].startswith("burnout: internal error: RuntimeError: unexpected state; the full trace is "
+                                           f"above (it could not be saved in {tmp_path / 'not-a-folder' / 'errors'}")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from burnout import common
-from burnout.common import write_atomic
+from burnout.common import FolderLock, write_atomic
+from burnout.errors import BurnoutError
 
 
 @pytest.mark.parametrize("data", ["naïve café ✓\n", b"\x00\xffbytes"])
@@ -99,3 +100,25 @@ def test_available_memory_reads_the_kernels_figure(tmp_path):
         meminfo = Path("/proc/meminfo").read_text().splitlines()
         total = int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1]) * 1024
         assert 0 < available_memory() <= total
+
+
+def test_a_lock_file_removed_by_its_holder_after_another_writer_opened_it_is_not_taken_as_the_lock(tmp_path,
+                                                                                                  monkeypatch):
+    """FolderLock.release removes the lock file while still holding it. A writer that opened the file just before
+    then gets its flock, on a file no longer in the folder: it must start over on the folder's own file, or two
+    writers would each hold a lock."""
+    first = FolderLock(tmp_path)
+    real_flock = common.fcntl.flock
+
+    def holder_lets_go_first(fd, operation):  # between the second writer's open and its flock
+        monkeypatch.setattr(common.fcntl, "flock", real_flock)
+        first.release()
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(common.fcntl, "flock", holder_lets_go_first)
+    second = FolderLock(tmp_path)
+    try:
+        with pytest.raises(BurnoutError, match=f"^{tmp_path} is being written by burnout process {os.getpid()} "):
+            FolderLock(tmp_path)
+    finally:
+        second.release()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from burnout.cli import main
 from burnout.core.checkpoint import list_checkpoints, load_checkpoint
 
 # The quickstart's own data and training recipe, shrunk so that the whole file runs in well under a minute.
@@ -29,19 +30,24 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_quickstart_generate_export(tmp_path):
+def test_quickstart_generate_export(tmp_path, monkeypatch, capsys):
     out = tmp_path / "qs"
-    first = burnout("quickstart", "--out", str(out), "--minutes", "0.3", *SMALL)
+    # The plan's step count comes from a measured step time (test_minutes_set_the_planned_steps checks how): here
+    # that measurement says 6 s, so 5 minutes plan a fixed ~40 steps, which a busy machine also finishes well within
+    # the 5-minute cap. The learning asserted below is then that of the whole plan, however slow the steps are.
+    monkeypatch.setattr("burnout.quickstart.measure_step_seconds", lambda cfg, data_dir: 6.0)
+    assert main(["quickstart", "--out", str(out), "--minutes", "5", *SMALL]) == 0
+    first = capsys.readouterr()
     run = out / "run"
-    assert f"run folder:   {run}" in first.stdout
-    assert "[4/4] done" in first.stdout
+    assert f"run folder:   {run}" in first.out
+    assert "[4/4] done" in first.out
     # It ends with the report and the command that opens the playground.
-    assert f"report:       {run / 'report' / 'report.html'}" in first.stdout
+    assert f"report:       {run / 'report' / 'report.html'}" in first.out
     assert (run / "report" / "report.md").is_file() and (run / "report" / "loss_vs_tokens.png").is_file()
-    assert f"playground:   burnout playground {run}" in first.stdout
+    assert f"playground:   burnout playground {run}" in first.out
     # Learning to be seen: each sample prompt at every kept checkpoint, sampled with a fixed seed, also in
     # compare.md, which the report shows.
-    table = first.stdout.split("same prompt, different checkpoint")[1].split("run folder:")[0]
+    table = first.out.split("same prompt, different checkpoint")[1].split("run folder:")[0]
     steps = [int(p.name.removeprefix("step_")) for p in list_checkpoints(run)]
     assert len(steps) >= 2
     for prompt in ("The ", "def ", "To create a"):
@@ -52,9 +58,10 @@ def test_quickstart_generate_export(tmp_path):
 
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(records) >= 2
-    # The step count follows a measured step time, so it can be as low as the floor of 20 on a busy
-    # machine; even then the loss has clearly left ln(512) = 6.24, a uniform guess.
-    assert int(first.stdout.split(" steps to fit")[0].split()[-1]) >= 20
+    # The run trained every planned step (not stopped early by its minutes); over them the loss has clearly fallen
+    # and left ln(512) = 6.24, a uniform guess.
+    planned = int(first.out.split(" steps to fit")[0].split()[-1])
+    assert planned >= 20 and records[-1]["step"] == planned
     assert records[-1]["train_loss"] < records[0]["train_loss"] - 0.2
     assert records[-1]["val_loss"] < math.log(512) - 0.3
     checkpoints = list_checkpoints(run)
@@ -87,3 +94,28 @@ def test_quickstart_generate_export(tmp_path):
     ids = torch.randint(0, ours.cfg.vocab_size, (2, 40), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(theirs(ids).logits, ours(ids), rtol=1e-4, atol=1e-4)
+
+
+def test_minutes_set_the_planned_steps(tiny_bpe_data, tmp_path, monkeypatch, capsys):
+    """With the step time measured as 50 ms, 2 minutes plan four times the steps of half a minute, each plan
+    filling most of its budget without passing it, and --minutes is the run's hard cap (red when the step count
+    ignores --minutes, e.g. the 20-step floor alone). Nothing is trained: Ctrl-C as the training starts."""
+    step_seconds, plans = 0.05, []
+
+    def start_run(cfg, run_dir, recipe, data_dir):
+        plans.append(cfg.train)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("burnout.quickstart.measure_step_seconds", lambda cfg, data_dir: step_seconds)
+    monkeypatch.setattr("burnout.quickstart.start_run", start_run)
+    out = tmp_path / "qs"
+    out.mkdir()
+    (out / "data").symlink_to(tiny_bpe_data, target_is_directory=True)  # prepared data is reused, not made
+    for minutes in (0.5, 2.0):
+        assert main(["quickstart", "--out", str(out), "--minutes", str(minutes), *SMALL]) == 130
+        plan = plans[-1]
+        assert 0.75 * minutes * 60 <= plan.max_steps * step_seconds <= minutes * 60, (minutes, plan.max_steps)
+        assert plan.max_minutes == minutes
+        assert f"→ {plan.max_steps} steps to fit {minutes:g} minutes" in capsys.readouterr().out
+    short, long = (plan.max_steps for plan in plans)
+    assert abs(long - 4 * short) <= 4

@@ -4,8 +4,9 @@
 precision, grad scaler, LR schedule, compile setting) and splits each step into data (batch + copy to
 the device), forward, backward and optimizer (loss across ranks, clipping, the update, zero_grad).
 On a GPU each part is closed by a synchronize, so the parts add up to the step.
-MFU is model FLOPs per token (burnout.models.info) × tokens/s over a matmul peak measured in the
-same process on the same device and precision (on a known GPU, also over its datasheet peak).
+MFU is model FLOPs per token (burnout.models.info) × tokens/s over a matmul peak on the same device and
+precision: on a CPU the best ever measured there, as training's (burnout.train.hardware.cpu_peak); on a GPU one
+measured in the same process (on a known GPU, also over its datasheet peak). It never exceeds 100%.
 
 `ablate` runs the optimization ladder of the GPUburnout blog on the same model and data, one change
 per rung, each rung keeping the ones before it:
@@ -53,10 +54,10 @@ from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 from burnout.models.info import flops_per_token, matmul_parameters
 from burnout.train.hardware import (
+    cpu_peak,
     cpu_precision_entry,
     detect,
     hardware_table,
-    measure_cpu_peak,
     measure_gpu_peak,
     training_precision,
 )
@@ -132,10 +133,10 @@ class PythonBatcher:
 # Peaks and memory
 
 
-def measure_peak(device: torch.device, precision: str) -> float:
-    """Best observed matmul FLOP/s on `device` in `precision`: the measurement training makes for a CPU
-    or a GPU missing from hardware.yaml, so bench and training MFU share one denominator."""
-    return measure_cpu_peak(precision) if device.type == "cpu" else measure_gpu_peak(device, precision)
+def measure_peak(device: torch.device, precision: str, again: bool = False) -> float:
+    """Best observed matmul FLOP/s on `device` in `precision`: the peak training's MFU is over on a CPU or a GPU
+    missing from hardware.yaml, so bench and training MFU share one denominator (`again`: a CPU measured again)."""
+    return cpu_peak(precision, measure_again=again) if device.type == "cpu" else measure_gpu_peak(device, precision)
 
 
 def table_peak(device: torch.device, precision: str) -> tuple[str, float] | None:
@@ -285,6 +286,7 @@ def measure(cfg: RunConfig, data_dir: Path, setup: Setup, steps: int, warmup: in
 
 
 def _add_mfu(result: dict, device: torch.device) -> dict:
+    """MFU over the measured peak, left out (`mfu_left_out` says why) where the step outran every measurement."""
     precision = result["setup"]["precision"]
     peak = measure_peak(device, precision)
     # A peak below what the model just achieved was measured in a burst of other load (on a shared CPU it printed an
@@ -292,9 +294,14 @@ def _add_mfu(result: dict, device: torch.device) -> dict:
     for _ in range(2):
         if result["achieved_flops"] <= peak:
             break
-        peak = max(peak, measure_peak(device, precision))
+        peak = max(peak, measure_peak(device, precision, again=True))
     result["peak_flops_measured"] = peak
-    result["mfu_measured"] = result["achieved_flops"] / peak
+    if result["achieved_flops"] <= peak:
+        result["mfu_measured"] = result["achieved_flops"] / peak
+    else:  # over 100% is impossible: the machine was busy at every measurement
+        result["mfu_left_out"] = (f"left out: the step ran {result['achieved_flops'] / 1e9:,.1f} GFLOP/s, above the "
+                                  f"{peak / 1e9:,.1f} GFLOP/s {precision} matmul peak measured three times (other "
+                                  "work on this machine slowed the measurements; bench again when it is quiet)")
     known = table_peak(device, precision)
     if known is not None:
         result["hardware"] = known[0]
@@ -399,7 +406,8 @@ def format_bench(r: dict) -> str:
         f"first step {r['first_step_s']:.1f} s)",
         "step split    " + "  ".join(f"{p} {split[p] * 1000:.1f} ms ({r['split_fraction'][p]:.1%})" for p in PARTS),
         f"MFU           {r['mfu_measured']:.1%} of a measured {r['peak_flops_measured'] / 1e9:,.0f} GFLOP/s "
-        f"{r['setup']['precision']} matmul peak ({r['achieved_flops'] / 1e9:,.1f} GFLOP/s achieved)",
+        f"{r['setup']['precision']} matmul peak ({r['achieved_flops'] / 1e9:,.1f} GFLOP/s achieved)"
+        if "mfu_measured" in r else f"MFU           {r['mfu_left_out']}",
     ]
     if "mfu_table" in r:
         lines.append(f"MFU (table)   {r['mfu_table']:.1%} of the {r['hardware']}'s {r['peak_flops_table'] / 1e12:,.0f} "
@@ -422,8 +430,9 @@ def format_ablation(r: dict) -> str:
         label = x["label"] + (" (unavailable: ran eager)" if x["note"] else "")
         lines.append(f"{label:<68} {x['tokens_per_s']:>10,.0f} {x['step_s'] * 1000:>9.1f} "
                      f"{x['split_fraction']['data']:>6.1%} {x['speedup_prev']:>5.2f}x {x['speedup_total']:>5.2f}x "
-                     f"{x['mfu_measured']:>6.1%}")
+                     + (f"{x['mfu_measured']:>6.1%}" if "mfu_measured" in x else f"{'-':>6}"))
     notes = [f"{x['rung']}: {x['skipped'] or x['note']}" for x in r["rungs"] if x["skipped"] or x["note"]]
+    notes += [f"{x['rung']}: MFU {x['mfu_left_out']}" for x in r["rungs"] if "mfu_left_out" in x]
     ran = [x["rung"] for x in r["rungs"] if not x["skipped"]]
     if r["rungs"][0]["skipped"] and ran:
         notes.append(f"×base is over {ran[0]}, the first rung that fit; ×prev over the last rung that ran")

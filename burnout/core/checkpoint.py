@@ -26,9 +26,11 @@ import os
 import pickle
 import queue
 import re
+import shlex
 import shutil
 import threading
 import warnings
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +40,16 @@ import torch
 import yaml
 
 from burnout.common import (
+    LAUNCHES_FILE,
     METRICS_FILE,
     REPORT_DIR,
     RUN_CONFIG_FILE,
     RUN_LOG_FILES,
     TOKENIZER_FILE,
+    check_output_folder,
     first_line,
+    folder_contents,
+    read_jsonl,
     sha256_file,
     unwrapped,
     write_atomic,
@@ -55,6 +61,8 @@ from burnout.models.memory import param_counts, static_bytes
 
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST_FILE = "sha256.json"
+# What every checkpoint folder holds besides MANIFEST_FILE (see the module docstring).
+CHECKPOINT_FILES = ("model.safetensors", "state.pt", RUN_CONFIG_FILE, "info.json", TOKENIZER_FILE)
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Beside the tensors' bytes: safetensors' header, state.pt's zip entries and pickled RNG states, config,
 # info and manifest; this leaves a margin over their measured size (docs/PERFORMANCE.md).
@@ -130,9 +138,11 @@ class CheckpointMirror:
     """Copies checkpoints to `mirror_dir/checkpoints/` and the run's logs (RUN_LOG_FILES, the report) to
     `mirror_dir/` in a background thread, atomically (temp name, then rename), and prunes the mirror to the
     run's kept set, so losing the machine loses at most the checkpoint being copied. A copy that does not
-    match the sha256 recorded at saving is removed, never renamed into place."""
+    match the sha256 recorded at saving is removed, never renamed into place. The mirror is new, empty or this
+    run's own (check_mirror); the logs go first, so that it names its run before it holds a checkpoint."""
 
     def __init__(self, run_dir: Path, mirror_dir: Path, on_error: Callable[[str], None]):
+        check_mirror(run_dir, mirror_dir)
         self.run_dir, self.mirror_dir = Path(run_dir), Path(mirror_dir)
         self.root = self.mirror_dir / CHECKPOINT_DIR
         self.on_error = on_error
@@ -153,10 +163,10 @@ class CheckpointMirror:
         while (job := self._queue.get()) is not None:
             src, kept = job
             try:
+                mirror_run_logs(self.run_dir, self.mirror_dir)
                 if src is not None:
                     self._copy(src, kept)
-                mirror_run_logs(self.run_dir, self.mirror_dir)
-            except OSError as exc:  # a full or vanished mirror must not stop training
+            except (OSError, BurnoutError) as exc:  # a full, vanished or taken-over mirror must not stop training
                 what = src.name if src is not None else "the run's logs"
                 self.on_error(f"mirror: copying {what} to {self.mirror_dir} failed ({exc}); training goes on")
 
@@ -178,10 +188,40 @@ class CheckpointMirror:
                 shutil.rmtree(old, ignore_errors=True)
 
 
+def check_mirror(run_dir: Path, mirror_dir: Path) -> None:
+    """Refuse, in one line, a train.mirror_dir that is not new, empty or this run's mirror: one holding anything
+    else, the mirror of another run (whose checkpoints pruning to this run's would delete), or the run folder.
+    A mirror's run is told by the first launch in its copy of launches.jsonl (the same wherever the run folder
+    is restored to); one that holds checkpoints but no logs cannot tell its run and is taken as this one's."""
+    run = _first_launch(run_dir) or "a run not launched yet"
+
+    def mirror_of(folder: Path) -> dict | None:
+        if (folder / LAUNCHES_FILE).is_file():
+            return {"kind": "mirror", "source": _first_launch(folder)}
+        names = folder_contents(folder)
+        if CHECKPOINT_DIR in names and all(name in (CHECKPOINT_DIR, REPORT_DIR, *RUN_LOG_FILES)
+                                           or name.startswith(".tmp-") for name in names):
+            return {"kind": "mirror", "source": run}
+        return None
+
+    check_output_folder(mirror_dir, "train.mirror_dir", "mirror", run, reads=[run_dir], recognise=mirror_of)
+
+
+def _first_launch(folder: Path) -> str | None:
+    """The run whose launches.jsonl `folder` holds, named by its first launch (when, where, the command)."""
+    launches = read_jsonl(Path(folder) / LAUNCHES_FILE)
+    if not launches:
+        return None
+    first = launches[0]
+    return f"the run first launched at {first.get('time')} in {first.get('cwd')} ({shlex.join(first.get('argv', []))})"
+
+
 def mirror_run_logs(run_dir: Path, mirror_dir: Path) -> None:
     """Copy a run's logs (RUN_LOG_FILES and the report folder, where present) into `mirror_dir`, each under a
-    temporary name and then renamed, so the mirror always holds whole files."""
+    temporary name and then renamed, so the mirror always holds whole files; refused in one line where
+    `mirror_dir` is not this run's mirror (check_mirror)."""
     run_dir, mirror_dir = Path(run_dir), Path(mirror_dir)
+    check_mirror(run_dir, mirror_dir)
     mirror_dir.mkdir(parents=True, exist_ok=True)
     for name in RUN_LOG_FILES:
         if (run_dir / name).is_file():
@@ -199,10 +239,10 @@ def mirror_run_logs(run_dir: Path, mirror_dir: Path) -> None:
 def checkpoint_problem(path: Path) -> str | None:
     """What is wrong with a checkpoint folder's files against the sha256 recorded when it was saved (the
     first file that differs, or is missing), or None when every file matches. A checkpoint saved before
-    the sha256 was recorded has no MANIFEST_FILE and passes unchecked."""
+    the sha256 was recorded has no MANIFEST_FILE: its files are checked for what can be told without it."""
     path = Path(path)
     if not (path / MANIFEST_FILE).is_file():
-        return None
+        return _unrecorded_problem(path)
     try:
         recorded = json.loads((path / MANIFEST_FILE).read_text())
         if not isinstance(recorded, dict):
@@ -217,6 +257,28 @@ def checkpoint_problem(path: Path) -> str | None:
             return f"{name} is missing"
         except OSError as exc:
             return f"{name} cannot be read ({exc.strerror or first_line(exc)})"
+    return None
+
+
+def _unrecorded_problem(path: Path) -> str | None:
+    """Of a checkpoint without MANIFEST_FILE: the first of its files that is missing or empty, or whose container
+    (state.pt's zip, model.safetensors' header) is cut short; None when each looks whole. Reads the headers only."""
+    for name in CHECKPOINT_FILES:
+        file = path / name
+        try:
+            if file.stat().st_size == 0:
+                return f"{name} is empty"
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except OSError as exc:
+            return f"{name} cannot be read ({exc.strerror or first_line(exc)})"
+    try:
+        if not zipfile.is_zipfile(path / "state.pt"):
+            return "state.pt is not a whole zip archive (cut short or damaged)"
+        with safetensors.safe_open(path / "model.safetensors", "pt"):
+            pass
+    except (OSError, safetensors.SafetensorError) as exc:
+        return f"model.safetensors is unreadable ({first_line(exc)})"
     return None
 
 
@@ -244,10 +306,14 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint folder, or a run folder (→ its latest checkpoint)."""
+    """A checkpoint folder, or a run folder (→ its latest checkpoint), or a file of a checkpoint (→ its folder)."""
     path = Path(path)
+    if path.is_file() and path.name in CHECKPOINT_FILES and (path.parent / "model.safetensors").is_file():
+        path = path.parent
     if (path / "model.safetensors").is_file():
         return path
+    if path.is_file():
+        raise BurnoutError(f"'{path}' is a file; give a run folder or one of its checkpoints/step_* folders")
     if not path.exists():
         raise BurnoutError(f"checkpoint '{path}' does not exist; "
                            f"give a run folder or one of its checkpoints/step_* folders")
@@ -278,7 +344,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
             state = torch.load(path / name, map_location="cpu", weights_only=True)
         name = "info.json"
         info = json.loads((path / name).read_text())
-    except (OSError, RuntimeError, ValueError, json.JSONDecodeError, safetensors.SafetensorError,
+    except (OSError, EOFError, RuntimeError, ValueError, json.JSONDecodeError, safetensors.SafetensorError,
             pickle.UnpicklingError) as exc:
         reason = first_line(str(exc))
         if isinstance(exc, pickle.UnpicklingError):

@@ -12,15 +12,18 @@ import torch
 from burnout.errors import BurnoutError
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, setting: str = "train.device") -> torch.device:
+    """The device `name` (auto, cpu, cuda, cuda:N) asks for; a refusal names `setting`, where the user gave it (a
+    config key, or a command's --device)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise BurnoutError(f"train.device: '{name}' is not a device; use auto, cpu, cuda or cuda:N") from None
+        raise BurnoutError(f"{setting}: '{name}' is not a device; use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise BurnoutError("train.device: CUDA was asked for but this machine has none; use train.device=cpu")
+        cpu = f"{setting}=cpu" if "." in setting else f"{setting} cpu"  # a config key, or a flag
+        raise BurnoutError(f"{setting}: CUDA was asked for but this machine has none; use {cpu}")
     return device
 
 

@@ -1,19 +1,36 @@
 """A model in and out of files: `load_model`, the one way every command turns a checkpoint (or a run
 folder) into a model and its tokenizer; `import_hf` and `export_hf` between checkpoints and Hugging
-Face model folders."""
+Face model folders; `writing_run`, the run folder a command writes, checked and locked."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE
+from burnout.common import (
+    EOT_TOKEN,
+    LAUNCHES_FILE,
+    METRICS_FILE,
+    TOKENIZER_FILE,
+    check_output_folder,
+    folder_owner,
+    writing_into,
+)
 from burnout.config import load_run_config
 from burnout.core.chat_template import CHAT_TEMPLATE, CHAT_TOKENS, chat_token_ids, is_chat_model
-from burnout.core.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from burnout.core.checkpoint import (
+    Checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+)
+from burnout.data.prepare import data_folder_owner
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
@@ -35,21 +52,49 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[Tr
     return ckpt.model, tokenizer, ckpt
 
 
-def export_hf(checkpoint: str | Path, out_dir: str | Path) -> Path:
+def writing_run(run_dir: str | Path, label: str, reads: Iterable[str | Path] = ()) -> AbstractContextManager[Path]:
+    """`run_dir` for a command to write a run into: refused in one line (named `label`) unless it is new, empty or
+    a run folder of burnout's, and neither is nor holds what the command `reads`; then, while the block writes
+    it, marked as a run folder and locked against any other writer."""
+    check_output_folder(run_dir, label, "run", reads=reads, recognise=_told_by_content)
+    return writing_into(run_dir, "run", lock=True)
+
+
+def is_run_folder(folder: str | Path) -> bool:
+    """Whether `folder` is a run folder of burnout's: marked as one (writing_run), or told by its content."""
+    owner = folder_owner(folder) or _told_by_content(Path(folder))
+    return owner is not None and owner["kind"] == "run"
+
+
+def _told_by_content(folder: Path) -> dict | None:
+    """A folder of burnout's without an OWNER_FILE, told by what it holds: a run (made before OWNER_FILE was
+    written) by its checkpoints or a run's logs; prepared data by its manifest or meta."""
+    if list_checkpoints(folder) or any((folder / name).is_file() for name in (METRICS_FILE, LAUNCHES_FILE)):
+        return {"kind": "run", "source": None}
+    return data_folder_owner(folder)
+
+
+def export_hf(checkpoint: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
     """Write a checkpoint as a Hugging Face folder that AutoModelForCausalLM / AutoTokenizer load offline.
 
     A chat model's folder also carries the ChatML template in tokenizer_config.json and stops
     transformers' `generate` at <|im_end|>; LoRA adapters are folded into the exported weights.
+    `out_dir` is new, empty or an export of this checkpoint (of another: with `overwrite`), never anything else.
     """
-    model, tokenizer, ckpt = load_model(checkpoint)
+    path = resolve_checkpoint(checkpoint)
+    source = str(path.resolve())
+    check_output_folder(out_dir, "--to", "export", source, reads=[path], overwrite=overwrite,
+                        recognise=_told_by_content)
+    model, tokenizer, ckpt = load_model(path)
     if lora_layers(model):
         merge_lora(model)
     chat = is_chat_model(ckpt.config)
     if chat:
         chat_token_ids(tokenizer)  # one line when the chat model's tokenizer lacks the tokens
-    return save_hf(model, Path(out_dir), tokenizer_path=ckpt.path / TOKENIZER_FILE,
-                   eos_token_id=tokenizer.token_to_id(EOT_TOKEN), chat_template=CHAT_TEMPLATE if chat else None,
-                   chat_tokens=CHAT_TOKENS if chat else None)
+    with writing_into(out_dir, "export", source):
+        return save_hf(model, Path(out_dir), tokenizer_path=ckpt.path / TOKENIZER_FILE,
+                       eos_token_id=tokenizer.token_to_id(EOT_TOKEN), chat_template=CHAT_TEMPLATE if chat else None,
+                       chat_tokens=CHAT_TOKENS if chat else None)
 
 
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
@@ -67,6 +112,7 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
         )
     if list_checkpoints(out_dir):
         raise BurnoutError(f"'{out_dir}' already holds checkpoints; import into a new folder")
+    writing = writing_run(out_dir, "--to", reads=[hf_dir])
     model = load_hf(hf_dir)
     vocab = load_tokenizer(tokenizer_path).get_vocab_size()
     if vocab > model.cfg.vocab_size:
@@ -76,4 +122,5 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
         )
     cfg = load_run_config({"model": dataclasses.asdict(model.cfg)})
     info = {"step": 0, "tokens": 0, "imported_from": str(hf_dir.resolve())}
-    return save_checkpoint(out_dir, cfg, model, {"step": 0, "tokens": 0}, info, tokenizer_path, keep_last=1)
+    with writing:
+        return save_checkpoint(out_dir, cfg, model, {"step": 0, "tokens": 0}, info, tokenizer_path, keep_last=1)

@@ -84,6 +84,20 @@ class Cleaner:
             mine["documents_out"] += 1
         return cleaned
 
+    def why_dropped(self, source: str) -> str:
+        """What dropped `source`'s documents, each filter as the setting behind it, e.g. "2 by the --drop /
+        data.junk_patterns pattern '.'": for the line that says none is left."""
+        dropped = self.stats["per_source"][source]["dropped"]
+        matched = [p for p, count in self.stats["junk"]["by_source"][source]["patterns"].items() if count]
+        patterns = f"pattern{'s' * (len(matched) > 1)} {', '.join(map(repr, matched))}"
+        settings = {
+            "clean": f"data.clean={self.mode} (mostly not text)",
+            "min_chars": f"data.min_chars={self.min_chars}" if self.min_chars else f"data.clean={self.mode} (emptied)",
+            "junk": f"the --drop / data.junk_patterns {patterns}",
+            "dedup": "data.dedup (duplicates)",
+        }
+        return ", ".join(f"{count} by {settings[name]}" for name, count in dropped.items() if count)
+
     def _drop(self, name: str, source: str | None, chars: int | None = None) -> None:
         self.stats[name]["dropped_documents"] += 1
         if chars is not None:

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import first_line
+from burnout.common import first_line, not_a_file_or_folder
 from burnout.config import DataConfig, SourceConfig
+from burnout.data.clean import Cleaner
 from burnout.errors import BurnoutError
 
 # A reader returns one document's text, or None when the document is to be skipped (empty, or a
@@ -142,10 +143,10 @@ def mix_documents(cfg: DataConfig) -> tuple[list[str], list[str], dict]:
     return mixed.train_docs, mixed.val_docs, mixed.report
 
 
-def mix_corpus(cfg: DataConfig, transform: Callable[[str], str | None] | None = None) -> MixedCorpus:
+def mix_corpus(cfg: DataConfig, cleaner: Cleaner | None = None) -> MixedCorpus:
     """Each source's first weight/sum(weights) * cfg.max_chars characters, in its seeded order.
 
-    `transform` (e.g. a cleaner) maps each document before it is counted; None drops it.
+    `cleaner` maps each document before it is counted; None drops it.
     """
     cfg.validate()
     total_weight = sum(s.weight for s in cfg.sources)
@@ -155,7 +156,7 @@ def mix_corpus(cfg: DataConfig, transform: Callable[[str], str | None] | None = 
         if source.weight == 0:
             continue
         budget = int(cfg.max_chars * source.weight / total_weight)
-        docs = _take_documents(source, budget, cfg.seed, transform)
+        docs = _take_documents(source, budget, cfg.seed, cleaner)
         num_val = _num_val_docs(len(docs), cfg.val_fraction)
         # docs are already in shuffled order, so the tail is a seeded random val sample.
         train, val = docs[: len(docs) - num_val], docs[len(docs) - num_val :]
@@ -194,9 +195,7 @@ def mix_corpus(cfg: DataConfig, transform: Callable[[str], str | None] | None = 
     return mixed
 
 
-def _take_documents(
-    source: SourceConfig, budget: int, seed: int, transform: Callable[[str], str | None] | None
-) -> list[str]:
+def _take_documents(source: SourceConfig, budget: int, seed: int, cleaner: Cleaner | None) -> list[str]:
     """Documents of `source` in seeded random order until `budget` characters are taken."""
     docs: list[str] = []
     remaining = budget
@@ -204,8 +203,8 @@ def _take_documents(
         return docs
     kept_any = False
     for text in iter_source(source, seed):
-        if transform is not None:
-            text = transform(text)
+        if cleaner is not None:
+            text = cleaner(text, source.name)
             if not text:
                 continue
         kept_any = True
@@ -213,9 +212,11 @@ def _take_documents(
         remaining -= len(docs[-1])
         if remaining <= 0:
             break
+    if not kept_any and cleaner is None:  # an empty stream (an hf split, say): files with no text are refused earlier
+        raise BurnoutError(f"data source '{source.name}' gave no document; point it at some text")
     if not kept_any:
-        raise BurnoutError(f"data source '{source.name}': cleaning removed every document; "
-                           f"relax data.clean / min_chars")
+        raise BurnoutError(f"data source '{source.name}': no document is left: every one was dropped "
+                           f"({cleaner.why_dropped(source.name)}); change the setting that dropped them")
     return docs
 
 
@@ -539,6 +540,9 @@ def _resolve_files(source: SourceConfig) -> list[Path]:
                 f"add some or fix the path"
             )
         return files
+    if (kind := not_a_file_or_folder(path)) is not None:
+        raise BurnoutError(f"data source '{source.name}': '{path}' is {kind}, not a file or folder: preparing reads "
+                           "a source more than once, which a stream cannot give; save its text to a file and give that")
     raise BurnoutError(f"data source '{source.name}': path '{path}' does not exist; fix data.sources path")
 
 

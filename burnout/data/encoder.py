@@ -2,6 +2,10 @@
 
 Encoding runs on Hugging Face tokenizers' Rust thread pool (`workers` > 1, on background threads, so
 the caller's reading and writing overlap it) or on one thread. Either way the ids are the same.
+
+A document longer than a piece is encoded in pieces (burnout/data/tokenizer.py's `pieces`, which give the ids of
+the whole), and pieces are encoded about BATCH_CHARS characters at a time: the memory of encoding does not grow
+with a document's length.
 """
 
 from __future__ import annotations
@@ -12,20 +16,46 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 from tokenizers import Tokenizer
 
+from burnout.data.tokenizer import cuts_exactly, pieces
 from burnout.errors import BurnoutError
 
 # Chunks read and submitted for encoding before they are needed. With two encodings in flight the
 # thread pool always has work: one chunk's last, longest documents no longer leave a core idle.
 CHUNKS_AHEAD = 2
+# Characters encoded in one call: the call holds Hugging Face Encoding objects, several values per token, until
+# their ids are copied out (docs/PERFORMANCE.md).
+BATCH_CHARS = 1_000_000
 
 
 def encode_documents(tok: Tokenizer, docs: list[str], split: str = "data") -> list[np.ndarray]:
-    """Token ids (uint32 arrays, no special tokens added) of each document."""
+    """Token ids (uint32 arrays, no special tokens added) of each document: a long one in pieces when the
+    tokenizer gives the pieces the ids of the whole (`cuts_exactly`), BATCH_CHARS characters at a time."""
+    cut = cuts_exactly(tok)
+    parts: list[list[np.ndarray]] = [[] for _ in docs]
+    batch: list[str] = []
+    owners: list[int] = []
+    chars = 0
+    for owner, doc in enumerate(docs):
+        for piece in pieces(doc) if cut else [doc]:
+            batch.append(piece)
+            owners.append(owner)
+            chars += len(piece)
+            if chars >= BATCH_CHARS:
+                _encode_batch(tok, batch, owners, parts, split)
+                batch, owners, chars = [], [], 0
+    if batch:
+        _encode_batch(tok, batch, owners, parts, split)
+    return [ids[0] if len(ids) == 1 else np.concatenate(ids) for ids in parts]
+
+
+def _encode_batch(tok: Tokenizer, texts: list[str], owners: list[int], parts: list[list[np.ndarray]],
+                  split: str) -> None:
+    """Encode `texts` at once, appending each one's ids to its owner's `parts`."""
     try:
-        encodings = tok.encode_batch_fast(docs, add_special_tokens=False)
+        encodings = tok.encode_batch_fast(texts, add_special_tokens=False)
     except Exception:  # the Rust side raises a bare Exception, e.g. for a character a char vocab lacks
         vocab = tok.get_vocab()
-        unknown = sorted({c for doc in docs for c in doc} - vocab.keys())
+        unknown = sorted({c for text in texts for c in text} - vocab.keys())
         if not unknown:
             raise
         shown = ", ".join(repr(c) for c in unknown[:5])
@@ -33,7 +63,8 @@ def encode_documents(tok: Tokenizer, docs: list[str], split: str = "data") -> li
             f"the tokenizer has no token for {len(unknown)} character(s) of the {split} ({shown}); "
             "retrain the tokenizer on this data or use tokenizer.kind: bpe"
         ) from None
-    return [np.asarray(enc.ids, dtype=np.uint32) for enc in encodings]
+    for owner, encoding in zip(owners, encodings):
+        parts[owner].append(np.asarray(encoding.ids, dtype=np.uint32))
 
 
 class Encoder:

@@ -37,14 +37,14 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import TOKENIZER_FILE, write_atomic
+from burnout.common import TOKENIZER_FILE, FolderLock, check_output_folder, write_atomic
 from burnout.config import DataConfig, TokenizerConfig
 from burnout.data import shards
 from burnout.data.clean import Cleaner
 from burnout.data.corpus import MixedCorpus, interleave_rng, iter_source, mix_corpus, source_signature
 from burnout.data.encoder import CHUNKS_AHEAD, Encoder
 from burnout.data.tokenizer import build_tokenizer, eot_id, load_tokenizer, tokenizer_kind, tokenizer_sha256
-from burnout.errors import BurnoutError
+from burnout.errors import BurnoutError, StorageError
 
 # Shard-format functions are called through `shards.` (not imported by name), so that one change to
 # them (or a test's patch) reaches every caller, the shard writer's own calls included.
@@ -70,10 +70,29 @@ def prepare_data(
 
     An unfinished directory (manifest but no meta) prepared with the same settings is resumed.
     `workers`: 1 encodes on one thread; more use the tokenizer's thread pool (None: one per CPU core).
+    `out_dir` is new, empty or a data folder of burnout's, never one holding the sources or anything else;
+    one process at a time prepares it (a second is refused in one line naming the first).
     """
     data_cfg.validate()
     tok_cfg.validate()
     out_dir = Path(out_dir)
+    check_output_folder(out_dir, "data folder", "data", reads=_source_paths(data_cfg), recognise=data_folder_owner)
+    with FolderLock(out_dir):
+        try:
+            return _prepare(data_cfg, tok_cfg, out_dir, tokenizer_path, progress, overwrite, workers)
+        except OSError as exc:
+            if exc.filename is not None:  # the error names its path already
+                raise
+            # A write to an open file (a shard) fails without a file name: a full disk (ENOSPC, EFBIG) says nothing
+            # of where.
+            raise StorageError(f"writing the prepared data into '{out_dir}' failed ({exc.strerror or exc}); free "
+                               "space on its disk, then run the same command again: it goes on where it stopped"
+                               ) from None
+
+
+def _prepare(data_cfg: DataConfig, tok_cfg: TokenizerConfig, out_dir: Path, tokenizer_path: str | Path | None,
+             progress: bool, overwrite: bool, workers: int | None) -> dict:
+    """prepare_data's work, in a folder this process holds."""
     meta_path = out_dir / shards.META_FILE
     if meta_path.exists():
         if not overwrite:
@@ -94,6 +113,7 @@ def prepare_data(
     given = load_tokenizer(tokenizer_path) if tokenizer_path is not None else None
     fingerprint = _fingerprint(data_cfg, tok_cfg, given)
     manifest = shards.load_manifest(out_dir, fingerprint)
+    shards.save_manifest(out_dir, manifest)  # now: the folder is told as burnout's data whatever else it holds
 
     tok = None
     if manifest["tokenizer_sha256"] and (out_dir / TOKENIZER_FILE).is_file():
@@ -146,10 +166,33 @@ def prepare_data(
     return meta
 
 
+def _source_paths(cfg: DataConfig) -> list[Path]:
+    """What the sources read: each file source's file or folder (a glob's: the folder it starts from)."""
+    paths = []
+    for source in cfg.sources:
+        if source.path:
+            parts = Path(os.path.expanduser(source.path)).parts
+            fixed = list(itertools.takewhile(lambda part: not set("*?[") & set(part), parts))
+            paths.append(Path(*fixed) if fixed else Path("."))
+    return paths
+
+
+def data_folder_owner(folder: Path) -> dict | None:
+    """A data folder is told by its manifest (written before anything else) or meta, in burnout's format."""
+    for name in (shards.MANIFEST_FILE, shards.META_FILE):
+        try:
+            found = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(found, dict) and found.get("format") in (shards.FORMAT, *shards.LEGACY_FORMATS):
+            return {"kind": "data", "source": None}
+    return None
+
+
 def tokenizer_sample(data_cfg: DataConfig) -> MixedCorpus:
     """The cleaned, weighted `max_chars` sample of the sources that a tokenizer is trained on."""
     cleaner = Cleaner(data_cfg)
-    return mix_corpus(data_cfg, transform=cleaner if cleaner.active else None)
+    return mix_corpus(data_cfg, cleaner if cleaner.active else None)
 
 
 def train_recipe_tokenizer(data_cfg: DataConfig, tok_cfg: TokenizerConfig,

@@ -26,6 +26,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
+from burnout.common import not_a_file_or_folder
 from burnout.config import (
     CONFIG_DIR,
     DataConfig,
@@ -190,6 +191,9 @@ def input_kind(arg: str) -> str | None:
             raise BurnoutError(f"'{arg}' is both a file here and a built-in recipe or config; write ./{arg} for "
                                "the file, or rename it")
         return kind
+    if (kind := not_a_file_or_folder(path)) is not None:
+        raise BurnoutError(f"'{arg}' is {kind}, not a file or folder: preparing reads its text more than once, "
+                           "which a stream cannot give; save the text to a file and give that")
     if _GLOB_CHARS & set(arg):
         return _glob_kind(arg)
     if is_builtin(arg):

@@ -28,8 +28,9 @@ import os
 from pathlib import Path
 
 import numpy as np
+import yaml
 
-from burnout.common import sha256_file, write_atomic
+from burnout.common import RUN_CONFIG_FILE, sha256_file, write_atomic
 from burnout.errors import BurnoutError
 
 FORMAT = "burnout-tokens-v2"
@@ -250,6 +251,11 @@ def read_meta(data_dir: str | Path) -> dict:
         raise BurnoutError(f"data directory '{data_dir}' does not exist; prepare the data into it first")
     meta_path = data_dir / META_FILE
     if not meta_path.is_file():
+        run = _run_around(data_dir)
+        if run is not None:
+            what, run_data = run
+            raise BurnoutError(f"'{data_dir}' is not a data folder (no {META_FILE}): it is {what}, whose data folder "
+                               f"is {run_data}; give that")
         raise BurnoutError(
             f"'{data_dir}' has no {META_FILE}, so its data preparation never finished; prepare the data again"
         )
@@ -270,6 +276,28 @@ def read_meta(data_dir: str | Path) -> dict:
         raise BurnoutError(f"'{meta_path}' is malformed ({type(exc).__name__}: {exc}); "
                            f"prepare the data again") from None
     return meta
+
+
+def _run_around(folder: Path) -> tuple[str, Path] | None:
+    """For `folder` that holds no data folder's files but is a run folder, a checkpoint or a run's checkpoints
+    folder: (what it is, the run's data folder: data.prepared_dir of the config.yaml there, else RUN/data).
+    None for anything else."""
+    if (folder / MANIFEST_FILE).exists():
+        return None  # a data folder whose preparation has not finished
+    for run in (folder, folder.parent, folder.parent.parent):
+        try:
+            config = yaml.safe_load((run / RUN_CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        data = config.get("data") if isinstance(config, dict) else None
+        prepared = data.get("prepared_dir") if isinstance(data, dict) else None
+        found = Path(prepared) if isinstance(prepared, str) else run / "data"
+        if found.resolve() == folder.resolve():
+            return None
+        if (run / "model.safetensors").is_file():
+            return "a checkpoint", found
+        return ("a run folder" if run == folder else f"inside the run folder {run}"), found
+    return None
 
 
 def _check_token_files(data_dir: Path, meta: dict) -> None:

@@ -2,13 +2,19 @@
 
 Both kinds are saved as a single tokenizer.json, which the HF ecosystem loads as is. Neither kind has
 a normalizer, so decoding the ids of a text gives back exactly that text.
+
+A long text is trained on and encoded in pieces (`pieces`), since a tokenizer's pre-tokenization of a text holds
+many bytes per character (docs/PERFORMANCE.md): a document of any length then costs the memory of one piece, and
+the pieces give the merges and the ids that the whole text would.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterable
+import json
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -18,6 +24,12 @@ from burnout.config import TokenizerConfig
 from burnout.errors import BurnoutError
 
 BYTE_ALPHABET_SIZE = 256
+# The char kind's pre-tokenizer: every character a pre-token of its own ([\s\S] rather than "." so newlines too).
+CHAR_PATTERN = r"[\s\S]"
+# Characters of a text pre-tokenized at once: a piece (see `pieces`).
+PIECE_CHARS = 65_536
+# Where `pieces` may cut: a space or line break after a character that is not whitespace.
+_CUT = re.compile(r"(?<=\S)[ \n]")
 
 
 def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
@@ -86,8 +98,9 @@ def _train_bpe(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    remaining = iter(texts)
-    first = next((text for text in remaining if text), None)
+    # Each text in pieces: the trainer counts the same pre-tokens, so it learns the same merges.
+    remaining = (piece for text in texts for piece in pieces(text))
+    first = next((piece for piece in remaining if piece), None)
     if first is None:
         raise BurnoutError("tokenizer: no text to train on; check that the data sources contain documents")
     tok.train_from_iterator(itertools.chain([first], remaining), trainer=trainer)
@@ -109,11 +122,55 @@ def _train_char(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
     # No unk token: every character of the training text has an id, and an unseen character is an
     # error at encode time rather than a silent, lossy <unk>.
     tok = Tokenizer(models.WordLevel(vocab, unk_token=None))
-    # [\s\S] rather than "." so newlines become tokens of their own too.
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(CHAR_PATTERN), behavior="isolated")
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens(list(cfg.special_tokens))
     return tok
+
+
+def pieces(text: str) -> Iterator[str]:
+    """`text` in consecutive pieces of at most PIECE_CHARS characters (a longer stretch without a place to cut is
+    one piece), each cut just before a space or line break that follows a character other than whitespace.
+
+    Byte-level BPE's pre-tokenizer (GPT-2's regex) never puts whitespace after another character into one
+    pre-token, and looks ahead only past whitespace, so a text's pre-tokens are those of its pieces, one after the
+    other; BPE merges within a pre-token, so the pieces' ids are the text's (`cuts_exactly`: for which tokenizers).
+    """
+    start = 0
+    while len(text) - start > PIECE_CHARS:
+        cut = _last_cut(text, start, start + PIECE_CHARS)
+        if cut is None:
+            found = _CUT.search(text, start + PIECE_CHARS)
+            if found is None:
+                break
+            cut = found.start()
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def _last_cut(text: str, start: int, end: int) -> int | None:
+    """The last place in (start, end] where `pieces` may cut, or None."""
+    for mark in " \n":
+        at = end + 1
+        while (at := text.rfind(mark, start + 1, at)) > 0:
+            if not text[at - 1].isspace():
+                return at
+    return None
+
+
+def cuts_exactly(tok: Tokenizer) -> bool:
+    """Whether `tok` encodes the pieces of a text (`pieces`) to the ids of the whole: byte-level BPE's
+    pre-tokenizer (the bpe and gpt2 kinds) or one pre-token per character (char), no normalizer, and no added
+    token that holds whitespace or takes the whitespace after it (rstrip), either of which could reach across a
+    cut. Another tokenizer (one given in a file) encodes each document whole."""
+    if tok.normalizer is not None or tok.pre_tokenizer is None:
+        return False
+    pre = json.loads(tok.pre_tokenizer.__getstate__())
+    byte_level = pre.get("type") == "ByteLevel" and pre.get("use_regex") and not pre.get("add_prefix_space")
+    per_char = pre == {"type": "Split", "pattern": {"Regex": CHAR_PATTERN}, "behavior": "Isolated", "invert": False}
+    added = tok.get_added_tokens_decoder().values()
+    return bool(byte_level or per_char) and not any(t.rstrip or any(c.isspace() for c in t.content) for t in added)
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

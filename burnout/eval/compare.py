@@ -63,7 +63,7 @@ def compare_checkpoints(
     """Generate every prompt at each chosen checkpoint; returns (and writes) the Markdown comparison."""
     run_dir = Path(run_dir)
     paths = select_checkpoints(run_dir, checkpoints)
-    dev = resolve_device(device)
+    dev = resolve_device(device, "--device")
     rows = []
     models = [*_starting_model(paths[-1], say), *((p.name, p) for p in paths)]
     # A checkpoint's prompts decode in batches together, so the bar moves a checkpoint at a time.

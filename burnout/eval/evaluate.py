@@ -232,7 +232,7 @@ def evaluate_checkpoint(
     if not isinstance(tasks, Plan):
         for line in plan.lines:
             say(line)
-    dev = resolve_device(device)
+    dev = resolve_device(device, "--device")
     model, tokenizer, ckpt = load_model(path, dev)
     record: dict = {"checkpoint": str(ckpt.path), "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
                     "limit": limit, "tasks": {}}

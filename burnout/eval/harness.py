@@ -339,7 +339,7 @@ def run_harness(target: str | Path, tasks: str | Sequence[str], include: Sequenc
     if batch_size < 1:
         raise BurnoutError(f"--batch-size must be at least 1, not {batch_size}")
     paths = checkpoints_to_evaluate(target, all_checkpoints)
-    dev = resolve_device(device)
+    dev = resolve_device(device, "--device")
     manager = task_manager(include, include_defaults)  # indexing lm-eval's built-in tasks takes seconds
     names = parse_harness_tasks(tasks, manager)
     return [_run_one(path, names, manager, limit, num_fewshot, batch_size, dev, log_samples, say) for path in paths]

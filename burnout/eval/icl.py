@@ -120,10 +120,13 @@ def infer_type(path: Path, label: str) -> str:
 
     try:
         with _open_text(path) as f:
-            first = next((line for line in f if line.strip()), "")
-        record = json.loads(first)
+            first = next((line for line in f if line.strip()), None)
+        record = None if first is None else json.loads(first)
     except (OSError, ValueError):
-        record = None
+        first, record = "", None
+    if first is None:
+        raise BurnoutError(f"task '{label}': '{path}' is empty; write one JSON record per line, e.g. "
+                           '{"query": ..., "choices": [...], "gold": 0} for multiple_choice')
     if isinstance(record, dict):
         for task_type, fields in RECORD_FIELDS.items():
             if all(k in record for k in fields):

@@ -23,7 +23,8 @@ import torch
 
 from burnout.common import TOKENIZER_FILE, format_bytes
 from burnout.config import RunConfig
-from burnout.core.checkpoint import holds_run, load_checkpoint, save_checkpoint
+from burnout.core.checkpoint import holds_run, load_checkpoint, resolve_checkpoint, save_checkpoint
+from burnout.core.model_files import writing_run
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.models.lora import lora_layers, merge_lora, save_adapter, token_rows, train_token_rows, trainable_counts
@@ -75,8 +76,10 @@ def save_run_adapter(run_dir: Path, checkpoint: Path) -> Path:
 
 def merge_run(source: str | Path, out_dir: str | Path) -> Path:
     """`burnout lora merge`: the checkpoint (or run's latest) with its adapters folded into the base weights,
-    written as OUT/checkpoints/step_N, a plain checkpoint of a chat model (its lora sections none)."""
+    written as OUT/checkpoints/step_N, a plain checkpoint of a chat model (its lora sections none). OUT is new or
+    empty, never the run it reads."""
     out_dir = Path(out_dir)
+    writing = writing_run(out_dir, "--out", reads=[resolve_checkpoint(source)])
     if holds_run(out_dir):
         raise BurnoutError(f"--out {out_dir} already holds a run; choose a new folder")
     ckpt = load_checkpoint(source)
@@ -90,4 +93,5 @@ def merge_run(source: str | Path, out_dir: str | Path) -> Path:
     step = int(ckpt.info.get("step", 0))
     info = {**ckpt.info, "merged_from": str(ckpt.path.resolve())}
     state = {"step": step, "tokens": int(ckpt.info.get("tokens", 0))}
-    return save_checkpoint(out_dir, cfg, model, state, info, ckpt.path / TOKENIZER_FILE, keep_last=1)
+    with writing:
+        return save_checkpoint(out_dir, cfg, model, state, info, ckpt.path / TOKENIZER_FILE, keep_last=1)

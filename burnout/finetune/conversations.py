@@ -178,12 +178,18 @@ _LAYOUT_KEYS = (
 LAYOUTS = ("messages", "sharegpt", "alpaca", "qa", "oasst", "pairs")
 
 
-def detect_layout(record: dict, where: str) -> str:
+def detect_layout(record: dict, where: str, pairs: bool = False) -> str:
+    """The layout whose fields `record` has; `pairs`: the reader wants preference pairs, which have no layout to
+    set (`burnout dpo` has no --layout), so a record without their fields is refused as not a pair."""
     for layout, keys in _LAYOUT_KEYS:
         if all(key in record for key in keys):
             return layout
-    raise BurnoutError(f"{where}: unknown layout (fields: {', '.join(map(str, record)) or 'none'}); "
-                       f"set the layout to one of {', '.join(LAYOUTS)}")
+    fields = ", ".join(map(str, record)) or "none"
+    if pairs:
+        missing = " and ".join(key for key in ("chosen", "rejected") if key not in record)
+        raise BurnoutError(f"{where}: a preference pair needs prompt, chosen and rejected fields, and this record has "
+                           f"no {missing} (its fields: {fields}); give every pair both answers")
+    raise BurnoutError(f"{where}: unknown layout (fields: {fields}); set the layout to one of {', '.join(LAYOUTS)}")
 
 
 class ConversationReader:
@@ -225,21 +231,21 @@ def read_conversations(source: str | Path, layout: str = "auto", **options) -> C
 def read_pairs(source: str | Path, layout: str = "auto", **options) -> Iterator[PreferencePair]:
     """The preference pairs of `source`: prompt/chosen/rejected (strings or message lists), or chosen/rejected
     as whole conversations or "\\n\\nHuman: …\\n\\nAssistant: …" transcripts, the shared turns being the prompt."""
-    layout, records = _open(source, layout, options)
+    layout, records = _open(source, layout, options, pairs=True)
     if layout != "pairs":
         raise BurnoutError(f"'{source}' has the {layout} layout, not preference pairs (chosen/rejected)")
     for where, record in records:
         yield _pair(record, where)
 
 
-def _open(source, layout: str, options: dict) -> tuple[str, Iterator[tuple[str, dict]]]:
+def _open(source, layout: str, options: dict, pairs: bool = False) -> tuple[str, Iterator[tuple[str, dict]]]:
     if layout != "auto" and layout not in LAYOUTS:
         raise BurnoutError(f"layout '{layout}' is not one of auto, {', '.join(LAYOUTS)}")
     records = iter_records(source, **options)
     first = next(records, None)
     if first is None:
         raise BurnoutError(f"SFT data '{source}' holds no records")
-    return (detect_layout(first[1], first[0]) if layout == "auto" else layout), itertools.chain([first], records)
+    return (detect_layout(first[1], first[0], pairs) if layout == "auto" else layout), itertools.chain([first], records)
 
 
 def _field(record: dict, key: str, where: str):

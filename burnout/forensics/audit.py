@@ -29,14 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import AUDIT_DIR, AUDIT_JSON
+from burnout.common import AUDIT_DIR, AUDIT_JSON, check_output_folder
 from burnout.errors import BurnoutError
 from burnout.forensics.audit_settings import AuditSettings
 from burnout.forensics.bounded_counting import CountTable
 from burnout.forensics.duplicates import Duplicates
 from burnout.forensics.snippets import ExampleFinder
 from burnout.forensics.source_audit import SourceAudit, outlier_report
-from burnout.forensics.suspicious_strings import code_share, rank_strings
+from burnout.forensics.suspicious_strings import Spelling, code_share, rank_strings
 
 FORMAT = "burnout-audit-v1"
 AUDIT_HTML = "audit.html"
@@ -116,6 +116,8 @@ class Auditor:
         audit = self.audits[name]
         audit.flush()
         audit.seen = None  # the pair filter's 32 MB
+        if audit.spelling is None:  # from every word counted: a second finish() sees only the words kept
+            audit.spelling = Spelling(audit.terms.items)
         for table in ("terms", "phrases", "lines", "paragraphs"):
             getattr(audit, table).keep(lambda key, entry: entry[0] >= self.settings.min_docs)
 
@@ -337,12 +339,41 @@ def default_out(target: str, sft: bool = False) -> Path:
     return path / AUDIT_DIR if not sft and path.is_dir() else Path("audit")
 
 
-def write_audit(report: dict, out: str | Path) -> list[Path]:
-    """audit.json and audit.html (self-contained: images embedded) in `out`."""
+def audit_source(target: str, sft: bool = False) -> str:
+    """What an audit is of, as its folder records it: the target's absolute path (a recipe's name as given)."""
+    path = Path(target).expanduser()
+    return ("conversations " if sft else "") + (str(path.resolve()) if path.exists() else str(target))
+
+
+def audit_out(target: str, out: str | Path | None = None, sft: bool = False, overwrite: bool = False) -> Path:
+    """Where the audit of `target` goes (`out`, else default_out), checked before the audit runs: a new or empty
+    folder, or one holding an audit of the same target (of another: with `overwrite`); never the target itself,
+    a folder holding it, or anything else."""
+    folder = Path(out) if out is not None else default_out(target, sft)
+    check_output_folder(folder, "--out", "audit", audit_source(target, sft), reads=[Path(target).expanduser()],
+                        overwrite=overwrite, recognise=_audit_owner)
+    return folder
+
+
+def _audit_owner(folder: Path) -> dict | None:
+    """An audit folder is told by its audit.json (written first), which says what it is an audit of."""
+    try:
+        report = json.loads((folder / AUDIT_JSON).read_text(encoding="utf-8"))
+        target = report["target"]
+        if report["format"] == FORMAT:
+            return {"kind": "audit", "source": audit_source(target["path"], target["kind"] == "sft")}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def write_audit(report: dict, out: str | Path, overwrite: bool = False) -> list[Path]:
+    """audit.json and audit.html (self-contained: images embedded) in `out`, a folder audit_out allows."""
     from burnout.common import write_atomic
     from burnout.forensics.audit_page import render_page
 
-    out = Path(out)
+    target = report["target"]
+    out = audit_out(target["path"], out, target["kind"] == "sft", overwrite)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / AUDIT_JSON, json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     write_atomic(out / AUDIT_HTML, render_page(report))

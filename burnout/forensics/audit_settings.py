@@ -11,7 +11,7 @@ from burnout.errors import BurnoutError
 class AuditSettings:
     capacity: int = 300_000          # keys per counting table per source (bounded_counting.py)
     min_docs: int = 3                # a suspicious string occurs in at least this many documents
-    max_doc_share: float = 0.05      # ... and in at most this share of its source's documents
+    max_doc_share: float = 0.25      # ... and in at most this share of its source's documents
     block_docs: int = 32             # documents counted together before merging into the tables
     run_gap: int = 8                 # documents holding a term at most this far apart form one run
     hosts: int = 8                   # documents remembered per term, for cohesion

@@ -52,6 +52,7 @@ class SourceAudit:
         self.lines, self.paragraphs = CountTable(max(1000, cap // 4)), CountTable(max(1000, cap // 4))
         self.documents = self.chars = self.tokens = 0
         self.code_share: float | None = None
+        self.spelling = None  # how its words are spelled (suspicious_strings.Spelling), built as it ends
         self.stats = {"chars": array("f"), "longest_line": array("f"), "non_text_share": array("f")}
         self.extremes = {"long": TopK(10), "short": TopK(10), "longest_line": TopK(10), "non_text_share": TopK(10)}
         self.junk = [(p, re.compile(p), {"pattern": p, "documents": 0, "matches": 0, "examples": []})

@@ -1,5 +1,6 @@
 """Suspicious strings: each source's terms (`suspicious_terms`) and word pairs (`suspicious_phrases`), ranked by
-how much they look like something that should not be there.
+how much they look like something that should not be there: foreign to the source's text, and spread over
+documents that have nothing else in common, rather than the words of one topic.
 
 A term is a word or identifier-like string (letters, digits and `_`, dotted parts joined: `os.path`,
 `PersonX`, `fefefe`, `AndroidRuntime`), at least 3 characters, pure numbers left out. Candidates are the
@@ -8,8 +9,8 @@ ranked by
 
     score = burst * evidence * spread * shape * elsewhere * cohesion
 
-- burst = log2(occurrences / documents) + 0.25: dense where it occurs (0.25 for once per document, 1.6
-  for 2.5 per document). Ordinary vocabulary sits near 0.3.
+- burst = 1 + log2(occurrences / documents) / 4: a little more where dense (1 for once per document, 1.33
+  for 2.5 per document). Kept mild: a topic's words are bursty too, and a log line comes once.
 - evidence = log2(1 + documents) * (1 - ln documents / ln N): more documents are more evidence of
   something systematic, but a string in many of the source's documents is its vocabulary, not an artifact.
 - spread = min(1, runs / expected runs). A run starts at a document holding the term when none of the
@@ -18,19 +19,25 @@ ranked by
   words live in consecutive documents (one or two runs: spread << 1); a template placeholder or a
   scraped-page artifact is scattered (spread ~ 1). Read order carries this: a prepared folder's documents
   are shuffled, so there every term's spread is ~1 and cohesion does this work.
-- shape: 3 for a repeated short unit or a hex run (`fefefe`, `3fa9c2d1`), inner capitals (`PersonX`,
-  `AndroidRuntime`) or identifier punctuation (`snake_case`, `a.b.c`); 2 for letters mixed with digits;
-  1.5 for ALLCAPS (`PROPN`); 1 for a lowercase word; 0.5 for a Capitalized word (what most legitimate
-  rare-but-bursty words are: names). The bonus (shape - 1) is scaled by how foreign code-like strings are
-  to the source: in full where under PROSE_REGISTER (0.5%) of its words look like code, not at all from
-  CODE_REGISTER (5%) on (a Python source is full of snake_case; prose is not).
+- shape, how foreign the string's form is to the source. A lowercase word: 1 to 3 by its spelling, the
+  mean surprisal per character under a character trigram model of the source's own words (Spelling),
+  against the source's lowercase words of its length: 2 ** ((bits - median) / (4 MAD)), at most 3 (`nbsp`
+  in English prose). Other shapes by class: 3 for a repeated short unit
+  or a hex run (`fefefe`, `3fa9c2d1`), inner capitals (`PersonX`, `AndroidRuntime`) or identifier
+  punctuation (`snake_case`, `a.b.c`); 2 for letters mixed with digits; 1.5 for ALLCAPS (`PROPN`); 0.5 for
+  a Capitalized word (what most legitimate rare-but-bursty words are: names). The class bonus (shape - 1)
+  is scaled by how foreign code-like strings are to the source: in full where under PROSE_REGISTER (0.5%)
+  of its words look like code, not at all from CODE_REGISTER (5%) on (a Python source is full of
+  snake_case; prose is not).
 - elsewhere: 2 when a code source (CODE_REGISTER) uses the term at 10x this prose source's rate
   (`belongs_to` names it: a code word leaking into prose); 0.5 when another source uses it in
   `min_docs` documents or more (ordinary vocabulary there too, not this source's artifact); else 1.
-- cohesion = 1 - 0.75 c, c in [0, 1]: how far the term's first `hosts` documents are one topic's, from
-  how many of them the third most co-occurring rare plain word shares (an article's rare words come
-  together; a string dropped into unrelated documents shares them with nothing; artifact-shaped
-  companions do not count, as a template's placeholders come together).
+- cohesion = 1 - 0.9 c, c in [0, 1]: how far the term's first `hosts` documents are one topic's. c is the
+  share of their pairs that have a rare word in common, above the share p0 that two of the source's
+  documents have by chance: (q - p0) / (1 - p0). An article's words come with its other rare words; a
+  string dropped into unrelated documents shares nothing with them beyond chance. Companions in nearly
+  all of its documents do not count (a log line's or a template's other words come with it everywhere),
+  nor do artifact-shaped ones (PersonX with PersonY).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import itertools
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 
 from burnout.forensics.audit_settings import AuditSettings
 from burnout.forensics.bounded_counting import CountTable
@@ -58,6 +66,7 @@ _CODE_SHAPES = ("camel", "identifier", "alnum", "hex")
 # A source where this share of the tokens looks like code is code (its identifiers get no shape bonus, and
 # its words found in a prose source are "foreign" there); under PROSE_REGISTER, shape bonuses count in full.
 CODE_REGISTER, PROSE_REGISTER = 0.05, 0.005
+MAX_SPELLED = 32  # longer "words" (a run of CJK characters, a hash) teach nothing about spelling
 
 
 def term_shape(term: str) -> str:
@@ -103,29 +112,120 @@ def expected_runs(df: int, n: int, gap: int) -> float:
     return 1 + (df - 1) * (1 - gap / n) ** df
 
 
-class _Cohesion:
-    """How far a term's documents are one topic's: (h - 1) / (kept - 1), h being how many of the term's
-    kept documents the third most co-occurring rare plain word shares (a candidate in at most 2 x hosts
-    documents, lowercase or Capitalized). A name in one article shares its documents with the article's
-    other rare words (near 1); a string dropped into unrelated documents shares them with nothing (near
-    0). Artifact-shaped companions do not count: a template's placeholders come together (PersonX with
-    PersonY)."""
+class Spelling:
+    """How a source spells its words: character trigrams over its word types (each type once, lowercased,
+    digits as 0, between start and end marks), interpolated down to single characters (Witten-Bell).
+    Built from the counting table as the source ends, before the words in fewer than min_docs documents
+    are dropped: most of a source's word types are those."""
 
-    def __init__(self, table: CountTable, settings: AuditSettings, most: int) -> None:
-        self.by_doc: dict[int, list[str]] = {}
+    def __init__(self, words: Iterable[str]) -> None:
+        trigrams: Counter = Counter()
+        for word in words:
+            if len(word) <= MAX_SPELLED:
+                trigrams.update(_trigrams(word))
+        self.counts, self.contexts = _marginals(trigrams)
+        self.kinds = Counter(gram[:-1] for gram in self.counts)
+        self.alphabet = sum(1 for gram in self.counts if len(gram) == 1) + 1
+
+    def bits(self, word: str) -> float:
+        """Mean surprisal per character (end mark included) of `word`'s spelling, with its own trigrams
+        left out: a word is judged by the source's other words."""
+        counts, contexts = _marginals(Counter(_trigrams(word)))
+        padded = _padded(word)
+        total = 0.0
+        for i in range(2, len(padded)):
+            p = 1.0 / self.alphabet
+            for ctx in ("", padded[i - 1], padded[i - 2 : i]):
+                seen, kinds = self.contexts.get(ctx, 0) - contexts.get(ctx, 0), self.kinds.get(ctx, 0)
+                if seen > 0 and kinds:
+                    gram = ctx + padded[i]
+                    p = (max(0, self.counts.get(gram, 0) - counts.get(gram, 0)) + kinds * p) / (seen + kinds)
+            total -= math.log2(p)
+        return total / (len(padded) - 2)
+
+
+def _padded(word: str) -> str:
+    return "^^" + _DIGIT.sub("0", word.lower()) + "$"
+
+
+def _trigrams(word: str) -> list[str]:
+    padded = _padded(word)
+    return [padded[i - 2 : i + 1] for i in range(2, len(padded))]
+
+
+def _marginals(trigrams: Counter) -> tuple[Counter, Counter]:
+    """The counts of each trigram, bigram and character ending one, and of their contexts."""
+    counts: Counter = Counter()
+    contexts: Counter = Counter()
+    for gram, n in trigrams.items():
+        for ctx_chars in (2, 1, 0):
+            counts[gram[2 - ctx_chars :]] += n
+            contexts[gram[2 - ctx_chars : 2]] += n
+    return counts, contexts
+
+
+class _ForeignSpelling:
+    """The shape factor of a lowercase word: 2 ** ((bits - median) / (4 MAD)) within [1, SHAPES["camel"]],
+    the median and MAD over the source's lowercase candidates of the same length (8 and more together;
+    all lengths where fewer than 20), from at most 4,000 of them."""
+
+    def __init__(self, spelling: Spelling, candidates: list[str]) -> None:
+        self.spelling = spelling
+        lower = sorted(key for key in candidates if term_shape(key) == "lower")
+        lower = lower[:: max(1, len(lower) // 4000)]
+        by_length: dict[int, list[float]] = {}
+        for key in lower:
+            by_length.setdefault(min(len(key), 8), []).append(spelling.bits(key))
+        pooled = _median_mad([b for bits in by_length.values() for b in bits])
+        self.scale = {length: _median_mad(bits) if len(bits) >= 20 else pooled for length, bits in by_length.items()}
+        self.pooled = pooled
+
+    def __call__(self, key: str) -> float:
+        median, mad = self.scale.get(min(len(key), 8), self.pooled)
+        excess = (self.spelling.bits(key) - median) / (4 * mad)
+        return min(SHAPES["camel"], 2.0 ** max(0.0, excess))
+
+
+def _median_mad(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return 0.0, 1.0
+    values = sorted(values)
+    median = values[len(values) // 2]
+    deviations = sorted(abs(v - median) for v in values)
+    return median, max(deviations[len(deviations) // 2], 0.05)
+
+
+class _Cohesion:
+    """How far a term's documents are one topic's: c = (q - p0) / (1 - p0), q being the share of pairs of
+    its kept documents that have a rare plain word in common, p0 the chance of that for two of the
+    source's N documents, 1 - exp(-sum over those words of h (h - 1) / (N (N - 1))), h its kept documents.
+    A rare plain word: lowercase or Capitalized, a candidate in at most 2 x hosts documents, whose every
+    run's first document is kept (a word whose documents are not all known could not say which it shares).
+    A companion in 90% or more of the term's documents is part of it (a log line's other words), not a
+    topic's."""
+
+    def __init__(self, table: CountTable, settings: AuditSettings, most: int, documents: int) -> None:
+        self.by_doc: dict[int, set[str]] = {}
+        pairs = 0.0
         for key, entry in table.items.items():
             if (settings.min_docs <= entry[0] <= min(most, 2 * settings.hosts) and entry[3] is not None
-                    and len(key) >= 3 and SHAPES[term_shape(key)] <= 1.0):
+                    and len(entry[3]) == entry[2] and len(key) >= 3 and SHAPES[term_shape(key)] <= 1.0):
                 for doc in entry[3]:
-                    self.by_doc.setdefault(doc, []).append(key)
+                    self.by_doc.setdefault(doc, set()).add(key)
+                pairs += len(entry[3]) * (len(entry[3]) - 1)
+        self.chance = 1.0 - math.exp(-pairs / max(1, documents * (documents - 1)))
 
     def __call__(self, key: str, hosts) -> float:
         if hosts is None or len(hosts) < 2:
             return 0.0
-        shared = Counter(itertools.chain.from_iterable(self.by_doc.get(doc, ()) for doc in hosts))
-        shared.pop(key, None)
-        best = sorted(shared.values(), reverse=True)[2:3]
-        return (best[0] - 1) / (len(hosts) - 1) if best else 0.0
+        words = [self.by_doc.get(doc, set()) - {key} for doc in hosts]
+        if len(hosts) >= 3:
+            seen = Counter(itertools.chain.from_iterable(words))
+            everywhere = {word for word, n in seen.items() if n >= 0.9 * len(hosts)}
+            words = [w - everywhere for w in words]
+        pairs = list(itertools.combinations(words, 2))
+        shared = sum(1 for a, b in pairs if not a.isdisjoint(b)) / len(pairs)
+        return max(0.0, (shared - self.chance) / (1.0 - self.chance)) if self.chance < 1.0 else 0.0
 
 
 def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: AuditSettings) -> list[dict]:
@@ -141,22 +241,25 @@ def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: Au
     local = []
     for key, (df, cf, runs, _) in table.items.items():
         if settings.min_docs <= df <= most and len(key) >= 3:
-            burst = math.log2(cf / df) + 0.25
+            burst = 1.0 + math.log2(cf / df) / 4
             evidence = math.log2(1 + df) * max(0.05, 1 - math.log(df) / log_n)
             spread = min(1.0, runs / expected_runs(df, n, settings.run_gap)) if n >= 8 * settings.run_gap else 1.0
             local.append((burst * evidence * spread, key, (burst, evidence, spread)))
     local.sort(key=lambda c: (-c[0], c[1]))
-    cohesion = _Cohesion(table, settings, most) if which == "terms" else None
+    terms = which == "terms"
+    cohesion = _Cohesion(table, settings, most, n) if terms else None
+    spelling = _ForeignSpelling(me.spelling, [key for _, key, _ in local]) if terms else None
     mine = code_share(me)
     code_elsewhere = any(code_share(a) >= CODE_REGISTER for j, a in enumerate(audits) if j != index)
-    bound = _shape_factor("camel", mine) * (2.0 if code_elsewhere and mine < CODE_REGISTER else 1.0)
+    bound = (SHAPES["camel"] if terms else _shape_factor("camel", mine)) * (
+        2.0 if code_elsewhere and mine < CODE_REGISTER else 1.0)
     heap: list[tuple[float, int, dict]] = []  # the best rows so far, worst first
     for i, (base, key, parts) in enumerate(local):
         if len(heap) >= settings.top and base * bound < heap[0][0]:
             break
-        row = _candidate(audits, index, which, settings, key, parts)
+        row = _candidate(audits, index, which, settings, key, parts, spelling)
         if cohesion is not None:
-            together = 1.0 - 0.75 * cohesion(key, table.items[key][3])
+            together = 1.0 - 0.9 * cohesion(key, table.items[key][3])
             row["factors"]["cohesion"] = round(together, 3)
             row["score"] = round(row["score"] * together, 3)
         item = (row["score"], -i, row)
@@ -168,8 +271,9 @@ def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: Au
 
 
 def _candidate(audits: list[SourceAudit], index: int, which: str, settings: AuditSettings, key: str,
-               parts: tuple[float, float, float]) -> dict:
-    """A candidate's row, scored by every factor but cohesion (see the module docstring)."""
+               parts: tuple[float, float, float], spelling: _ForeignSpelling | None) -> dict:
+    """A candidate's row, scored by every factor but cohesion (see the module docstring); a lowercase term's
+    shape by its `spelling`."""
     me = audits[index]
     df, cf, runs, _ = getattr(me, which).items[key]
     n = max(me.documents, 1)
@@ -187,7 +291,7 @@ def _candidate(audits: list[SourceAudit], index: int, which: str, settings: Audi
             known, belongs_to = 2.0, other.name  # a code source's word, leaking into prose
         elif belongs_to is None:
             known = 0.5  # in ordinary use elsewhere too: vocabulary, not this source's artifact
-    shape_factor = _shape_factor(shape, mine)
+    shape_factor = spelling(key) if spelling is not None and shape == "lower" else _shape_factor(shape, mine)
     score = burst * evidence * spread * shape_factor * known
     return {"string": key, "score": round(score, 3), "documents": df, "occurrences": cf,
             "per_document": round(cf / df, 2), "runs": runs, "shape": shape,

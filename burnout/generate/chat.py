@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
-from burnout.common import EOT_TOKEN
+from burnout.common import EOT_TOKEN, SEED_MAX, checked_number
 from burnout.core.chat_template import chat_token_ids, encode_prompt
 from burnout.errors import BurnoutError
 from burnout.generate.sampling import check_sampling, generate_batch, stream_continuation, stream_text
@@ -43,7 +43,8 @@ _COMMANDS: dict[str, tuple[str, Callable[[str], object]]] = {
     "/topp": ("top_p", lambda v: None if float(v) >= 1 else float(v)),
     "/rep": ("repetition_penalty", float),
     "/len": ("max_new_tokens", int),
-    "/seed": ("seed", lambda v: None if v == "none" else int(v)),
+    "/seed": ("seed", lambda v: None if v == "none" else checked_number("/seed", v, integer=True, low=0,
+                                                                        high=SEED_MAX)),
 }
 
 
@@ -59,6 +60,8 @@ def apply_command(line: str, settings: dict) -> str:
         new = parse(value.strip())
     except ValueError:
         return f"{name} needs a number, e.g. {name} {settings.get(key) or 1}"
+    except BurnoutError as exc:  # out of range: refused here, not by the next message's generation
+        return f"{exc}; the setting stays {settings.get(key)}"
     if key == "max_new_tokens" and new < 1:
         return "/len must be at least 1"
     settings[key] = new

@@ -17,7 +17,12 @@ def read_prompts(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise BurnoutError(f"prompts file '{path}' does not exist; give a text file with one prompt per line")
-    prompts = [line.replace("\\n", "\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BurnoutError(f"prompts file '{path}' is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                           f"{exc.start}); save it as UTF-8") from None
+    prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
     if not prompts:
         raise BurnoutError(f"prompts file '{path}' has no prompts; write one prompt per line")
     return prompts

@@ -37,10 +37,13 @@ class _FewRowProducts(threading.local):
 
 
 _few_row_products = _FewRowProducts()
-# Each layer's weight in oneDNN's blocked layout, with the weight, address and version it was packed from (a
-# parameter replaced, moved or changed in place is packed again), for as long as the layer lives: packing a weight
-# costs about what its packed copy saves over many decoding steps, so it is done once.
-_packed: weakref.WeakKeyDictionary[nn.Linear, tuple[weakref.ref, int, int, torch.Tensor]] = weakref.WeakKeyDictionary()
+# Each layer's weight in oneDNN's blocked layout, with the weight, storage, address and version it was packed from
+# (a parameter replaced, moved or changed in place is packed again), for as long as the layer lives: packing a weight
+# costs about what its packed copy saves over many decoding steps, so it is done once. The storage, not only the
+# address: a .data swap keeps the parameter's version, and the allocator may hand the new data the address of the
+# old (Module.half() then .float()). Writes through .data, which autograd does not see either, go unseen.
+_packed: weakref.WeakKeyDictionary[nn.Linear, tuple[weakref.ref, weakref.ref, int, int, torch.Tensor]] = (
+    weakref.WeakKeyDictionary())
 
 
 def packs_weights(model: nn.Module) -> bool:
@@ -88,11 +91,13 @@ def linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
             or torch.is_autocast_enabled("cpu") or torch.compiler.is_compiling()):
         return layer(x)
     rows, weight = x.numel() // x.size(-1), layer.weight
-    stored = _packed.get(layer)
-    if stored is None or stored[0]() is not weight or stored[1:3] != (weight.data_ptr(), weight._version):
+    storage, stored = weight.untyped_storage(), _packed.get(layer)
+    if (stored is None or stored[0]() is not weight or stored[1]() is not storage
+            or stored[2:4] != (weight.data_ptr(), weight._version)):
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-        stored = _packed[layer] = (weakref.ref(weight), weight.data_ptr(), weight._version, packed)
-    out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, -1), stored[3], layer.bias, "none", [], "")  # (N, out)
+        stored = _packed[layer] = (weakref.ref(weight), weakref.ref(storage), weight.data_ptr(), weight._version,
+                                   packed)
+    out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, -1), stored[4], layer.bias, "none", [], "")  # (N, out)
     return out.view(*x.shape[:-1], -1)
 
 

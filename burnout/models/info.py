@@ -1,12 +1,15 @@
 """What a model costs before it is built: parameters, FLOPs per token, memory.
 
-The model is instantiated on the meta device, so even llama-3b costs no memory here. Counts come
-from the real module tree; FLOPs are a formula, stated below. Training memory uses burnout/models/memory.py's
+The model is instantiated on the meta device with one block, so even llama-3b costs no memory here, and a model
+of any depth no time: counts come from the real module tree, the block's counted n_layer times (the blocks are
+identical); FLOPs are a formula, stated below. Training memory uses burnout/models/memory.py's
 accounting, the one `burnout plan` uses: fp32 weights, gradients and AdamW state derived from the counts,
 activations measured by tracing the model on fake tensors.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -30,7 +33,7 @@ def count_parameters(model: Transformer) -> dict[str, int]:
     return {"params_total": total, "params_non_embedding": total - embedding}
 
 
-def matmul_parameters(model: Transformer) -> int:
+def matmul_parameters(model: torch.nn.Module) -> int:
     """Weights that take part in a matrix multiply per token: every Linear, the output head included."""
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
 
@@ -57,9 +60,11 @@ def model_info(cfg: ModelConfig, batch_size: int = 1, seq_len: int | None = None
     cfg = cfg.resolved()
     seq_len = seq_len or cfg.context_length
     with torch.device("meta"):
-        model = Transformer(cfg)
-    params = count_parameters(model)
-    matmul = matmul_parameters(model)
+        model = Transformer(dataclasses.replace(cfg, n_layer=1))
+    block, more = model.blocks[0], cfg.n_layer - 1
+    per_block = sum(p.numel() for p in block.parameters())
+    params = {key: n + more * per_block for key, n in count_parameters(model).items()}
+    matmul = matmul_parameters(model) + more * matmul_parameters(block)
     memory = static_bytes(param_counts(cfg))
     if measure_memory:
         step = measure_step(cfg, batch_size, seq_len, precision, target="cuda")

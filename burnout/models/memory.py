@@ -23,9 +23,15 @@ Attention: on a CUDA `target` the SDPA call runs the kernel CUDA would pick (fla
 a mask from Ampere on, "cuda"; else memory-efficient without GQA; else math; "cuda-pre-ampere" has no
 flash) as its own op, so its saved tensors are that kernel's. On "cpu" the CPU's own choice runs.
 
-The whole model is traced, however deep.
-The peak is not linear in depth (where it falls moves: the loss's backward in a shallow model, the end of
-forward in a deep checkpointed one, where autocast still caches a bf16 copy of every weight).
+Depth: a model of more than five blocks is traced with four and with five, and each figure grown by what the
+fifth block added, once per further block, since the blocks are identical: a model of any depth costs two
+shallow traces. Saved bytes and weight copies grow by the same amount with each block. The peak does not (where
+it falls moves: the loss's backward in a shallow model, the end of forward in a deep checkpointed one, where
+autocast still caches a bf16 copy of every weight), so the trace keeps the peak of each phase: before the blocks,
+each block's forward, the head and loss, the loss's backward, each block's backward, the embedding's backward.
+Each phase's peak grows by the same amount with each block, and the model's peak is the largest of them. Blocks
+are told apart by their place from the nearer end, the first two and the last two; the peaks of the blocks
+between lie on a line between theirs.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import contextlib
 import dataclasses
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +57,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 FP32 = 4
 ADAMW_STATE_BYTES = 2 * FP32
 MUON_STATE_BYTES = FP32
+# Blocks told apart at each end of a traced model (see the module docstring).
+EDGE_BLOCKS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,12 +92,15 @@ def checkpoint_blocks(model: Transformer) -> Transformer:
 
 
 def param_counts(cfg: ModelConfig) -> ParamCounts:
+    """Counted on a model of one block on the meta device, the block n_layer times: the blocks are identical,
+    and building every block of a deep model would take minutes."""
     with torch.device("meta"):
-        model = Transformer(cfg)
-    total = sum(p.numel() for p in model.parameters())
-    blocks = sum(p.numel() for p in model.blocks.parameters())
-    muon = sum(p.numel() for p in model.blocks.parameters() if p.dim() == 2)
-    return ParamCounts(total, muon, blocks // cfg.n_layer, total - blocks)
+        model = Transformer(dataclasses.replace(cfg, n_layer=1))
+    block = list(model.blocks.parameters())
+    per_block = sum(p.numel() for p in block)
+    outside = sum(p.numel() for p in model.parameters()) - per_block
+    muon = cfg.n_layer * sum(p.numel() for p in block if p.dim() == 2)
+    return ParamCounts(outside + cfg.n_layer * per_block, muon, per_block, outside)
 
 
 def static_bytes(counts: ParamCounts, optimizer: str = "adamw") -> dict[str, int]:
@@ -114,6 +125,17 @@ class LiveBytes(TorchDispatchMode):
         self.sizes: dict[int, int] = {}
         self.copies: set[int] = set()  # storages that are a cast of a parameter
         self.now = self.peak = 0
+        self.phase: Hashable = "before the blocks"
+        self.phase_peaks: dict[Hashable, int] = {}
+
+    def enter(self, phase: Hashable) -> None:
+        """Count the peaks from here on under `phase` (see _mark_phases)."""
+        self.phase = phase
+        self._reach(self.now)
+
+    def _reach(self, level: int) -> None:
+        self.peak = max(self.peak, level)
+        self.phase_peaks[self.phase] = max(self.phase_peaks.get(self.phase, 0), level)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -128,7 +150,7 @@ class LiveBytes(TorchDispatchMode):
         if self.cpu_casts and torch.Tag.pointwise in func.tags and isinstance(out, torch.Tensor):
             # One-element operands are read as scalars, never copied.
             cast = sum(t.numel() * out.element_size() for t in tensors if t.dtype != out.dtype and t.numel() > 1)
-            self.peak = max(self.peak, self.now + cast)
+            self._reach(self.now + cast)
         return out
 
     def _track(self, storage: torch.UntypedStorage, copy: bool) -> None:
@@ -139,7 +161,7 @@ class LiveBytes(TorchDispatchMode):
         if copy:
             self.copies.add(key)
         self.now += self.sizes[key]
-        self.peak = max(self.peak, self.now)
+        self._reach(self.now)
         weakref.finalize(storage, self._freed, key)
 
     def _freed(self, key: int) -> None:
@@ -218,12 +240,35 @@ def _under(mode: Callable[[], TorchFunctionMode], forward):
     return run
 
 
-def _trace(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
-           target: str) -> StepMemory:
-    """One micro-batch as burnout/train/step.py runs it: forward under autocast, then backward outside it."""
+def _mark_phases(model: Transformer, live: LiveBytes) -> None:
+    """Tell `live` where each phase of the module docstring begins: a block's forward when the block is called,
+    the head's when the final norm is; the backward of a block (of the embedding, for the first block) once the
+    gradient of its output is complete, which is that of the next block's input (of the final norm's)."""
+    depth = len(model.blocks)
+
+    def place(i: int) -> int:  # from the nearer end: 0, 1, ..., -2, -1
+        return i if i < EDGE_BLOCKS else i - depth
+
+    def on_call(forward: Hashable, backward_of_input: Hashable):
+        def hook(module, args):
+            live.enter(forward)
+            args[0].register_hook(lambda grad: live.enter(backward_of_input))
+        return hook
+
+    for i, block in enumerate(model.blocks):
+        block.register_forward_pre_hook(
+            on_call(("forward", place(i)), ("backward", place(i - 1)) if i else "embedding's backward"))
+    model.norm.register_forward_pre_hook(on_call("head and loss", ("backward", place(depth - 1))))
+
+
+def trace_step(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
+               target: str) -> tuple[StepMemory, dict[Hashable, int]]:
+    """One micro-batch as burnout/train/step.py runs it, forward under autocast, then backward outside it, with
+    every block traced: its memory, and the peak of each phase."""
     with _fake_mode():
         model = _fake_model(cfg, checkpointing, target)
         live = LiveBytes(list(model.parameters()), cpu_casts=target == "cpu")
+        _mark_phases(model, live)
         saved: dict[int, int] = {}
 
         def pack(t: torch.Tensor) -> torch.Tensor:
@@ -240,19 +285,34 @@ def _trace(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str, chec
             # Autocast has let go of its cache of weight copies: those left are the ones saved for backward.
             copies = live.copy_bytes()
             saved_copies = sum(n for key, n in saved.items() if key in live.copies)
+            live.enter("loss's backward")
             loss.backward()
-    return StepMemory(sum(saved.values()) - saved_copies, copies, live.peak)
+    return StepMemory(sum(saved.values()) - saved_copies, copies, live.peak), live.phase_peaks
 
 
 @functools.lru_cache(maxsize=64)
 def _measure_step_cached(cfg_items: tuple, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
                          target: str) -> StepMemory:
-    return _trace(ModelConfig(**dict(cfg_items)), batch_size, seq_len, precision, checkpointing, target)
+    cfg = ModelConfig(**dict(cfg_items))
+    shape = (batch_size, seq_len, precision, checkpointing, target)
+    shallow = 2 * EDGE_BLOCKS
+    if cfg.n_layer <= shallow + 1:
+        return trace_step(cfg, *shape)[0]
+    (step, phases), (deeper, deeper_phases) = (trace_step(dataclasses.replace(cfg, n_layer=n), *shape)
+                                               for n in (shallow, shallow + 1))
+    more = cfg.n_layer - shallow
+
+    def grown(at_shallow: int, one_deeper: int) -> int:
+        return at_shallow + more * (one_deeper - at_shallow)
+
+    peak = max(grown(phases[name], deeper_phases[name]) for name in phases.keys() & deeper_phases.keys())
+    return StepMemory(grown(step.saved, deeper.saved), grown(step.weight_copies, deeper.weight_copies), peak)
 
 
 def measure_step(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str = "bf16",
                  checkpointing: bool = False, target: str = "cuda") -> StepMemory:
-    """Eager training memory of one micro-batch (cached: the planner asks for the same shapes repeatedly)."""
+    """Eager training memory of one micro-batch, a deep model's grown from four and five blocks (see the module
+    docstring; cached: the planner asks for the same shapes repeatedly)."""
     cfg = cfg.resolved()
     items = tuple(sorted(dataclasses.asdict(cfg).items()))
     return _measure_step_cached(items, batch_size, seq_len, precision, checkpointing, target)

@@ -8,6 +8,7 @@ Chat tab: a conversation in the chat template, side by side with a base checkpoi
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,9 +22,11 @@ try:
 except ImportError:
     raise BurnoutError("the playground needs Gradio; install it with: pip install 'gpuburnout[playground]'") from None
 
+import pydantic  # noqa: E402  (installed with Gradio)
 from starlette.middleware import Middleware  # noqa: E402  (installed with Gradio)
 from starlette.responses import PlainTextResponse  # noqa: E402
 
+from burnout.common import checked_number, first_line  # noqa: E402
 from burnout.generate.prompts import SAMPLE_PROMPTS  # noqa: E402
 from burnout.playground.catalog import (  # noqa: E402
     MAX_NEW_TOKENS,
@@ -69,12 +72,12 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
             loaded = cache.get(label)
             yield from stream_text(loaded, prompt, max_new, **sampling_settings(*sampling))
         except BurnoutError as exc:
-            raise gr.Error(str(exc)) from None
+            raise refusal(str(exc)) from None
 
     def side_by_side(chosen: list[str], prompt: str, max_new: float, *sampling: float):
         if not isinstance(chosen, list) or not 2 <= len(chosen) <= MAX_SIDE_BY_SIDE:
             count = len(chosen) if isinstance(chosen, list) else 0
-            raise gr.Error(f"choose 2 or {MAX_SIDE_BY_SIDE} checkpoints to compare (chosen: {count})")
+            raise refusal(f"choose 2 or {MAX_SIDE_BY_SIDE} checkpoints to compare (chosen: {count})")
         try:
             settings = sampling_settings(*sampling)
             streams = [stream_text(cache.get(label), prompt, max_new, **settings) for label in chosen]
@@ -89,9 +92,9 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
                         live.remove(i)
                 yield _columns(chosen, texts)
         except BurnoutError as exc:
-            raise gr.Error(str(exc)) from None
+            raise refusal(str(exc)) from None
 
-    with gr.Blocks(title="GPUburnout playground", analytics_enabled=False) as app:
+    with CheckedBlocks(title="GPUburnout playground", analytics_enabled=False) as app:
         gr.Markdown("# GPUburnout playground\nPick a checkpoint and see how it generates. "
                     f"Serving {len(labels)} checkpoint(s) from the runs given to `burnout playground`.")
         with gr.Row():
@@ -157,7 +160,7 @@ def _chat_tab(entries: dict[str, Entry], cache: ModelCache, sampling: list) -> N
                     except StopIteration:
                         live.remove(i)
         except BurnoutError as exc:
-            raise gr.Error(str(exc)) from None
+            raise refusal(str(exc)) from None
 
     with gr.Tab("Chat"):
         gr.Markdown("Talk to a chat checkpoint: each message goes through its chat template and the answer "
@@ -183,6 +186,63 @@ def _chat_tab(entries: dict[str, Entry], cache: ModelCache, sampling: list) -> N
         clear.click(lambda: ([], []), None, [chat_bot, base_bot])
         # Another base model starts from an empty conversation (it did not say what the old one said).
         base_checkpoint.change(lambda name: gr.update(visible=name != NO_BASE, value=[]), base_checkpoint, base_bot)
+
+
+def refusal(message: str) -> gr.Error:
+    """A bad request's answer: `message` to the client, and one line to the server's terminal (not the traceback
+    Gradio prints for each error it is given)."""
+    print(f"playground: refused a request: {message}", file=sys.stderr, flush=True)
+    return gr.Error(message, print_exception=False)
+
+
+class CheckedBlocks(gr.Blocks):
+    """gr.Blocks whose requests are checked field by field (`request_problem`) before Gradio's own preprocessing,
+    which answers a missing field, a number sent as text or a malformed chat history with {"error": null} and a
+    traceback on the server's terminal."""
+
+    async def preprocess_data(self, block_fn, inputs, state, explicit_call=False):
+        problem = request_problem(block_fn.inputs, inputs)
+        if problem is not None:
+            raise refusal(problem)
+        return await super().preprocess_data(block_fn, inputs, state, explicit_call)
+
+
+def request_problem(components: list, values: list) -> str | None:
+    """What is wrong with a request's `values` for an endpoint's input `components`, naming the field (its
+    label), or None: each field present, a slider's a number within the slider, a chat history a list of
+    {role, content} messages, a text box's text, a choice among the choices."""
+    names = [component.label or type(component).__name__ for component in components]
+    if len(values) < len(components):
+        return (f"the request has no value for '{names[len(values)]}': this endpoint takes {len(components)} values "
+                f"({', '.join(names)}), in that order")
+    for name, component, value in zip(names, components, values):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        if isinstance(component, gr.Slider):
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                return f"{name}: {shown} is not a number; send a number from {component.minimum} to {component.maximum}"
+            try:
+                checked_number(name, value, low=component.minimum, high=component.maximum)
+            except BurnoutError as exc:
+                return str(exc)
+        elif isinstance(component, gr.Chatbot) and value is not None:
+            try:
+                component.data_model.model_validate(value)
+            except pydantic.ValidationError as exc:
+                error = exc.errors()[0]
+                where = " ".join(f"message {part + 1}" if isinstance(part, int) else str(part) for part in error["loc"])
+                return (f"{name}: the chat history is malformed ({where + ': ' if where else ''}"
+                        f"{first_line(error['msg'])}); send it as the chat gives it back: a list of "
+                        '{"role": ..., "content": [{"type": "text", "text": ...}]} messages')
+        elif isinstance(component, gr.Textbox) and value is not None and not isinstance(value, str):
+            return f"{name}: {shown} is not text"
+        elif isinstance(component, (gr.Dropdown, gr.CheckboxGroup)):
+            choices = [choice for _, choice in component.choices]
+            chosen = value if isinstance(component, gr.CheckboxGroup) else [value]
+            if not isinstance(chosen, list) or any(v is not None and v not in choices for v in chosen):
+                listed = ", ".join(map(repr, choices[:4])) + (", ..." if len(choices) > 4 else "")
+                kind = "a list of its choices" if isinstance(component, gr.CheckboxGroup) else "one of its choices"
+                return f"{name}: {shown} is not {kind} ({listed})"
+    return None
 
 
 def _columns(chosen: list[str], texts: list[str]) -> list:

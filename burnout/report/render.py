@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnout.common import REPORT_DIR, format_duration, write_atomic
+from burnout.common import REPORT_DIR, check_output_folder, format_duration, mark_folder, write_atomic
 from burnout.core.checkpoint import mirror_run_logs
 from burnout.errors import BurnoutError
 from burnout.eval.references import reference_table
@@ -33,14 +33,20 @@ class Block:
 
 
 def write_report(run_paths: list[str | Path], out: str | Path | None = None, html_page: bool = True,
-                 markdown: bool = True, log_scale: bool = False) -> tuple[list[RunLog], list[Path]]:
-    """Write the report of one run (default: RUN/report/) or the overlay of several (needs `out`)."""
+                 markdown: bool = True, log_scale: bool = False,
+                 overwrite: bool = False) -> tuple[list[RunLog], list[Path]]:
+    """Write the report of one run (default: RUN/report/) or the overlay of several (needs `out`). Any `out` but a
+    run's own RUN/report is new, empty or a report of the same runs (of others: with `overwrite`)."""
     runs = [load_run(p) for p in run_paths]
     if out is None:
         if len(runs) > 1:
             raise BurnoutError("a report over several runs needs --out DIR (where to write the overlay)")
         out = runs[0].path / REPORT_DIR
     out = Path(out)
+    if len(runs) > 1 or out.resolve() != (runs[0].path / REPORT_DIR).resolve():
+        source = ", ".join(str(run.path.resolve()) for run in runs)
+        check_output_folder(out, "--out", "report", source, reads=[run.path for run in runs], overwrite=overwrite)
+        mark_folder(out, "report", source)
     out.mkdir(parents=True, exist_ok=True)
     title, blocks = (run_blocks(runs[0], log_scale) if len(runs) == 1 else overlay_blocks(runs, log_scale))
     written = []

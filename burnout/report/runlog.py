@@ -19,12 +19,20 @@ from pathlib import Path
 
 import yaml
 
-from burnout.common import COMPARE_MD, METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE, is_finite_number, read_jsonl
+from burnout.common import (
+    COMPARE_MD,
+    METRICS_FILE,
+    PHASES_FILE,
+    RUN_CONFIG_FILE,
+    is_finite_number,
+    kind_of,
+    numbered_jsonl,
+    read_jsonl,
+)
 from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
-from burnout.train.metrics import read_metrics
 from burnout.train.provenance import read_launches
 
 # A logged tokens/s below this share of the run's median is reported as a throughput drop.
@@ -44,6 +52,7 @@ class RunLog:
     compare_md: str | None = None
     phases: list[dict] = field(default_factory=list)  # RUN/phases.jsonl: a summary at each phase's end
     launches: list[dict] = field(default_factory=list)  # RUN/launches.jsonl: each start and resume
+    left_out: list[str] = field(default_factory=list)  # a line for each metrics.jsonl record the report cannot use
 
     def series(self, key: str) -> tuple[list[int], list[int], list[float]]:
         """(steps, tokens, values) of the records that logged a finite `key`."""
@@ -65,9 +74,13 @@ def load_run(path: str | Path) -> RunLog:
     if not config_path.is_file() or not (path / METRICS_FILE).is_file():
         raise BurnoutError(f"'{path}' is not a run folder (no config.yaml and metrics.jsonl); give the --out of "
                            "`burnout train` or `burnout quickstart`")
-    records = read_metrics(path)
+    records, left_out = step_records(path / METRICS_FILE)
     if not records:
+        if left_out:
+            raise BurnoutError(f"{left_out[0]}, and no record of {path / METRICS_FILE} can be read; it was not "
+                               "written by `burnout train`, or was edited: restore it from train.mirror_dir")
         raise BurnoutError(f"{path / METRICS_FILE} is empty: the run logged no step yet; train longer, then report")
+    left_out += _impossible_mfu(records, path / METRICS_FILE)
     raw_config = yaml.safe_load(config_path.read_text())
     cfg = load_run_config(config_path)
     model = model_info(cfg.model, batch_size=cfg.train.batch_size, seq_len=cfg.train.seq_len,
@@ -81,7 +94,43 @@ def load_run(path: str | Path) -> RunLog:
     return RunLog(path=path, name=path.resolve().name, config=raw_config, config_hash=config_hash, model=model,
                   records=records, checkpoints=checkpoints, evals=evals,
                   compare_md=compare.read_text() if compare.is_file() else None, phases=phases,
-                  launches=read_launches(path))
+                  launches=read_launches(path), left_out=left_out)
+
+
+def step_records(path: Path) -> tuple[list[dict], list[str]]:
+    """The step records of a metrics.jsonl, and a line naming each record left out (its file, line and what is
+    wrong): one without a whole-number step and numeric tokens and elapsed_s, which every step the loop logs has
+    (a hand edit, another program's line). Torn lines are skipped, as every reader of the log skips them."""
+    records, left_out = [], []
+    for number, record in numbered_jsonl(path):
+        problem = _step_record_problem(record)
+        if problem is None:
+            records.append(record)
+        else:
+            left_out.append(f"{path} line {number} is left out: {problem}")
+    return records, left_out
+
+
+def _impossible_mfu(records: list[dict], path: Path) -> list[str]:
+    """Drop each logged MFU above 1 (burnout logged them before it kept a CPU's best peak, over a peak measured while
+    the machine was busy): a line saying how many, or none."""
+    impossible = [record for record in records if is_finite_number(record.get("mfu")) and record["mfu"] > 1]
+    for record in impossible:
+        del record["mfu"]
+    return [f"{path}: the MFU of {len(impossible)} records is left out: above 100%, it was logged over a CPU peak "
+            "measured while the machine was busy"] if impossible else []
+
+
+def _step_record_problem(record) -> str | None:
+    if not isinstance(record, dict):
+        return f"it is {kind_of(record)}, not a record"
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return f'its "step" is {step!r}, not a whole number'
+    for key in ("tokens", "elapsed_s"):
+        if not is_finite_number(record.get(key)):
+            return f'its "{key}" is {record.get(key)!r}, not a number'
+    return None
 
 
 def phase_rows(run: RunLog) -> list[dict]:
@@ -122,8 +171,8 @@ def phase_rows(run: RunLog) -> list[dict]:
 
 
 def anomalies(run: RunLog) -> list[str]:
-    """Lines for what went wrong during the run, as its log shows it."""
-    found = []
+    """Lines for what went wrong during the run, as its log shows it (and the records of it left out)."""
+    found = list(run.left_out)
     for prev, record in zip([None, *run.records], run.records):
         step = record["step"]
         if "train_loss" in record and not is_finite_number(record["train_loss"]):

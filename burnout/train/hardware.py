@@ -2,24 +2,26 @@
 
 GPUs come from burnout/configs/hardware.yaml (editable), matched on the name torch reports. A CPU has no
 datasheet figure that means much, and a GPU missing from the table has none at hand, so their peak is
-measured: the best of a few large matrix multiplies in the run's precision.
+measured: the best of a few large matrix multiplies in the run's precision. A CPU's is the best ever measured on
+it, kept in the user's cache folder and only ever raised, so that a measurement slowed by other work cannot make
+every later MFU too large (docs/PERFORMANCE.md, "How the CPU peak is obtained").
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
-import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from burnout.common import write_atomic
+from burnout.common import is_finite_number, user_cache_dir, write_atomic
 from burnout.config import CONFIG_DIR, read_yaml
 from burnout.core.device import compute_precision, cpu_instructions, cpu_model, resolve_precision
 from burnout.errors import BurnoutError
@@ -35,6 +37,8 @@ class Hardware:
     peak_flops: float  # per device, in the run's precision
     price_per_hour: float | None  # dollars per device-hour
     price_note: str  # how the price was arrived at, for reports
+    # The peak measured again, for a step that outran it: a CPU's (a GPU's would need memory the run holds).
+    measure_again: Callable[[], float] | None = None
 
 
 def hardware_table(path: Path = HARDWARE_FILE) -> dict[str, dict]:
@@ -60,7 +64,8 @@ def get_hardware(key: str, precision: str, price_per_hour: float | None = None,
                 f"now ({hw.peak_flops / 1e12:,.1f} TFLOP/s)"
                 + ("" if price_per_hour is not None else " and no price is known (set train.price_per_hour)"))
     elif key == "cpu":
-        hw = Hardware("cpu", f"CPU ({torch.get_num_threads()} threads)", measure_cpu_peak(precision), None, "")
+        hw = Hardware("cpu", f"CPU ({torch.get_num_threads()} threads)", cpu_peak(precision), None, "",
+                      functools.partial(cpu_peak, precision, measure_again=True))
     else:
         hw = _table_hardware(table, key, precision)
     if price_per_hour is not None:
@@ -114,12 +119,53 @@ def _is_gpu(device: torch.device | None) -> bool:
     return device is not None and device.type == "cuda"
 
 
-@functools.cache
+# (CPU key, precision) → the peak this process's MFU is over: read and measured once, raised by later measurements,
+# and otherwise fixed, so that runs in one process share one denominator.
+_PROCESS_PEAKS: dict[tuple[str, str], float] = {}
+
+
+def cpu_peak(precision: str, measure_again: bool = False) -> float:
+    """The CPU's matmul peak in `precision` that MFU divides by: the best `measure_cpu_peak` ever gave on this CPU
+    (model, instructions, torch version, threads), kept in the precision cache and only ever raised. A process
+    measures once (`measure_again`: once more, for a step that outran the peak) and raises the kept best with its
+    figure; a figure that other work slowed leaves the best as it was."""
+    known = _PROCESS_PEAKS.get((_cpu_key(), precision))
+    if known is not None and not measure_again:
+        return known
+    measured = measure_cpu_peak(precision)
+    with _cache_entry() as entry:
+        return _raise_best(entry, precision, measured)
+
+
+def _raise_best(entry: dict, precision: str, flops: float) -> float:
+    """The best `precision` peak of a cache entry and of this process, raised to the measured `flops` where that beats
+    it (FLOP/s; the entry keeps GFLOP/s). The figures that decided `precision: auto` are measurements too (an entry
+    older than best_gflops has only them); a figure that is not a number counts as none."""
+    best = entry.get("best_gflops") if isinstance(entry.get("best_gflops"), dict) else {}
+    kept = [x for x in (best.get(precision), entry.get(f"{precision}_gflops")) if is_finite_number(x)]
+    best[precision] = max([flops / 1e9, *kept])
+    entry["best_gflops"] = best
+    key = (_cpu_key(), precision)
+    _PROCESS_PEAKS[key] = max(best[precision] * 1e9, _PROCESS_PEAKS.get(key, 0.0))
+    return _PROCESS_PEAKS[key]
+
+
+def _cpu_key() -> str:
+    """What a CPU measurement holds for: the precision cache's key."""
+    return f"{cpu_model()} | {cpu_instructions()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+
+
+# A size whose best multiply takes longer than this is the one measured: larger would take too long where the
+# CPU emulates the precision (fp16 on most, bf16 without bf16 instructions).
+CPU_PEAK_SIZE_LIMIT_S = 0.02
+
+
 def measure_cpu_peak(precision: str, max_size: int = 2048, repeats: int = 6) -> float:
     """Best observed FLOP/s of a square matrix multiply on the CPU, in the given precision: large and warmed,
     so that no GEMM of a model outruns it (gpt2-134m's 768 x 3072 GEMMs outran one 1024² multiply timed alone,
-    which overstated its MFU: docs/PERFORMANCE.md). The size doubles from 256 while a multiply takes under 20 ms,
-    up to max_size: a precision the CPU emulates (fp16 on most) stays small instead of taking minutes."""
+    which overstated its MFU: docs/PERFORMANCE.md). The size doubles from 256 while the best of three multiplies
+    takes under CPU_PEAK_SIZE_LIMIT_S, up to max_size: one multiply that other work held up does not stop the
+    growth, and a precision the CPU emulates stays small instead of taking minutes."""
     dtype = DTYPES[precision]
     # A private generator: this runs after a resume restored the run's RNG states, and must not move them.
     g = torch.Generator().manual_seed(0)
@@ -127,17 +173,20 @@ def measure_cpu_peak(precision: str, max_size: int = 2048, repeats: int = 6) -> 
     while True:
         a = torch.randn(size, size, dtype=dtype, generator=g)
         b = torch.randn(size, size, dtype=dtype, generator=g)
-        t0 = time.perf_counter()
-        torch.mm(a, b)  # at the size kept, the warm-up: kernel selection, the operands brought into cache
-        if size >= max_size or time.perf_counter() - t0 >= 0.02:
+        # At the size kept, also the warm-up: kernel selection, the operands brought into cache.
+        if size >= max_size or _best_seconds(a, b, 3) >= CPU_PEAK_SIZE_LIMIT_S:
             break
         size *= 2
+    return 2 * size**3 / _best_seconds(a, b, repeats)
+
+
+def _best_seconds(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t0)
-    return 2 * size**3 / best
+    return best
 
 
 # On a CPU, bf16 beats fp32 only where the CPU has bf16 matrix instructions (AVX-512 BF16, AMX); elsewhere bf16
@@ -163,33 +212,49 @@ def training_precision(name: str, device: torch.device, say: Callable[[str], Non
 
 
 def precision_cache_path() -> Path:
-    """$BURNOUT_CACHE_DIR, else $XDG_CACHE_HOME/gpuburnout or ~/.cache/gpuburnout, then cpu_precision.json."""
-    root = os.environ.get("BURNOUT_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
-                                                       "gpuburnout")
-    return Path(root) / PRECISION_CACHE_FILE
+    """cpu_precision.json in the user's cache folder (common.user_cache_dir)."""
+    return user_cache_dir() / PRECISION_CACHE_FILE
 
 
 def cpu_precision_entry() -> tuple[dict, bool]:
     """(this machine's entry: the choice and both throughputs, whether it came from the cache); measured with
-    `measure_cpu_peak` (about a second) when the cache has none."""
-    path, cpu, instructions, threads = precision_cache_path(), cpu_model(), cpu_instructions(), torch.get_num_threads()
-    key = f"{cpu} | {instructions} | torch {torch.__version__} | {threads} threads"
-    try:
-        cache = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cache = {}
-    cache = cache if isinstance(cache, dict) else {}
-    if isinstance(cache.get(key), dict) and cache[key].get("choice") in ("fp32", "bf16"):
-        return cache[key], True
-    rates = {precision: measure_cpu_peak(precision) / 1e9 for precision in ("fp32", "bf16")}
-    entry = {"choice": "bf16" if rates["bf16"] >= CPU_BF16_MIN_SPEEDUP * rates["fp32"] else "fp32",
-             "fp32_gflops": rates["fp32"], "bf16_gflops": rates["bf16"], "cpu": cpu, "instructions": instructions,
-             "threads": threads, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-    cache[key] = entry
-    with contextlib.suppress(OSError):  # a read-only home costs a measurement next time, nothing more
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(cache, indent=2) + "\n")
-    return entry, False
+    `measure_cpu_peak` (about a second) when the cache has none. The choice, once made, stays: the throughputs
+    kept with it are the ones that decided it (the peaks MFU divides by are `cpu_peak`'s)."""
+    with _cache_entry() as entry:
+        if entry.get("choice") in ("fp32", "bf16"):
+            return dict(entry), True
+        rates = {precision: measure_cpu_peak(precision) / 1e9 for precision in ("fp32", "bf16")}
+        entry.update(choice="bf16" if rates["bf16"] >= CPU_BF16_MIN_SPEEDUP * rates["fp32"] else "fp32",
+                     fp32_gflops=rates["fp32"], bf16_gflops=rates["bf16"], cpu=cpu_model(),
+                     instructions=cpu_instructions(), threads=torch.get_num_threads(),
+                     measured_at=time.strftime("%Y-%m-%d %H:%M:%S"))
+        for precision, rate in rates.items():
+            _raise_best(entry, precision, rate * 1e9)
+        return dict(entry), False
+
+
+@contextlib.contextmanager
+def _cache_entry() -> Iterator[dict]:
+    """This machine's entry of the precision cache (keyed by CPU model, instructions, torch version and threads),
+    written back when the block changed it, under an flock that other burnout processes wait for: two raising a
+    peak at once keep the higher. A home that cannot be written keeps nothing: the next process measures again."""
+    path, key = precision_cache_path(), _cpu_key()
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fcntl.flock(stack.enter_context(open(path.with_name(path.name + ".lock"), "a")), fcntl.LOCK_EX)
+        try:
+            cache = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cache = {}
+        cache = cache if isinstance(cache, dict) else {}
+        entry = cache.get(key) if isinstance(cache.get(key), dict) else {}
+        before = json.dumps(entry, sort_keys=True)
+        yield entry
+        if json.dumps(entry, sort_keys=True) != before:
+            cache[key] = entry
+            with contextlib.suppress(OSError):
+                write_atomic(path, json.dumps(cache, indent=2) + "\n")
 
 
 def measure_gpu_peak(device: torch.device, precision: str, size: int = 8192, repeats: int = 10) -> float:

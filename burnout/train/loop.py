@@ -28,7 +28,7 @@ import yaml
 from tqdm import tqdm
 
 from burnout.common import AUDIT_DIR, AUDIT_JSON, RUN_CONFIG_FILE, TOKENIZER_FILE, unwrapped, write_atomic
-from burnout.config import RunConfig
+from burnout.config import RunConfig, TrainConfig
 from burnout.core.checkpoint import holds_run, list_checkpoints
 from burnout.core.device import configure_backends, resolve_device
 from burnout.core.rng import seed_everything
@@ -83,6 +83,15 @@ def refuse_existing_run(run_dir: Path) -> None:
     if holds_run(run_dir):
         raise BurnoutError(f"run folder {run_dir} already holds a run; resume it with --resume (or train with "
                            "--resume-if-exists) or choose a new --out")
+
+
+def _past_the_end(run_dir: Path, step: int, end: int, tc: TrainConfig) -> str:
+    """The refusal of a resume whose limits now end the run before the step its checkpoint is at."""
+    limits = [f"train.max_steps={tc.max_steps}"] + [f"train.{key}={getattr(tc, key)}" for key in
+                                                     ("max_tokens", "max_epochs") if getattr(tc, key) is not None]
+    which = limits[0] if len(limits) == 1 else f"the earliest of {', '.join(limits)}"
+    return (f"--resume: {run_dir} is at step {step}, past step {end}, where {which} now ends it; to train on, "
+            f"give a limit past step {step} (config.yaml is left as it was)")
 
 
 def train(
@@ -245,6 +254,8 @@ class Trainer:
             model.load_state_dict(ckpt.model.state_dict())
             self.step, self.elapsed_before = ckpt.state["step"], ckpt.state["elapsed_s"]
             self.skipped = ckpt.state.get("skipped_steps", 0)
+            if self.step > self.end_of_run:  # before config.yaml is rewritten with the lowered limit
+                raise BurnoutError(_past_the_end(self.run_dir, self.step, self.end_of_run, tc))
         self.elapsed = self.elapsed_before
         wrapped = wrap_model(objective, self.dist, tc.distributed, self.device, self.precision)
         self.train_step = TrainStep(wrapped, tc, self.device, self.precision, self.end_of_run, self.dist)
@@ -277,9 +288,11 @@ class Trainer:
             record_launch(self.run_dir, self.step, self.device, dist.world_size)
         show_bar = dist.is_main and (sys.stderr.isatty() if self.progress is None else self.progress)
         self.bar = tqdm(total=self.stop_at, initial=self.step, disable=not show_bar, unit="step", dynamic_ncols=True)
+        measure_again = hw.measure_again if hw else None
         self.logger = StepLogger(self.run_dir if dist.is_main else None, tc, self.tokens_per_step, self.flops_per_token,
                                  hw.peak_flops * dist.world_size if hw else None, self.price, self.stop_at, self.bar,
-                                 self._say, self.cfg.to_dict())
+                                 self._say, self.cfg.to_dict(),
+                                 measure_peak=measure_again and (lambda: measure_again() * dist.world_size))
         if self.phase is not None:
             self.emit(f"phase '{self.phase.name}': steps {self.step} → {self.stop_at}"
                       + (f", budget ${self.phase.budget:,.2f}" if self.phase.budget is not None else ""))

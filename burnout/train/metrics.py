@@ -12,6 +12,8 @@ from burnout.config import TrainConfig
 
 # Keys that measure the machine rather than the training: they differ between a run and its exact replay.
 TIMING_KEYS = ("elapsed_s", "tokens_per_s", "mfu", "eta_s", "dollars", "dollars_projected", "first_step_s")
+# How often a session measures its peak again for steps that outran it (each CPU measurement takes a second or more).
+PEAK_MEASUREMENTS_PER_SESSION = 3
 
 
 class MetricsLog:
@@ -79,13 +81,17 @@ class StepLogger:
 
     A session's first step is left out of tokens/s, MFU and ETA: it carries torch.compile's tracing and
     compilation and the allocator's warm-up, which no later step repeats. Its seconds are logged once,
-    as `first_step_s` in the session's first record, so the cost of starting shows on its own."""
+    as `first_step_s` in the session's first record, so the cost of starting shows on its own.
+
+    MFU never exceeds 1 (`mfu`): `measure_peak`, where given, measures `peak_flops` again (all devices)."""
 
     def __init__(self, run_dir: Path | None, tc: TrainConfig, tokens_per_step: int, flops_per_token: float,
                  peak_flops: float | None, price: float | None, stop_at: int, bar, emit: Callable[[str], None],
-                 config: dict):
+                 config: dict, measure_peak: Callable[[], float] | None = None):
         self.tc, self.tokens_per_step, self.flops_per_token = tc, tokens_per_step, flops_per_token
         self.peak_flops, self.price, self.stop_at, self.bar, self.emit = peak_flops, price, stop_at, bar, emit
+        self.measure_peak, self.peak_measurements_left = measure_peak, PEAK_MEASUREMENTS_PER_SESSION
+        self.said_mfu_left_out = False
         self.main = run_dir is not None  # rank 0 writes; the other ranks only measure
         self.metrics = MetricsLog(run_dir) if self.main else None
         self.external = ExternalLoggers(run_dir, tc.tensorboard, tc.wandb, config) if self.main else None
@@ -124,13 +130,33 @@ class StepLogger:
             return record
         if rate:
             eta = (self.stop_at - step) * step_s
-            record["mfu"] = rate * self.flops_per_token / self.peak_flops
+            mfu = self.mfu(rate * self.flops_per_token, step)
+            if mfu is not None:
+                record["mfu"] = mfu
             record["eta_s"] = round(eta, 1)
         if self.price is not None:
             record["dollars"] = record["elapsed_s"] / 3600 * self.price
             if rate:
                 record["dollars_projected"] = (record["elapsed_s"] + eta) / 3600 * self.price
         return record
+
+    def mfu(self, achieved: float, step: int) -> float | None:
+        """`achieved` FLOP/s over the peak, at most 1. A step cannot outrun the peak: where one does, the peak was
+        measured while other work slowed the machine, so it is measured again (the higher kept). Where the step
+        still outruns it, MFU is left out, said once: a figure over 100% is impossible, and 100% would claim a
+        saturated machine that nothing measured."""
+        if achieved > self.peak_flops and self.measure_peak is not None and self.peak_measurements_left:
+            self.peak_measurements_left -= 1
+            self.peak_flops = max(self.peak_flops, self.measure_peak())
+        if achieved <= self.peak_flops:
+            return achieved / self.peak_flops
+        if not self.said_mfu_left_out:
+            self.said_mfu_left_out = True
+            why = ("measured again: other work on this machine slowed the measurements" if self.measure_peak
+                   else f"check train.hardware={self.tc.hardware}")
+            self.emit(f"mfu left out from step {step}: the steps ran {achieved / 1e9:,.1f} GFLOP/s, above the "
+                      f"{self.peak_flops / 1e9:,.1f} GFLOP/s peak MFU is over ({why})")
+        return None
 
     def write(self, record: dict) -> None:
         if not self.main:
@@ -140,9 +166,12 @@ class StepLogger:
         line = f"step {record['step']}/{self.stop_at} loss {record['train_loss']:.4f} lr {record['lr']:.2e}"
         postfix = {"loss": f"{record['train_loss']:.3f}"}
         if "tokens_per_s" in record:
-            postfix.update(tok_s=f"{record['tokens_per_s']:.0f}", mfu=f"{record['mfu']:.1%}")
-            line += (f" {record['tokens_per_s']:.0f} tok/s mfu {record['mfu']:.1%} "
-                     f"eta {format_duration(record['eta_s'])}")
+            postfix["tok_s"] = f"{record['tokens_per_s']:.0f}"
+            line += f" {record['tokens_per_s']:.0f} tok/s"
+            if "mfu" in record:  # left out where the steps outran the peak
+                postfix["mfu"] = f"{record['mfu']:.1%}"
+                line += f" mfu {record['mfu']:.1%}"
+            line += f" eta {format_duration(record['eta_s'])}"
         if "first_step_s" in record:
             line += f" first step {record['first_step_s']:.1f} s"
         self.bar.set_postfix(postfix)

@@ -169,8 +169,7 @@ def predict_memory(cfg: RunConfig, precision: str, target: str, devices: int, ba
     seq_len = tc.seq_len or cfg.model.context_length
     counts = param_counts(cfg.model)
     fsdp = devices > 1 and tc.distributed == "fsdp"
-    # DDP keeps a whole replica; its gradient buckets are the gradients (gradient_as_bucket_view=True).
-    lines = {key: -(-n // devices) if fsdp else n for key, n in static_bytes(counts, tc.optimizer).items()}
+    lines = static_memory(cfg, devices)
     step = measure_step(cfg.model, batch_size, seq_len, precision, variant.checkpointing, target)
     acts, copies = step.saved, step.weight_copies
     if variant.compiled and not variant.checkpointing:
@@ -187,6 +186,15 @@ def predict_memory(cfg: RunConfig, precision: str, target: str, devices: int, ba
     if target != "cpu":
         lines["overhead"] = CUDA_CONTEXT_BYTES + round(ALLOCATOR_MARGIN * sum(lines.values()))
     return {**lines, "total": sum(lines.values())}
+
+
+def static_memory(cfg: RunConfig, devices: int) -> dict[str, int]:
+    """Weights, gradients and optimizer state per GPU (LINES), divided among the GPUs under FSDP: what a step holds
+    at every micro-batch and in every variant."""
+    fsdp = devices > 1 and cfg.train.distributed == "fsdp"
+    # DDP keeps a whole replica; its gradient buckets are the gradients (gradient_as_bucket_view=True).
+    return {key: -(-n // devices) if fsdp else n
+            for key, n in static_bytes(param_counts(cfg.model), cfg.train.optimizer).items()}
 
 
 def largest_fitting(seqs_per_step: int, start: int, fits: Callable[[int], bool], start_fits: bool) -> int | None:
@@ -206,6 +214,17 @@ def largest_fitting(seqs_per_step: int, start: int, fits: Callable[[int], bool],
     return best
 
 
+def largest_fitting_batch(cfg: RunConfig, precision: str, target: str, devices: int, capacity: int,
+                          variant: Variant, start_fits: bool) -> int | None:
+    """largest_fitting for `variant` on `devices` GPUs of `capacity` bytes each, from the configured micro-batch;
+    None without tracing a micro-batch when the static memory alone exceeds the GPU."""
+    if not start_fits and sum(static_memory(cfg, devices).values()) > capacity:
+        return None
+    tc = cfg.train
+    return largest_fitting(tc.batch_size * tc.grad_accum, tc.batch_size, lambda b: predict_memory(
+        cfg, precision, target, devices, b, variant)["total"] <= capacity, start_fits)
+
+
 def memory_fixes(cfg: RunConfig, precision: str, target: str, devices: int, capacity: int,
                  largest: int | None) -> list[tuple[str, int]]:
     """Changes that make a plan fit, each with its predicted total: checkpointing, compiling, a smaller
@@ -221,16 +240,17 @@ def memory_fixes(cfg: RunConfig, precision: str, target: str, devices: int, capa
             found.append((change, total))
         return total <= capacity
 
-    if not tc.activation_checkpointing:
+    # No change on these GPUs fits when their static memory alone does not: their traces are skipped.
+    same_gpus = sum(static_memory(cfg, devices).values()) <= capacity
+    if same_gpus and not tc.activation_checkpointing:
         consider("train.activation_checkpointing=true", cfg, devices, b, Variant(tc.compile, True))
-    if not tc.compile:
+    if same_gpus and not tc.compile:
         consider("train.compile=true", cfg, devices, b, Variant(True, tc.activation_checkpointing))
     if largest is not None:
         consider(f"train.batch_size={largest} train.grad_accum={seqs // largest}", cfg, devices, largest, configured)
     elif not tc.activation_checkpointing:
         ckpt = Variant(tc.compile, True)
-        smaller = largest_fitting(seqs, b, lambda m: predict_memory(cfg, precision, target, devices, m, ckpt)
-                                  ["total"] <= capacity, start_fits=False)
+        smaller = largest_fitting_batch(cfg, precision, target, devices, capacity, ckpt, start_fits=False)
         if smaller is not None:
             consider(f"train.activation_checkpointing=true train.batch_size={smaller} "
                      f"train.grad_accum={seqs // smaller}", cfg, devices, smaller, ckpt)
@@ -250,23 +270,22 @@ def memory_plan(cfg: RunConfig, hardware: str, precision: str, devices: int) -> 
     entry = hardware_table().get(hardware, {})
     capacity = round(entry["memory_gb"] * GIB) if "memory_gb" in entry else None
     configured = Variant(tc.compile, tc.activation_checkpointing)
+    total = predict_memory(cfg, precision, target, devices, tc.batch_size, configured)["total"]
+    fits = largest = None
+    fixes: list[tuple[str, int]] = []
+    if capacity is not None:  # else the CPU: no fixed budget
+        fits = total <= capacity
+        largest = largest_fitting_batch(cfg, precision, target, devices, capacity, configured, fits)
+        if not fits:
+            fixes = memory_fixes(cfg, precision, target, devices, capacity, largest)
+            if not fixes:  # refused before the other variants are traced
+                raise BurnoutError(_impossible(cfg, hardware, entry, total, capacity))
     variants = {v.name: predict_memory(cfg, precision, target, devices, tc.batch_size, v) for v in VARIANTS}
-    plan = {"target": target, "capacity_bytes": capacity, "micro_batch": tc.batch_size, "grad_accum": tc.grad_accum,
+    return {"target": target, "capacity_bytes": capacity, "micro_batch": tc.batch_size, "grad_accum": tc.grad_accum,
             "seq_len": tc.seq_len or cfg.model.context_length, "precision": precision, "devices": devices,
             "distributed": tc.distributed if devices > 1 else None, "optimizer": tc.optimizer,
-            "configured": configured.name, "variants": variants, "fits": None, "largest_micro_batch": None,
-            "fixes": []}
-    if capacity is None:  # the CPU: no fixed budget
-        return plan
-    plan["fits"] = variants[configured.name]["total"] <= capacity
-    plan["largest_micro_batch"] = largest_fitting(
-        tc.batch_size * tc.grad_accum, tc.batch_size,
-        lambda b: predict_memory(cfg, precision, target, devices, b, configured)["total"] <= capacity, plan["fits"])
-    if not plan["fits"]:
-        plan["fixes"] = memory_fixes(cfg, precision, target, devices, capacity, plan["largest_micro_batch"])
-        if not plan["fixes"]:
-            raise BurnoutError(_impossible(cfg, hardware, entry, variants[configured.name]["total"], capacity))
-    return plan
+            "configured": configured.name, "variants": variants, "fits": fits, "largest_micro_batch": largest,
+            "fixes": fixes}
 
 
 def _impossible(cfg: RunConfig, hardware: str, entry: dict, total: int, capacity: int) -> str:
@@ -295,9 +314,7 @@ def check_fits(cfg: RunConfig, device: torch.device, world_size: int, precision:
     total = predict_memory(cfg, precision, target, world_size, tc.batch_size, variant)["total"]
     if total <= memory_bytes:
         return
-    seqs = tc.batch_size * tc.grad_accum
-    largest = largest_fitting(seqs, tc.batch_size, lambda b: predict_memory(
-        cfg, precision, target, world_size, b, variant)["total"] <= memory_bytes, start_fits=False)
+    largest = largest_fitting_batch(cfg, precision, target, world_size, memory_bytes, variant, start_fits=False)
     fixes = memory_fixes(cfg, precision, target, world_size, memory_bytes, largest)
     fix = f"try {fixes[0][0]} ({fixes[0][1] / GIB:.1f} GiB)" if fixes else \
         "not even micro-batch 1 with activation checkpointing fits: use a smaller model or a shorter train.seq_len"

@@ -1,18 +1,26 @@
 """Starting and resuming a run of any recipe: a new run's folder is checked and its recipe prepares its config
 and data before the Trainer starts; a resume checks that only what may change has changed, and the Trainer
-carries on from the newest good checkpoint. burnout/runs.py says which recipe a config runs (`recipe_for`)."""
+carries on from the newest good checkpoint. burnout/runs.py says which recipe a config runs (`recipe_for`).
+
+One process writes a run folder: rank 0 holds its lock (core/model_files.py: writing_run) from before the data
+are prepared until the run stops; a second start or resume of the same folder is refused in one line naming
+the first. Other torchrun ranks take no lock: they wait until rank 0 has taken the folder, then (pretraining) for
+its data as before (train/recipe.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from burnout.common import RESUMES_FILE, RUN_CONFIG_FILE, append_jsonl
 from burnout.config import RunConfig, load_run_config
 from burnout.core.checkpoint import holds_run
+from burnout.core.model_files import is_run_folder, writing_run
 from burnout.errors import BurnoutError
 from burnout.train.loop import TrainResult, refuse_existing_run, train
 from burnout.train.recipe import Recipe
@@ -24,6 +32,8 @@ _RESUME_FIXED = (*(f.name for f in dataclasses.fields(RunConfig) if f.name != "t
 
 # The recipe a run config runs (burnout/runs.py: recipe_for).
 RecipeFor = Callable[[RunConfig], Recipe]
+# How often a torchrun rank other than 0 looks whether rank 0 has taken the run folder.
+RANK_0_POLL_S = 0.2
 
 
 def start_run(cfg: RunConfig, run_dir: Path, recipe: Recipe, data_dir: Path | None = None,
@@ -32,10 +42,11 @@ def start_run(cfg: RunConfig, run_dir: Path, recipe: Recipe, data_dir: Path | No
     """Train a new run in `run_dir`: its recipe prepares the config and data (`data_dir`, when given), then
     the Trainer trains it."""
     run_dir = Path(run_dir)
-    refuse_existing_run(run_dir)  # before preparing data into a folder that holds another run
-    cfg, data_dir = recipe.prepare(cfg, run_dir, data_dir, on_event, progress)
-    return train(cfg, run_dir, data_dir, recipe, resume=False, progress=progress, on_event=on_event,
-                 auto_batch=auto_batch)
+    with _writing(run_dir, "--out"):
+        refuse_existing_run(run_dir)  # before preparing data into a folder that holds another run
+        cfg, data_dir = recipe.prepare(cfg, run_dir, data_dir, on_event, progress)
+        return train(cfg, run_dir, data_dir, recipe, resume=False, progress=progress, on_event=on_event,
+                     auto_batch=auto_batch)
 
 
 def resume_run(run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
@@ -44,7 +55,13 @@ def resume_run(run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
     config and these overrides of the settings that may change."""
     config_path = Path(run_dir) / RUN_CONFIG_FILE
     if not config_path.is_file():
-        raise BurnoutError(f"--resume {run_dir}: no config.yaml there; is it a run folder made by `burnout train`?")
+        raise BurnoutError(_not_resumable(Path(run_dir)))
+    with _writing(Path(run_dir), "--resume"):
+        return _resume(run_dir, config_path, recipe_for, overrides, on_event, progress)
+
+
+def _resume(run_dir: Path, config_path: Path, recipe_for: RecipeFor, overrides: list[str],
+            on_event: Callable[[str], None], progress: bool | None) -> TrainResult:
     saved = load_run_config(config_path)
     cfg = load_run_config(config_path, overrides)
     # Compare values rather than override keys: `--train.batch_size=8` or `train={...}` change them too.
@@ -72,6 +89,32 @@ def start_or_resume(cfg: RunConfig, run_dir: Path, recipe_for: RecipeFor, overri
         on_event(f"{run_dir} already holds a run: resuming it (its config.yaml and the overrides given; "
                  "CONFIG, --data and --auto-batch apply to a new run only)")
     return resume_run(run_dir, recipe_for, overrides, on_event, progress)
+
+
+def _not_resumable(run_dir: Path) -> str:
+    """Why `--resume run_dir` finds no run config there, and what to give instead."""
+    if run_dir.is_file():
+        folder = run_dir.parent if (run_dir.parent / RUN_CONFIG_FILE).is_file() else "RUN"
+        return f"--resume {run_dir}: that is a file; give the run folder: burnout train --resume {folder}"
+    if not run_dir.is_dir():
+        return f"--resume {run_dir}: no such folder; give the --out of the `burnout train` that started the run"
+    if (run_dir / "data").is_dir() and not holds_run(run_dir):
+        return (f"--resume {run_dir}: no training started there yet: it was stopped while preparing its data into "
+                f"{run_dir / 'data'}; run the command that started it again (burnout train CONFIG --out {run_dir}), "
+                "which goes on with the preparation where it stopped")
+    return f"--resume {run_dir}: no config.yaml there; is it a run folder made by `burnout train`?"
+
+
+def _writing(run_dir: Path, label: str) -> AbstractContextManager:
+    """The run folder checked and locked while this process writes it: rank 0's alone under torchrun. The other
+    ranks wait until rank 0 has taken the folder, since some write into it too (a fine-tune prepares its data on
+    every rank) and rank 0 would find their files there and refuse it; should rank 0 refuse it, torchrun ends
+    them."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        while not is_run_folder(run_dir):
+            time.sleep(RANK_0_POLL_S)
+        return contextlib.nullcontext()
+    return writing_run(run_dir, label)
 
 
 def _flat(raw: dict, prefix: str = "") -> dict:

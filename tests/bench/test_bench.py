@@ -49,9 +49,39 @@ def test_a_peak_below_what_the_step_achieved_is_measured_again(tiny_run_config, 
     """A peak measured in a burst of other load would print an MFU over 100%: bench measures it again."""
     achieved = bench(tiny_run_config(), tiny_bpe_data, steps=2, warmup=1)["achieved_flops"]
     peaks = iter([achieved / 100, achieved / 50, achieved * 100])  # the second run's rate is within 50× of this
-    monkeypatch.setattr(sys.modules["burnout.bench.bench"], "measure_peak", lambda device, precision: next(peaks))
+    monkeypatch.setattr(sys.modules["burnout.bench.bench"], "measure_peak",
+                        lambda device, precision, again=False: next(peaks))
     again = bench(tiny_run_config(), tiny_bpe_data, steps=2, warmup=1)
     assert again["peak_flops_measured"] == achieved * 100 and again["mfu_measured"] < 1
+
+
+def test_a_step_that_outruns_every_measurement_of_the_peak_gets_no_mfu(tiny_run_config, tiny_bpe_data, monkeypatch):
+    """Over 100% is impossible: where the step outran the peak measured three times (the machine busy throughout;
+    here 1 FLOP/s), bench says why MFU is left out instead of printing a figure. The two later measurements are
+    new ones (`again`), not the CPU's kept best read twice more."""
+    asked = []
+    monkeypatch.setattr(sys.modules["burnout.bench.bench"], "measure_peak",
+                        lambda device, precision, again=False: asked.append(again) or 1.0)
+    r = bench(tiny_run_config(), tiny_bpe_data, steps=2, warmup=1)
+    assert asked == [False, True, True] and "mfu_measured" not in r and r["peak_flops_measured"] == 1.0
+    achieved = f"{r['achieved_flops'] / 1e9:,.1f}"
+    assert (f"MFU           left out: the step ran {achieved} GFLOP/s, above the 0.0 GFLOP/s fp32 matmul peak "
+            "measured three times (other work on this machine slowed the measurements; bench again when it is "
+            "quiet)") in format_bench(r).splitlines()
+
+
+def test_a_cpus_peak_is_trainings_kept_best_and_again_measures_anew(monkeypatch, tmp_path):
+    """bench's CPU peak is the one training's MFU is over (the best kept for this CPU, a busy measurement of 20
+    GFLOP/s leaving it at 50); `again` measures anew instead of reading the process's first measurement."""
+    from burnout.bench.bench import measure_peak
+    from burnout.train import hardware
+
+    monkeypatch.setenv("BURNOUT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "_PROCESS_PEAKS", {})  # none kept from earlier tests, none left for later ones
+    figures = [50e9, 20e9, 80e9]
+    monkeypatch.setattr(hardware, "measure_cpu_peak", lambda precision: figures.pop(0))
+    peaks = [measure_peak(CPU, "fp32", again=again) for again in (False, False, True, True)]
+    assert peaks == [50e9, 50e9, 50e9, 80e9] and figures == []
 
 
 @pytest.mark.parametrize("overrides", [[], ["train.grad_accum=2", "train.optimizer=muon"]])

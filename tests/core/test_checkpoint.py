@@ -12,6 +12,7 @@ import safetensors.torch
 import torch
 import yaml
 
+from burnout.cli import main
 from burnout.core.checkpoint import (
     MANIFEST_FILE,
     CheckpointMirror,
@@ -316,6 +317,40 @@ def test_a_checkpoint_saved_before_manifests_loads_unchecked(saved):
     assert load_checkpoint(saved).info["step"] == 3
 
 
+@pytest.mark.parametrize("damage, problem", [
+    (lambda ckpt: (ckpt / "state.pt").write_bytes(b""), "state.pt is empty"),
+    (lambda ckpt: (ckpt / "state.pt").write_bytes((ckpt / "state.pt").read_bytes()[:1000]),
+     "state.pt is not a whole zip archive (cut short or damaged)"),
+    (lambda ckpt: (ckpt / "model.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes()[:1000]),
+     "model.safetensors is unreadable ("),
+    (lambda ckpt: (ckpt / "info.json").unlink(), "info.json is missing"),
+], ids=["state-emptied", "state-cut-short", "weights-cut-short", "info-missing"])
+def test_a_checkpoint_saved_before_manifests_is_checked_by_its_files(saved, damage, problem):
+    """Without sha256.json what can be told from the files is checked (their headers, not their bytes): an emptied
+    state.pt once loaded as far as torch.load's EOFError, a traceback."""
+    (saved / MANIFEST_FILE).unlink()
+    damage(saved)
+    assert checkpoint_problem(saved).startswith(problem)
+    with pytest.raises(BurnoutError) as refused:
+        load_checkpoint(saved)
+    assert str(refused.value).startswith(f"checkpoint {saved} is unreadable: {problem}")
+
+
+def test_a_file_of_a_checkpoint_stands_for_its_folder(saved, capsys):
+    """`generate RUN/checkpoints/step_N/model.safetensors` once said the file "holds no checkpoint"."""
+    assert resolve_checkpoint(saved / "model.safetensors") == saved
+    argv = ["generate", "--prompt", "The ", "--max-new-tokens", "4", "--seed", "0"]
+    assert main([argv[0], str(saved), *argv[1:]]) == 0
+    by_folder = capsys.readouterr().out
+    assert main([argv[0], str(saved / "model.safetensors"), *argv[1:]]) == 0
+    assert capsys.readouterr().out == by_folder
+    (saved.parent / "notes.txt").write_text("not a checkpoint file")
+    with pytest.raises(BurnoutError) as refused:
+        resolve_checkpoint(saved.parent / "notes.txt")
+    assert str(refused.value) == (f"'{saved.parent / 'notes.txt'}' is a file; give a run folder or one of its "
+                                  "checkpoints/step_* folders")
+
+
 def test_the_mirror_never_keeps_a_copy_that_differs_from_the_checkpoint(saved, tmp_path, monkeypatch):
     """A copy damaged on its way to the mirror is removed, named in one line, and never takes a step_* name;
     an intact copy is kept."""
@@ -338,6 +373,30 @@ def test_the_mirror_never_keeps_a_copy_that_differs_from_the_checkpoint(saved, t
     mirror.submit(saved, [saved])
     mirror.close()
     assert len(errors) == 1 and load_checkpoint(tmp_path / "mirror").path.name == "step_0000003"
+
+
+def test_a_mirror_is_one_runs_another_run_is_refused_it_and_its_own_resume_goes_on(tiny_run_config, tiny_bpe_data,
+                                                                                    tmp_path, capsys):
+    """Another run mirrored into the same train.mirror_dir would prune the first run's checkpoints there to its own
+    and overwrite its logs: it is refused in one line before its first step; the run the mirror is of resumes."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(max_steps=2, ckpt_interval=2).to_dict()))
+    mirror = tmp_path / "mirror"
+
+    def train(run):
+        return ["train", str(config), "--out", str(run), "--data", str(tiny_bpe_data), f"train.mirror_dir={mirror}"]
+
+    assert main(train(tmp_path / "a")) == 0
+    mirrored = {p: p.read_bytes() for p in mirror.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(train(tmp_path / "b")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"burnout: error: train.mirror_dir {mirror} holds a mirror of the run first launched at ")
+    assert "not of a run not launched yet; choose another folder" in err and len(err.splitlines()) == 1
+    assert {p: p.read_bytes() for p in mirror.rglob("*") if p.is_file()} == mirrored
+    assert not (tmp_path / "b").exists()
+    assert main(["train", "--resume", str(tmp_path / "a"), "train.max_steps=4"]) == 0
+    assert [p.name for p in list_checkpoints(mirror)] == ["step_0000002", "step_0000004"]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -203,3 +203,24 @@ def test_generation_on_cpu_stays_fp32():
     calls = record_autocast(model)
     list(sampling.stream_tokens(model, [3, 14, 15], 2, temperature=0))
     assert calls and all(autocast_dtype is None for _, _, autocast_dtype, _ in calls)
+
+
+@pytest.mark.parametrize("argv", [["generate", "{run}", "--prompt", "The ", "--device", "cuda"],
+                                  ["eval", "{run}", "--tasks", "val", "--device", "cuda:1"]], ids=["generate", "eval"])
+def test_cuda_on_a_machine_without_it_names_the_flag_it_came_from(argv, sampled_runs, monkeypatch, capsys):
+    """generate's --device once answered "use train.device=cpu", a setting generate does not have."""
+    from burnout.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main([str(sampled_runs[0]) if a == "{run}" else a for a in argv]) == 2
+    assert capsys.readouterr().err == ("burnout: error: --device: CUDA was asked for but this machine has none; use "
+                                       "--device cpu\n")
+
+
+def test_a_run_config_asking_for_cuda_names_train_device(monkeypatch):
+    from burnout.core.device import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(BurnoutError) as refused:
+        resolve_device("cuda")
+    assert str(refused.value) == "train.device: CUDA was asked for but this machine has none; use train.device=cpu"

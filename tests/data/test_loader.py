@@ -212,14 +212,18 @@ def test_eval_windows_are_every_whole_window_of_the_split(data_dir):
 
 
 class _SlowLoader:
-    """Stands in for a TokenLoader whose reads take `seconds`: records each read's index, thread and times."""
+    """Stands in for a TokenLoader whose reads take `seconds`, or last until `gate` is set: records each read's index,
+    thread and times."""
 
-    def __init__(self, seconds):
-        self.seconds, self.reads, self.finished = seconds, [], []
+    def __init__(self, seconds, gate: threading.Event | None = None):
+        self.seconds, self.gate, self.reads, self.finished = seconds, gate, [], []
 
     def get_batch(self, index):
         self.reads.append((index, threading.current_thread().name, time.perf_counter()))
-        time.sleep(self.seconds)
+        if self.gate is None:
+            time.sleep(self.seconds)
+        else:
+            self.gate.wait(timeout=30)
         self.finished.append((index, time.perf_counter()))
         return torch.tensor([index]), torch.tensor([index])
 
@@ -235,7 +239,8 @@ def test_the_prefetcher_reads_two_ahead_one_at_a_time_on_one_named_thread():
     loader = _SlowLoader(0.02)
     prefetcher = Prefetcher(loader, iter(range(100)))
     try:
-        time.sleep(0.3)
+        _wait_for(lambda: len(loader.finished) == 2)
+        time.sleep(0.3)  # time for a third read to start, were one asked for
         assert [index for index, *_ in loader.reads] == [0, 1]  # two ahead, then it waits
         for index in range(6):
             assert prefetcher.get_batch(index)[0].item() == index
@@ -254,10 +259,18 @@ def test_the_prefetcher_reads_two_ahead_one_at_a_time_on_one_named_thread():
 
 
 def test_closing_the_prefetcher_waits_for_the_read_under_way_and_drops_the_rest():
-    loader = _SlowLoader(0.3)
+    """Read 0 lasts until the test lets it end, so that close() (on a thread of its own) meets it under way and
+    read 1 queued, however slow the machine."""
+    gate = threading.Event()
+    loader = _SlowLoader(None, gate)
     prefetcher = Prefetcher(loader, iter(range(100)))
     _wait_for(lambda: loader.reads)  # read 0 under way, read 1 queued
-    prefetcher.close()
-    assert [index for index, _ in loader.finished] == [0]
+    closing = threading.Thread(target=prefetcher.close)
+    closing.start()
+    _wait_for(lambda: prefetcher._ahead[1][1].cancelled())  # read 1 dropped...
+    assert closing.is_alive()  # ...and close() waits for read 0
+    gate.set()
+    closing.join(timeout=30)
+    assert not closing.is_alive() and [index for index, _ in loader.finished] == [0]
     time.sleep(0.5)
     assert [index for index, _ in loader.finished] == [0]

@@ -1,9 +1,15 @@
 import hashlib
 import json
+import random
+import resource
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from burnout.cli import main
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta, read_tokens, verify_checksums
@@ -163,3 +169,127 @@ def test_token_budget_of_the_sample_does_not_depend_on_the_encode_chunk(tmp_path
     whole = prepare_data(cfg, TOK_CFG, tmp_path / "whole")
     monkeypatch.setattr(prepare_module, "ENCODE_CHUNK_CHARS", 2_000)
     assert prepare_data(cfg, TOK_CFG, tmp_path / "chunked") == whole
+
+
+def _full_disk():
+    """Files may not grow past 64 KB, SIGXFSZ ignored: writes fail with EFBIG as they would with ENOSPC."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def test_a_full_disk_while_preparing_names_the_data_folder(tmp_path):
+    """A write to an open file fails without a file name, and the line once said only "cannot read or write:
+    File too large": it names the folder and what to do, and the same command then goes on."""
+    words = [f"w{i}" for i in range(3000)]
+    rng = random.Random(0)
+    (tmp_path / "notes.txt").write_text("\n\n".join(" ".join(rng.choices(words, k=60)) for _ in range(2000)))
+    command = [sys.executable, "-m", "burnout", "data", "prepare", str(tmp_path / "notes.txt"), "--out",
+               str(tmp_path / "data"), "--tokenizer", "bpe:1024"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=_full_disk)
+    assert proc.returncode == 74 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == (
+        f"burnout: error: writing the prepared data into '{tmp_path / 'data'}' failed (File too large); free space "
+        "on its disk, then run the same command again: it goes on where it stopped")
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_meta(tmp_path / "data")["splits"]["train"]["tokens"] > 64 * 1024 // 2  # past where it stopped
+
+
+# ----------------------------------------------------------------------------------------------
+# The data folder: one writer at a time, and told as burnout's whenever it holds anything
+
+
+def test_a_second_prepare_of_one_folder_is_refused_naming_the_first_and_a_killed_one_frees_it(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("\n\n".join(f"note {i}: " + "words " * (i % 30) for i in range(300)))
+    data = tmp_path / "data"
+    prepare = ["data", "prepare", str(tmp_path / "notes.txt"), "--out", str(data), "--tokenizer", "bpe:300"]
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from burnout.common import FolderLock; "
+                               "FolderLock(sys.argv[1]); print('held', flush=True); sys.stdin.read()", str(data)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert main(prepare) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"burnout: error: {data} is being written by burnout process {holder.pid} (")
+        assert len(err.splitlines()) == 1 and not (data / "manifest.json").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    assert main(prepare) == 0  # the dead holder's lock went with it
+    assert read_meta(data)["splits"]["train"]["tokens"] > 0
+
+
+def test_a_prepare_stopped_while_its_tokenizer_trains_leaves_a_folder_it_goes_on_with(tmp_path, monkeypatch, capsys):
+    """--overwrite of a finished folder keeps its tokenizer.json until the new one is trained: stopped then, the
+    folder must still be told as burnout's data (its manifest is written first), not refused as someone else's."""
+    (tmp_path / "notes.txt").write_text("\n\n".join(f"note {i}: " + "words " * (i % 30) for i in range(300)))
+    data = tmp_path / "data"
+    prepare = ["data", "prepare", str(tmp_path / "notes.txt"), "--out", str(data), "--tokenizer", "bpe:300"]
+    assert main(prepare) == 0
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr("burnout.data.prepare.train_recipe_tokenizer", stopped)
+        assert main([*prepare, "--overwrite"]) == 130
+    assert (data / "tokenizer.json").is_file() and not (data / "meta.json").exists()
+    capsys.readouterr()
+    assert main(prepare) == 0, capsys.readouterr().err
+    assert read_meta(data)["splits"]["train"]["tokens"] > 0
+
+
+def one_line_file(path, source, chars: int):
+    """`chars` characters of `source`'s words on a single line: one document however long."""
+    words = " ".join(source.read_text(encoding="utf-8").split())
+    path.write_text((words + " ") * (chars // (len(words) + 1)) + words[: chars % (len(words) + 1)] + "\n")
+    return path
+
+
+def peak_rss_bytes(args: list[str], cwd) -> int:
+    """Peak resident memory of `python -m burnout ARGS`, read in a fresh Python that runs it as its only child (so
+    that no earlier child of the test process counts)."""
+    probe = ("import resource, subprocess, sys; "
+             "done = subprocess.run([sys.executable, '-m', 'burnout', *sys.argv[1:]], stdout=subprocess.DEVNULL, "
+             "stderr=subprocess.PIPE, text=True); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode, done.stderr[-300:])")
+    out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=cwd, check=True)
+    kib, returncode, tail = out.stdout.split(" ", 2)
+    assert returncode == "0", tail
+    return int(kib) * 1024
+
+
+def test_a_document_on_one_line_is_prepared_in_memory_that_does_not_grow_with_it(tmp_path, shared_data):
+    """Tokenizer training and encoding take a long document a piece at a time: memory beyond a small file's grows by
+    a few bytes per character of the document (its text and its ids), where it grew by hundreds before
+    (docs/PERFORMANCE.md, "Memory of data preparation")."""
+    source = shared_data / "tinyshakespeare" / "input.txt"
+    chars = 10_000_000
+    peaks = {}
+    for size in (100_000, chars):
+        text = one_line_file(tmp_path / f"line_{size}.txt", source, size)
+        out = tmp_path / f"data_{size}"
+        peaks[size] = peak_rss_bytes(["data", "prepare", str(text), "--out", str(out), "data.split=contiguous"],
+                                     tmp_path)
+        meta = read_meta(out)
+        assert meta["sources"]["total"]["documents"] == 2  # the one document, cut into its train and val parts
+        assert meta["splits"]["train"]["tokens"] > size // 10
+    assert peaks[chars] - peaks[100_000] < 32 * chars
+
+
+@pytest.mark.parametrize("tokenizer", ["bpe:1000", "char"])
+def test_a_long_document_prepared_in_pieces_gives_the_shards_of_the_whole(tmp_path, shared_data, monkeypatch,
+                                                                           tokenizer):
+    from burnout.data import encoder as encoder_module
+    from burnout.data import tokenizer as tokenizer_module
+
+    text = one_line_file(tmp_path / "line.txt", shared_data / "tinyshakespeare" / "input.txt", 300_000)
+    metas = []
+    for piece, batch in ((10**9, 10**9), (500, 5_000)):  # whole, then in pieces of at most 500 characters
+        monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", piece)
+        monkeypatch.setattr(encoder_module, "BATCH_CHARS", batch)
+        out = tmp_path / f"data_{piece}"
+        assert main(["data", "prepare", str(text), "--out", str(out), "--tokenizer", tokenizer,
+                     "data.split=contiguous"]) == 0
+        metas.append(read_meta(out))
+    assert metas[0] == metas[1]  # the same tokenizer and shards, byte for byte (their sha256)

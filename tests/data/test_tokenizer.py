@@ -94,3 +94,28 @@ def test_no_text_to_train_on():
     for kind in ("bpe", "char"):
         with pytest.raises(BurnoutError, match="no text"):
             train_tokenizer(["", ""], TokenizerConfig(kind=kind))
+
+
+def test_pieces_are_cut_before_a_space_or_line_break_that_follows_a_character(monkeypatch):
+    from burnout.data import tokenizer as tokenizer_module
+    from burnout.data.tokenizer import pieces
+
+    monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", 100)
+    text = "".join(f"w{i}  x\n\ny{i % 5 * ' '}\tz " for i in range(500))
+    parts = list(pieces(text))
+    assert "".join(parts) == text and len(parts) > len(text) // 100
+    assert all(0 < len(part) <= 100 for part in parts)
+    assert all(after[0] in " \n" and not before[-1].isspace() for before, after in zip(parts, parts[1:]))
+    # No place to cut in the first 100 characters: the stretch up to the next one is a piece of its own.
+    assert list(pieces("x" * 250 + " y")) == ["x" * 250, " y"]
+
+
+def test_bpe_trained_on_a_long_text_in_pieces_learns_the_merges_of_the_whole(monkeypatch):
+    from burnout.data import tokenizer as tokenizer_module
+
+    text = "".join(f"word{i % 300}   and{i % 7 * ' '}\n\n{i}'s  \t x\u00a0y it's {i % 50}  " for i in range(3000))
+    cfg = TokenizerConfig(kind="bpe", vocab_size=700)
+    monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", 10**9)
+    whole = train_tokenizer([text], cfg)
+    monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", 100)
+    assert train_tokenizer([text], cfg).to_str() == whole.to_str()

@@ -3,7 +3,8 @@ lm-eval twice, once as BurnoutLM (our scorer and KV-cache generator on our model
 (burnout.core.model_files.export_hf) and loaded by lm-eval's "hf" backend, on local task YAMLs of all three
 request types (no network), with the same limit and batch size:
 
-    multiple_choice         ARC-Easy from shared/data/arc (loglikelihood requests)
+    multiple_choice         ARC-Easy from shared/data/arc (loglikelihood requests); and a variant whose prompt
+                            ends in "Answer: " before an empty target delimiter (the space moves onto each choice)
     loglikelihood_rolling   WikiText-2 raw lines, the longer ones over several rolling windows
     generate_until          GSM8K: lm-eval's gsm8k.yaml over shared/data/gsm8k (few-shot from train.jsonl, its
                             stop sequences and both answer filters), max_gen_toks lowered to fit the tiny model's
@@ -37,7 +38,8 @@ from burnout.generate.sampling import generate_batch
 LIMIT = 10
 BATCH = 4
 MAX_GEN = 24
-SCORED = ["bl_arc_easy", "bl_wikitext", "bl_gsm8k"]  # on the trained checkpoint
+SPACED = "bl_arc_easy_spaced"  # a context ending in a space, as lm-eval's own tasks with target_delimiter ""
+SCORED = ["bl_arc_easy", SPACED, "bl_wikitext", "bl_gsm8k"]  # on the trained checkpoint
 GENERATED = ["bl_gsm8k", "bl_gsm8k_line"]  # on both
 LINE_STOPS, LINE_GEN = ["\n", "ext", "Question:"], 16  # bl_gsm8k_line's stop sequences (text the random model writes)
 
@@ -98,6 +100,12 @@ def write_task_yamls(folder, data):
             metric_list:
               - metric: acc
               - metric: acc_norm
+            """,
+        "arc_easy_spaced.yaml": f"""
+            include: arc_easy.yaml
+            task: {SPACED}
+            doc_to_text: "{{{{query}}}}\\nAnswer: "
+            target_delimiter: ""
             """,
         "gsm8k.yaml": gsm8k,
         "gsm8k_line.yaml": f"""
@@ -229,6 +237,33 @@ def test_loglikelihoods_within_1e4_of_lm_eval_hf(runs):
                 assert m["resps"][0][0] == pytest.approx(t["resps"][0][0], rel=1e-6, abs=1e-4), t["doc_id"]
     windows = [len(s["doc"]["text"]) for s in _samples(ours, "bl_wikitext")]
     assert max(windows) > 3 * 128, "no line long enough for several rolling windows"
+
+
+def test_a_context_ending_in_a_space_scores_as_lm_eval_hf(runs):
+    """"Answer: " before each choice with no delimiter: TemplateLM._encode_pair moves the space onto the choice,
+    and our log-likelihoods are its HF backend's within 1e-4 (red when the space stays with the context)."""
+    theirs, ours = runs.trained
+    mine, their = _samples(ours, SPACED), _samples(theirs, SPACED)
+    assert len(mine) == len(their) == LIMIT
+    for m, t in zip(mine, their):
+        assert m["arguments"] == t["arguments"], t["doc_id"]
+        assert all(ctx.endswith("\nAnswer: ") and not choice[:1].isspace() for ctx, choice in m["arguments"])
+        lls, their_lls = [r[0][0] for r in m["resps"]], [r[0][0] for r in t["resps"]]
+        assert lls == pytest.approx(their_lls, abs=1e-4), t["doc_id"]
+
+
+def test_pairs_are_split_as_template_lm_splits_them(trained_run):
+    """A context's trailing whitespace (spaces, a tab, a newline) moves onto the continuation: our batched
+    encode_pairs gives TemplateLM._encode_pair's ids on the same tokenizer (red when it stays with the context)."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.api.model import TemplateLM
+
+    from burnout.eval.harness import BurnoutLM
+
+    lm = BurnoutLM.from_checkpoint(trained_run)
+    pairs = [("Question: 2 + 2?\nAnswer: ", "4"), ("Answer:  \t", "four"), ("Answer:\n", " 4"), ("Answer:", " 4"),
+             ("Answer: ", " 4")]
+    assert lm.encode_pairs(pairs) == [TemplateLM._encode_pair(lm, context, choice) for context, choice in pairs]
 
 
 def test_generations_identical_to_lm_eval_hf(runs):

@@ -376,3 +376,26 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
     assert code == 2
     assert len(err) == 1 and err[0].startswith("burnout: error:") and message in err[0], err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_audit_folder_is_rewritten_for_its_target_and_replaced_for_another_only_with_overwrite(tmp_path, capsys):
+    for name in ("a", "b"):
+        documents = ({"text": f"{name} document {i} " + "word " * (i % 9)} for i in range(200))
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(doc) + "\n" for doc in documents))
+    out = tmp_path / "out"
+
+    def audit(name: str, *flags: str) -> int:
+        return main(["data", "audit", str(tmp_path / f"{name}.jsonl"), "--out", str(out), *flags])
+
+    assert audit("a") == 0 and audit("a") == 0  # the same target's audit: written again
+    report = (out / AUDIT_JSON).read_bytes()
+    capsys.readouterr()
+    assert audit("b") == 2  # refused before the audit runs: its progress lines would come first
+    assert capsys.readouterr().err == (
+        f"burnout: error: --out {out} holds a data audit of {(tmp_path / 'a.jsonl').resolve()}, not of "
+        f"{(tmp_path / 'b.jsonl').resolve()}; pass --overwrite to replace it, or choose another folder\n")
+    assert (out / AUDIT_JSON).read_bytes() == report
+    (out / "notes.txt").write_text("mine")
+    assert audit("b", "--overwrite") == 0
+    assert json.loads((out / AUDIT_JSON).read_text())["target"]["path"] == str(tmp_path / "b.jsonl")
+    assert (out / "notes.txt").read_text() == "mine"

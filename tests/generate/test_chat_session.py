@@ -73,6 +73,17 @@ def test_the_sampling_commands_still_work_and_a_bad_one_keeps_the_session(chat_m
     assert prompts == [encode_prompt(chat_model[1], [{"role": "user", "content": "Hi"}])]
 
 
+def test_a_seed_out_of_range_is_refused_and_the_conversation_goes_on(chat_model, chat_checkpoint, monkeypatch):
+    """`/seed 10**23` once crashed the session at the next message (torch's generator takes 64 bits), losing the
+    conversation: the value is refused when given, and the next message continues the same conversation."""
+    tokenizer = chat_model[1]
+    text, prompts = _run_loop(chat_model, ["Hi", f"/seed {10**23}", "And Italy?"], monkeypatch)
+    assert f"/seed: '{10**23}' must be in [0, 4294967295]; the setting stays 0" in text
+    first, answer = {"role": "user", "content": "Hi"}, {"role": "assistant", "content": chat_checkpoint.answer}
+    assert prompts[-1] == encode_prompt(tokenizer, [first, answer, {"role": "user", "content": "And Italy?"}])
+    assert text.count(f"bot> {chat_checkpoint.answer}\n") == 2
+
+
 def test_oldest_turns_are_dropped_when_the_context_fills(chat_model, monkeypatch):
     model, tokenizer = chat_model
     lines = ["/system Be brief."] + [f"Question number {i}?" for i in range(6)]

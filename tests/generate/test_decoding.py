@@ -113,6 +113,48 @@ def test_stop_sequences_and_streaming(tiny_bpe_data):
             == prompt + continuation[:first])
 
 
+@pytest.mark.parametrize("stops_in_order", [False, True])
+def test_the_first_of_overlapping_stop_sequences_to_occur_wins(tiny_bpe_data, stops_in_order):
+    """Two stop sequences that overlap and complete with the same token, both in the text once it arrives: the
+    text ends before the one that starts first, whichever way they are listed (red when the cut is at the last
+    one, or at the first or last listed)."""
+    tokenizer = load_tokenizer(tiny_bpe_data / "tokenizer.json")
+    model = tiny_model("llama", vocab_size=tokenizer.get_vocab_size())
+    prompt, settings = "def f(x):", dict(temperature=1.0, seed=0)
+    continuation = generate_text(model, tokenizer, prompt, 30, **settings)[len(prompt):]
+    early, late = continuation[2:10], continuation[7:10]  # end at the same character: complete at the same step
+    assert continuation.find(early) == 2 and continuation.find(late) == 7
+    stops = [early, late] if stops_in_order else [late, early]
+    expected = continuation[:2]
+    assert "".join(stream_text(model, tokenizer, prompt, 30, stop=stops, **settings)) == expected
+    assert generate_text(model, tokenizer, prompt, 30, stop=stops, **settings) == prompt + expected
+    assert generate_texts(model, tokenizer, [prompt, "The "], 30, stop=stops, **settings)[0] == prompt + expected
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_decoding_reads_no_cache_slot_before_writing_it(monkeypatch, family):
+    """The KV cache is not zeroed (torch.empty): every step must read only the slots written so far, pads
+    included. With the cache's memory NaN to begin with, a padded batch and a lone prompt decode as from a zeroed
+    cache (red when a step reads a slot never written: NaN times an attention weight of 0 is NaN)."""
+    model = tiny_model(family)
+    prompts = [[1, 2, 3], [4, 5], [10, 11, 12, 13, 14]]
+
+    def decode_from_cache_filled_with(value: float) -> list[list[int]]:
+        def new_cache(batch_size, max_len=None):
+            cache = type(model).new_cache(model, batch_size, max_len)
+            cache.k.fill_(value)
+            cache.v.fill_(value)
+            return cache
+
+        monkeypatch.setattr(model, "new_cache", new_cache)
+        padded = generate_batch(model, prompts, 12, temperature=0, pad=True)
+        return padded + generate_batch(model, prompts[:1], 12, temperature=0)
+
+    zeroed = decode_from_cache_filled_with(0.0)
+    assert zeroed[-1] == greedy_without_cache(model, prompts[0], 12)
+    assert decode_from_cache_filled_with(float("nan")) == zeroed
+
+
 class CharTokenizer:
     """One character a token: the pieces a stream yields can be predicted token by token."""
 

@@ -87,19 +87,44 @@ def test_a_weight_changed_in_place_is_packed_again_and_forgetting_frees_the_copi
         torch.testing.assert_close(linear(layer, x), layer(x), atol=2e-5, rtol=0)
         layer.weight.data = torch.randn(500, 48, generator=g)  # as Module.to() swaps a parameter's data
         torch.testing.assert_close(linear(layer, x), layer(x), atol=2e-5, rtol=0)
-        # A parameter deleted and another made: malloc hands this one the same address (on glibc here), and one
-        # in-place op gives it the same version: only its identity tells it apart.
-        address, version = layer.weight.data_ptr(), layer.weight._version
+        # A parameter deleted and another made: malloc may hand this one the same address (on glibc here), and a
+        # fresh tensor has the same version (0: a .data swap keeps the parameter's): its identity and storage tell
+        # it apart. Its values written, not torch.empty's: those are whatever the memory held (NaN at times).
+        version = layer.weight._version
         del layer.weight
-        fresh = torch.empty(500, 48)
-        while fresh._version < version:
-            fresh.normal_(generator=g)
+        fresh = torch.randn(500, 48, generator=g)
         layer.weight = torch.nn.Parameter(fresh)
-        assert fresh.data_ptr() != address or fresh._version == version
+        assert fresh._version == version
         torch.testing.assert_close(linear(layer, x), layer(x), atol=2e-5, rtol=0)
     assert layer in _packed
     forget_packed_weights(model)
     assert layer not in _packed
+
+
+@needs_onednn
+def test_a_weight_reallocated_at_the_same_address_and_version_is_packed_again():
+    """Module.half() then .float() frees a weight and may allocate its new data at the old address, and a .data
+    swap keeps the parameter's version: the storage alone tells them apart (red without the storage check). A new
+    parameter over the same storage, at the version the copy was packed at, is told apart by its identity alone
+    (red without the identity check). Both deterministic: another storage over the same memory stands for the
+    allocator's reuse."""
+    g = torch.Generator().manual_seed(0)
+    layer, x = torch.nn.Linear(48, 500), torch.randn(4, 1, 48, generator=g)
+    with torch.no_grad(), few_row_products():
+        linear(layer, x)
+        address, version = layer.weight.data_ptr(), layer.weight._version
+        reallocated = torch.from_numpy(layer.weight.detach().numpy())  # the same memory, another storage
+        reallocated.normal_(generator=g)  # new values, written through its own version counter
+        layer.weight.data = reallocated
+        assert layer.weight.data_ptr() == address and layer.weight._version == version
+        torch.testing.assert_close(linear(layer, x), layer(x), atol=2e-5, rtol=0)
+
+        layer.weight = torch.nn.Parameter(torch.randn(500, 48, generator=g))  # version 0
+        linear(layer, x)
+        layer.weight.mul_(-2.0)
+        layer.weight = torch.nn.Parameter(layer.weight.data)  # the same storage and address, version 0 again
+        assert layer.weight._version == 0
+        torch.testing.assert_close(linear(layer, x), layer(x), atol=2e-5, rtol=0)
 
 
 def test_linear_takes_the_layers_own_forward_past_a_few_rows_with_autograd_adapters_or_autocast():

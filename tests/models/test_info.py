@@ -6,6 +6,7 @@ Expected numbers are written out from the preset shapes, not copied from the cod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import resource
 
@@ -168,6 +169,29 @@ def test_cli_model_info_rejects_bad_override(capsys):
     assert err.startswith("burnout: error: model.n_head")
     assert main(["model", "info", "llama-tiny", "n_layrs=2"]) == 2
     assert "model.n_layrs: unknown key; did you mean 'n_layer'" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_cli_model_info_of_a_million_blocks_counts_one_and_traces_five(capsys):
+    """`model.n_layer=1000000` (a slip for 10) is answered at once: the blocks are identical, so one is counted and
+    four and five are traced, where building or tracing every block would take hours."""
+    from burnout.models.memory import trace_step
+    from burnout.models.transformer import Transformer
+
+    assert main(["model", "info", "llama-tiny", "model.n_layer=1000000", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    cfg = load_model_preset("llama-tiny")
+    with torch.device("meta"):
+        one, two = (sum(p.numel() for p in Transformer(dataclasses.replace(cfg, n_layer=n)).parameters())
+                    for n in (1, 2))
+    assert info["params_total"] == one + 999_999 * (two - one)
+    assert info["memory_bytes"]["weights"] == 4 * info["params_total"]
+    # Each block keeps as much for backward as the one before: whole traces of six and seven blocks give the line.
+    six, seven = (trace_step(dataclasses.replace(cfg, n_layer=n).resolved(), 1, 256, "bf16", False, "cuda")[0]
+                  for n in (6, 7))
+    for line, field in (("activations", "saved"), ("weight_copies", "weight_copies")):
+        low, high = getattr(six, field), getattr(seven, field)
+        assert info["memory_bytes"][line] == low + (1_000_000 - 6) * (high - low) > 0
 
 
 def test_info_matches_a_real_model():

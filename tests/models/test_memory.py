@@ -212,3 +212,45 @@ def test_llama_1b_at_the_blog_micro_batch_is_measured_in_seconds():
     matrices = param_counts(cfg).muon  # the blocks' matrices, each kept in bf16; the head's copy is the loss's call
     assert 2 * matrices <= step.weight_copies <= 2 * (matrices + cfg.vocab_size * cfg.d_model)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 1_000_000  # KiB
+
+
+DEEP_CASES = [dataclasses.replace(LLAMA, vocab_size=4096), dataclasses.replace(GPT2, dropout=0.1)]
+
+
+@pytest.mark.parametrize("cfg", DEEP_CASES, ids=["llama", "gpt2-dropout"])
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("precision, target", [("bf16", "cuda"), ("bf16", "cpu"), ("fp32", "cuda-pre-ampere")])
+def test_a_deep_models_memory_grown_from_four_and_five_blocks_equals_its_whole_trace(cfg, checkpointing, precision,
+                                                                                     target):
+    deep = dataclasses.replace(cfg, n_layer=16).resolved()
+    whole, _ = memory.trace_step(deep, 2, 64, precision, checkpointing, target)
+    assert measure_step(deep, 2, 64, precision, checkpointing, target) == whole
+
+
+def test_the_peak_of_a_deep_checkpointed_model_moves_and_is_still_exact():
+    """Checkpointed, the peak falls in the loss's backward up to eleven blocks of this model, and past them at the
+    end of forward, where autocast still holds every block's bf16 weights: no straight line through the peaks of
+    four and five blocks reaches sixteen's, and the per-phase growth does."""
+    cfg = dataclasses.replace(LLAMA, vocab_size=4096).resolved()
+    peaks = {n: memory.trace_step(dataclasses.replace(cfg, n_layer=n), 2, 64, "bf16", True, "cuda")[0].peak
+             for n in (4, 5, 16)}
+    assert peaks[16] > peaks[4] + 12 * (peaks[5] - peaks[4])
+    assert measure_step(dataclasses.replace(cfg, n_layer=16), 2, 64, "bf16", True, "cuda").peak == peaks[16]
+
+
+@pytest.mark.parametrize("name, batch_size", [("gpt2-124m", 2), ("llama-1b", 1)])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_presets_memory_equals_its_whole_trace(name, batch_size, checkpointing):
+    cfg = load_model_preset(name).resolved()
+    whole, _ = memory.trace_step(cfg, batch_size, cfg.context_length, "bf16", checkpointing, "cuda")
+    assert measure_step(cfg, batch_size, cfg.context_length, "bf16", checkpointing, "cuda") == whole
+
+
+def test_a_deep_models_parameters_are_counted_as_its_modules_count_them():
+    cfg = dataclasses.replace(GPT2, n_layer=9, tie_embeddings=False)
+    with torch.device("meta"):
+        real = Transformer(cfg)
+    counts = param_counts(cfg)
+    assert counts.total == sum(p.numel() for p in real.parameters())
+    assert counts.per_block == sum(p.numel() for p in real.blocks[0].parameters())
+    assert counts.muon == sum(p.numel() for p in real.blocks.parameters() if p.dim() == 2)

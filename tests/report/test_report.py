@@ -127,6 +127,29 @@ def test_overlay_and_cli(sampled_runs, tmp_path, capsys):
     assert "is not a run folder" in capsys.readouterr().err
 
 
+def test_a_report_folder_is_rewritten_for_its_runs_and_replaced_for_others_only_with_overwrite(sampled_runs, tmp_path,
+                                                                                              capsys):
+    out = tmp_path / "r"
+    fast, slow = (str(run) for run in sampled_runs)
+    assert main(["report", fast, "--out", str(out)]) == 0
+    assert main(["report", fast, "--out", str(out)]) == 0  # the same run's report: written again
+    page = (out / "report.html").read_bytes()
+    capsys.readouterr()
+    assert main(["report", slow, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"burnout: error: --out {out} holds a report of {sampled_runs[0].resolve()}, not of "
+        f"{sampled_runs[1].resolve()}; pass --overwrite to replace it, or choose another folder\n")
+    assert (out / "report.html").read_bytes() == page
+    assert main(["report", slow, "--out", str(out), "--overwrite"]) == 0
+    assert (out / "report.html").read_bytes() != page
+    run = shutil.copytree(sampled_runs[0], tmp_path / "run")
+    (run / "report").mkdir()
+    (run / "report" / "notes.md").write_text("mine")
+    assert main(["report", str(run)]) == 0  # the run's own RUN/report, named or not, whatever else it holds
+    assert main(["report", str(run), "--out", str(run / "report")]) == 0
+    assert (run / "report" / "notes.md").read_text() == "mine"
+
+
 def test_text_curve_draws_first_and_last_point():
     lines = text_curve([0, 10, 20], [6.0, 5.0, 4.0], width=21, height=5).splitlines()
     assert lines[0] == "   6.000 |*" + " " * 20
@@ -140,3 +163,50 @@ def test_empty_metrics_is_a_clear_error(sampled_runs, tmp_path):
     (run / "metrics.jsonl").write_text("")
     with pytest.raises(BurnoutError, match="logged no step yet"):
         write_report([run])
+
+
+def test_a_malformed_metrics_record_is_left_out_with_a_line_naming_it(sampled_runs, tmp_path, capsys):
+    """A record whose step is text (a hand edit, another program's line) once failed the report with a TypeError:
+    it is left out, and the report says so in one line naming the file and the line."""
+    run = tmp_path / "run"
+    shutil.copytree(sampled_runs[0], run)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(lines[2])
+    lines[2] = json.dumps({**record, "step": str(record["step"])})
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+    assert main(["report", str(run)]) == 0
+    notice = (f'anomaly: {run / "metrics.jsonl"} line 3 is left out: its "step" is \'{record["step"]}\', not a '
+              "whole number")
+    out = capsys.readouterr().out
+    assert notice in out and notice.removeprefix("anomaly: ") in (run / "report" / "report.md").read_text()
+    assert f"run: {read_metrics(sampled_runs[0])[-1]['step']:,} steps" in out  # the other records are read
+
+
+def test_metrics_with_no_usable_record_is_one_line(sampled_runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(sampled_runs[0], run)
+    (run / "metrics.jsonl").write_text('{"step": "8", "tokens": 512, "elapsed_s": 1.0}\n[1, 2]\n')
+    with pytest.raises(BurnoutError) as refused:
+        write_report([run])
+    assert str(refused.value) == (f'{run / "metrics.jsonl"} line 1 is left out: its "step" is \'8\', not a whole '
+                                  f"number, and no record of {run / 'metrics.jsonl'} can be read; it was not written "
+                                  "by `burnout train`, or was edited: restore it from train.mirror_dir")
+
+
+def test_an_impossible_logged_mfu_is_left_out_with_a_line_saying_so(sampled_runs, tmp_path, capsys):
+    """Logs from before the CPU's best peak was kept hold MFUs above 100% (506%, 653% were printed under load): the
+    report shows none of them, and says how many it left out."""
+    run = tmp_path / "run"
+    shutil.copytree(sampled_runs[0], run)
+    records = read_metrics(run)
+    for record, mfu in zip(records, [0.25] * (len(records) - 2) + [5.06, 6.53]):
+        record["mfu"] = mfu
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    assert main(["report", str(run)]) == 0
+    notice = (f"anomaly: {run / 'metrics.jsonl'}: the MFU of 2 records is left out: above 100%, it was logged over a "
+              "CPU peak measured while the machine was busy")
+    md = (run / "report" / "report.md").read_text()
+    assert notice in capsys.readouterr().out and notice.removeprefix("anomaly: ") in md
+    assert "| last MFU | 0.2500 |" in md and "5.06" not in md and "6.53" not in md

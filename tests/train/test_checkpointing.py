@@ -133,12 +133,17 @@ def test_ctrl_c_through_the_command_saves_and_exits_130(tiny_run, tmp_path):
 
 
 def test_ctrl_c_outside_training_is_one_line_and_exit_130(tiny_run):
-    """Ctrl-C anywhere else (here while `burnout generate` streams): one line, exit 130, no traceback."""
+    """Ctrl-C anywhere else (here while `burnout chat` waits for a line): one line, exit 130, no traceback. Waiting
+    for input, not streaming: the tiny model's continuations end at <|endoftext|> within milliseconds, so a signal
+    sent during one could arrive after the command had ended."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    command = subprocess.Popen([sys.executable, "-m", "burnout", "generate", str(tiny_run.run_dir), "--prompt",
-                                "The ", "--max-new-tokens", "100000", "--seed", "0"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
-    assert command.stdout.read(1)  # streaming has begun
+    command = subprocess.Popen([sys.executable, "-m", "burnout", "chat", str(tiny_run.run_dir)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    shown = ""
+    while not shown.endswith("\n> "):  # the session's first line, then its prompt
+        char = command.stdout.read(1)
+        assert char, shown
+        shown += char
     command.send_signal(signal.SIGINT)
     err = command.stderr.read()
     assert command.wait(timeout=120) == 130 and err == "burnout: interrupted\n", err[-3000:]
@@ -159,6 +164,23 @@ def test_resume_falls_back_past_a_corrupt_checkpoint_and_says_which(tiny_run, tm
         "was saved; trying the one before it"]
     assert f"resumed from {run / 'checkpoints/step_0000018'} at step 18" in events
     assert result.step == 24 and checkpoint_problem(run / "checkpoints/step_0000024") is None
+    _assert_same_weights(run / "checkpoints/step_0000024", tiny_run.run_dir / "checkpoints/step_0000024")
+
+
+def test_resume_falls_back_past_an_empty_state_of_a_checkpoint_saved_without_sha256(tiny_run, tmp_path):
+    """Older runs saved no sha256.json: an emptied state.pt (a disk that lost it) once failed the resume with
+    EOFError. It is found from the files themselves and skipped like a sha256 mismatch, in one line."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run.run_dir, run)
+    for checkpoint in list_checkpoints(run):
+        (checkpoint / "sha256.json").unlink()
+    (run / "checkpoints/step_0000024/state.pt").write_bytes(b"")
+    events = []
+    result = resume_training(run, [], on_event=events.append, progress=False)
+    assert [line for line in events if "skipping" in line] == [
+        "--resume: skipping checkpoint step_0000024: state.pt is empty; trying the one before it"]
+    assert f"resumed from {run / 'checkpoints/step_0000018'} at step 18" in events
+    assert result.step == 24
     _assert_same_weights(run / "checkpoints/step_0000024", tiny_run.run_dir / "checkpoints/step_0000024")
 
 

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from burnout.core.checkpoint import list_checkpoints, load_checkpoint, save_chec
 from burnout.core.device import autocast
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
+from burnout.train import recipe
 from burnout.train.checkpointing import load_for_resume, module_from_state
 from burnout.train.distributed import DDP_BUCKET_MB, DistContext, init_distributed, wrap_model
 from burnout.train.metrics import TIMING_KEYS, read_metrics
@@ -283,7 +283,14 @@ def test_a_waiting_rank_stops_with_rank_0s_error_not_an_earlier_launchs(tiny_run
     run.mkdir()
     write_atomic(run / PREPARE_FAILED_FILE, "an earlier launch's error")
     cfg = tiny_run_config(["data.sources=[{name: notes, kind: text, path: missing.txt}]"])
-    waited = []
+    waited, real_identity, looked = [], recipe._identity, threading.Event()
+
+    def identity(path):  # rank 1's first look at the failure file: the earlier launch's, which it must ignore
+        seen = real_identity(path)
+        looked.set()
+        return seen
+
+    monkeypatch.setattr(recipe, "_identity", identity)
 
     def rank_1():
         try:
@@ -293,7 +300,7 @@ def test_a_waiting_rank_stops_with_rank_0s_error_not_an_earlier_launchs(tiny_run
 
     waiter = threading.Thread(target=rank_1, daemon=True)
     waiter.start()
-    time.sleep(0.2)  # rank 1 is waiting, and has seen the earlier launch's file
+    assert looked.wait(timeout=30)  # rank 1 has seen the earlier launch's file, however slow the machine
     with pytest.raises(BurnoutError) as info:
         prepare_on_rank_0(cfg, run / "data", lambda line: None, False, rank=0, world_size=2)
     waiter.join(timeout=30)

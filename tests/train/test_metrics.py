@@ -65,6 +65,33 @@ def test_only_rank_zero_prices_and_writes_and_no_price_means_no_dollars(tmp_path
     assert len(read_metrics(tmp_path)) == 1
 
 
+def test_mfu_never_exceeds_one_steps_that_outrun_the_peak_measure_it_again(tmp_path):
+    """A step cannot outrun the peak: where one does, the peak was measured in a busy moment. It is measured again,
+    the higher kept (never lowered), three times a session at most; where the steps still outrun it, MFU is left
+    out of the record and the line, said once, rather than logged above 1."""
+    figures, lines = [10e9, 100e9, 150e9], []
+    tc = TrainConfig(log_interval=1, eval_interval=100)
+    logger = StepLogger(tmp_path, tc, tokens_per_step=100, flops_per_token=1e8, peak_flops=25e9, price=None,
+                        stop_at=10, bar=_Bar(), emit=lines.append, config={}, measure_peak=lambda: figures.pop(0))
+    logger.count(3.0, 100)  # the first step (compile's) is left out
+    # Each window one step of 100 tokens: at 500, 200, 500, 2000, 2000, 100 tokens/s, i.e. 50, 20, 50, 200, 200 and
+    # 10 GFLOP/s; the peak is 25, then measured at 10 (kept 25), 100 and 150 GFLOP/s.
+    records = []
+    for step, seconds in enumerate((0.2, 0.5, 0.2, 0.05, 0.05, 1.0), start=2):
+        logger.count(seconds, 100)
+        records.append(logger.record(step, 2.0, 1e-3, 0.5, elapsed=float(step), skipped=0))
+        logger.write(records[-1])
+    logger.close()
+    assert [r.get("mfu") for r in records] == [None, pytest.approx(0.8), pytest.approx(0.5), None, None,
+                                               pytest.approx(10 / 150)]
+    assert figures == [] and all("tokens_per_s" in r for r in records)
+    assert [line for line in lines if not line.startswith("step ")] == [
+        "mfu left out from step 2: the steps ran 50.0 GFLOP/s, above the 25.0 GFLOP/s peak MFU is over (measured "
+        "again: other work on this machine slowed the measurements)"]
+    assert lines[1] == "step 2/10 loss 2.0000 lr 1.00e-03 500 tok/s eta 0m01s first step 3.0 s"
+    assert "mfu" not in read_metrics(tmp_path)[0] and read_metrics(tmp_path)[1]["mfu"] == pytest.approx(0.8)
+
+
 @pytest.mark.parametrize("step, final, due", [(4, False, True), (6, False, True), (8, False, True), (5, False, False),
                                               (5, True, True), (1, False, False)])
 def test_a_record_is_due_at_each_log_interval_each_evaluation_and_the_last_step(tmp_path, step, final, due):

@@ -3,6 +3,8 @@ before training (burnout/train/plan.py). Activations are traced on fake tensors,
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import yaml
@@ -112,6 +114,48 @@ def test_impossible_plans_are_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.count("\n") == 1
     assert main(["plan", "gpuburnout-1b", "--gpu", "a100-90gb"]) == 2
     assert "hardware 'a100-90gb' is not in" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_a_plan_two_thousand_blocks_deep_is_refused_in_one_line_at_once(capsys):
+    """`model.n_layer=2000` (a slip for 20): not even its weights, gradients and AdamW state fit one GPU, and FSDP
+    over 64 leaves each its activations; the refusal comes from tracing four and five blocks, not 2000."""
+    from burnout.models.transformer import Transformer
+
+    assert main(["plan", "gpuburnout-1b", "--gpu", "a100-80gb", "model.n_layer=2000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("burnout: error: train.batch_size: 16 × 2048 tokens needs ")
+    assert "not even micro-batch 1 with activation checkpointing fits, nor FSDP over 64 GPUs" in err
+    model = load_run_config("gpuburnout-1b").model
+    with torch.device("meta"):
+        one, two = (sum(p.numel() for p in Transformer(dataclasses.replace(model, n_layer=n)).parameters())
+                    for n in (1, 2))
+    needed = float(err.split(" needs ")[1].split(" GiB")[0].replace(",", "")) * GIB
+    assert needed > 16 * (one + 1999 * (two - one))  # fp32 weights and gradients, AdamW's two moments
+
+
+def test_a_plan_whose_static_memory_overflows_the_gpu_traces_only_the_configured_micro_batch(monkeypatch):
+    """llama-3b's fp32 weights, gradients and AdamW state alone exceed an L4's 24 GiB: no micro-batch or variant on
+    one L4 fits, so none is traced, and the plan's one fix is FSDP."""
+    from burnout.models import memory
+
+    traced = []
+    trace_step = memory.trace_step
+
+    def counted(cfg, batch_size, *rest):
+        traced.append(batch_size)
+        return trace_step(cfg, batch_size, *rest)
+
+    monkeypatch.setattr(memory, "trace_step", counted)
+    memory._measure_step_cached.cache_clear()
+    cfg = load_run_config({"model": "llama-3b", "train": {"batch_size": 2, "grad_accum": 2, "seq_len": 1024,
+                                                          "precision": "bf16", "compile": False}})
+    assert sum(plan_mod.static_memory(cfg, 1).values()) > 24 * GIB
+    memory_plan = plan_run(cfg, "l4")["memory"]
+    assert not memory_plan["fits"] and memory_plan["largest_micro_batch"] is None
+    (fix, _), = memory_plan["fixes"]
+    assert fix.startswith("--gpus ") and fix.endswith(" train.distributed=fsdp")
+    assert set(traced) == {2}
 
 
 def test_check_fits_refuses_a_plan_too_big_for_a_faked_cuda_device():

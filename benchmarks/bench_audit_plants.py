@@ -1,0 +1,177 @@
+"""Does `burnout data audit` rank garbage above content? Plants of several kinds, at several rates, in real text.
+
+    python -m benchmarks.bench_audit_plants [--documents 1000] [--rates 10,5,2,1] [--orders natural,shuffled]
+
+Three real sources: WikiText-2 (the raw test split, a line a document) and Tiny Shakespeare (a speech a
+document) from the shared data (../shared/data), and Python's docs (the `stdlib_docs` source of the
+quickstart recipe, burnout/configs/data/default.yaml), the first --documents of each. Into one source at a
+time, at each rate (a share of its documents, drawn at random for each plant, at least 3), each plant of a
+set is put: a word at random places in the document (1 to 3 times), a line between its lines (once). The
+three sources are audited together, as a recipe's are, in their natural order (a recipe's audit) or
+shuffled (a prepared folder's). Two sets of plants, each planted on its own: the first was used while
+choosing the score, the second ("held out") was fixed before it was first measured.
+
+For each plant: its rank in its source's suspicious strings (the best of its key strings; "-" when none is
+among the top 100). Then each clean source's top ten, for a person to judge what is garbage there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# name: (how it is planted, the text planted, the strings whose best rank is the plant's rank)
+PLANTS = {
+    "nonsense word": ("word", "florbix", ("florbix",)),
+    "{{user_name}}": ("word", "{{user_name}}", ("user_name",)),
+    "PersonX": ("word", "PersonX", ("PersonX",)),
+    "log line": ("line", "E/AndroidRuntime: FATAL EXCEPTION: main", ("AndroidRuntime", "FATAL", "EXCEPTION")),
+    "markup line": ("line", '<p class="footer">&nbsp;</p>', ("nbsp",)),
+    "code identifier": ("word", "mLayoutInflater", ("mLayoutInflater",)),
+}
+HELD_OUT = {
+    "nonsense word 2": ("word", "quazzle", ("quazzle",)),
+    "[[FIRST_NAME]]": ("word", "[[FIRST_NAME]]", ("FIRST_NAME",)),
+    "<|im_start|>": ("word", "<|im_start|>", ("im_start",)),
+    "log line 2": ("line", "W/System.err: at java.lang.Thread.run(Thread.java:764)",
+                   ("System.err", "java.lang.Thread.run", "Thread.java")),
+    "markup line 2": ("line", '<div class="mw-parser-output">', ("div",)),
+    "boilerplate line": ("line", "Click here to subscribe to our newsletter!", ("subscribe", "newsletter")),
+    "code identifier 2": ("word", "getElementById", ("getElementById",)),
+}
+SETS = {"chosen with": PLANTS, "held out": HELD_OUT}
+
+
+def read_sources(documents: int) -> dict[str, list[str]]:
+    """The first `documents` non-empty documents of each source, as the audit reads them."""
+    from burnout.config import SourceConfig
+    from burnout.data.corpus import iter_documents
+
+    specs = {
+        "wikitext": SourceConfig(name="wikitext", kind="text", split_by="line",
+                                 path=str(SHARED / "wikitext2" / "wiki.test.raw")),
+        "shakespeare": SourceConfig(name="shakespeare", kind="text", split_by="paragraph",
+                                    path=str(SHARED / "tinyshakespeare" / "input.txt")),
+        "docs": SourceConfig(name="docs", kind="stdlib_docs"),
+    }
+    out = {}
+    for name, spec in specs.items():
+        docs = []
+        for text in iter_documents(spec):
+            docs.append(text)
+            if len(docs) >= documents:
+                break
+        out[name] = docs
+    return out
+
+
+def plant(docs: list[str], plants: dict, rate: float, seed: int) -> list[str]:
+    """`docs` with each of `plants` in `rate` of them (at least 3), its documents drawn at random among
+    those of 8 words or more."""
+    rng = random.Random(f"plant {seed}")
+    docs = list(docs)
+    body = [i for i, text in enumerate(docs) if len(text.split()) >= 8]
+    count = max(3, round(rate * len(docs)))
+    for how, text, _ in plants.values():
+        for i in rng.sample(body, count):
+            docs[i] = put(docs[i], how, text, rng)
+    return docs
+
+
+def put(doc: str, how: str, text: str, rng: random.Random) -> str:
+    """`doc` with `text` planted: as a "word" 1 to 3 times between its words, as a "line" once between its lines."""
+    if how == "word":
+        words = doc.split(" ")
+        for _ in range(rng.randint(1, 3)):
+            words.insert(rng.randrange(1, len(words)), text)
+        return " ".join(words)
+    lines = doc.split("\n")
+    lines.insert(rng.randrange(1, len(lines) + 1), text)
+    return "\n".join(lines)
+
+
+def audit(sources: dict[str, list[str]], shuffled: bool) -> dict[str, tuple[list[str], list[str]]]:
+    """Each source's suspicious terms and repeated lines, best first (the sources audited together, top 100);
+    `shuffled` reads each source's documents in a seeded random order, as a prepared folder holds them."""
+    from burnout.forensics.audit import audit_streams
+    from burnout.forensics.audit_settings import AuditSettings
+
+    if shuffled:
+        sources = {name: random.Random(f"order {name}").sample(docs, len(docs)) for name, docs in sources.items()}
+    streams = [(name, "text", lambda docs=docs: iter(docs)) for name, docs in sources.items()]
+    report = audit_streams(streams, AuditSettings(top=100))
+    return {src["name"]: ([row["string"] for row in src["suspicious_terms"]],
+                          [row["text"] for row in src["repeated_lines"]]) for src in report["sources"]}
+
+
+def plant_rank(lists: tuple[list[str], list[str]], how: str, text: str, keys: tuple[str, ...]) -> str | None:
+    """Where a plant is found: its best key string's rank among the suspicious strings ("3"), or for a planted
+    line, its rank among the repeated lines where that is better ("L1"); None when in neither top 100."""
+    terms, lines = lists
+    found = [terms.index(key) + 1 for key in keys if key in terms]
+    term = min(found) if found else None
+    line = lines.index(" ".join(text.split())) + 1 if how == "line" and " ".join(text.split()) in lines else None
+    if line is not None and (term is None or line < term):
+        return f"L{line}"
+    return None if term is None else str(term)
+
+
+def _rank_number(rank: str) -> int:
+    return int(rank.lstrip("L"))
+
+
+def _table(title: str, plants: dict, ranks: dict) -> None:
+    print(f"\n{title}: rank of each plant in its source's suspicious strings, or Ln in its repeated lines "
+          "(- : in neither top 100)\n")
+    print("| source, order, rate | " + " | ".join(plants) + " | in the top 10 |")
+    print("|---|" + "---|" * (len(plants) + 1))
+    for cell, found in ranks.items():
+        cells = [" ".join(r or "-" for r in found[name]) for name in plants]
+        top = sum(1 for name in plants for r in found[name] if r and _rank_number(r) <= 10)
+        total = sum(len(found[name]) for name in plants)
+        print(f"| {cell} | " + " | ".join(cells) + f" | {top} of {total} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--documents", type=int, default=1000, help="documents per source (default 1000)")
+    parser.add_argument("--rates", default="10,5,2,1", help="planted shares of documents, in %% (default 10,5,2,1)")
+    parser.add_argument("--orders", default="natural,shuffled", help="read orders (default natural,shuffled)")
+    parser.add_argument("--seeds", type=int, default=1, help="plantings per source, rate and set (default 1)")
+    args = parser.parse_args()
+    if not SHARED.is_dir():
+        raise SystemExit(f"the shared data folder {SHARED} is missing")
+    rates = [float(r) / 100 for r in args.rates.split(",")]
+    orders = args.orders.split(",")
+    clean = read_sources(args.documents)
+    start, cpu = time.perf_counter(), time.process_time()
+    ranks: dict[str, dict] = {name: {} for name in SETS}
+    for set_name, plants in SETS.items():
+        for name in clean:
+            for order in orders:
+                for rate in rates:
+                    found = ranks[set_name].setdefault(f"{name}, {order}, {rate:.0%}", {p: [] for p in plants})
+                    for seed in range(args.seeds):
+                        ranked = audit({**clean, name: plant(clean[name], plants, rate, seed)},
+                                       order == "shuffled")[name]
+                        for plant_name, (how, text, keys) in plants.items():
+                            found[plant_name].append(plant_rank(ranked, how, text, keys))
+    baseline = {order: audit(clean, order == "shuffled") for order in orders}
+    sizes = ", ".join(f"{name} {len(docs)}" for name, docs in clean.items())
+    print(f"documents: {sizes}; {args.seeds} planting(s) per cell; {time.perf_counter() - start:.0f} s wall, "
+          f"{time.process_time() - cpu:.0f} s CPU, load {os.getloadavg()[0]:.1f}")
+    for set_name, plants in SETS.items():
+        _table(f"plants {set_name} the score", plants, ranks[set_name])
+    print("\neach clean source's top ten\n")
+    for order, ranked in baseline.items():
+        for name, (strings, _) in ranked.items():
+            print(f"- {name}, {order}: " + ", ".join(f"`{s}`" for s in strings[:10]))
+
+
+if __name__ == "__main__":
+    main()

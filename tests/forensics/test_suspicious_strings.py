@@ -1,0 +1,96 @@
+"""The audit ranks garbage above content: strings foreign to a source's text, planted into a few of its
+documents of unrelated topics, come out in its top 10 suspicious strings, above the words of its topics.
+
+Three real sources (WikiText-2 lines, Tiny Shakespeare speeches, Python's docs), 300 documents each,
+shuffled as a prepared folder holds them (no read order tells a topic's documents apart). The plants are
+of the kinds the old ranking missed: a nonsense word in 6% of the documents (over the old 5% ceiling of
+candidates); an HTML entity, a log line and a lone nonsense word on a line of their own, once per
+document in 2% (ranked by how unlike the source's words they are spelled, not by repetition); a
+template placeholder in 5% of the docs, whose every word is an identifier of some sort (ranked above
+them because its documents have nothing else in common). The ranks hold for other seeds of the planting
+too (docs/FORENSICS.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.bench_audit_plants import put
+from burnout.cli import main
+from burnout.common import AUDIT_JSON
+from burnout.config import SourceConfig
+from burnout.data.corpus import iter_documents
+
+DOCUMENTS = 300
+SEED = 0  # of each source's planting; seeds 0 to 7 were checked (docs/FORENSICS.md)
+# source: [(text, "word" (1 to 3 times at random places) or "line" (once, between lines), share, the key
+# string the audit should rank)]
+PLANTS = {
+    "wikitext": [("florbix", "word", 0.06, "florbix"), ('<p class="footer">&nbsp;</p>', "line", 0.02, "nbsp")],
+    "shakespeare": [("E/AndroidRuntime: FATAL EXCEPTION: main", "line", 0.02, "AndroidRuntime"),
+                    ("vorplex", "line", 0.02, "vorplex")],
+    "docs": [("PersonX", "word", 0.05, "PersonX")],
+}
+
+
+def _sources(shared_data: Path) -> dict[str, list[str]]:
+    specs = {"wikitext": dict(kind="text", split_by="line", path=str(shared_data / "wikitext2" / "wiki.test.raw")),
+             "shakespeare": dict(kind="text", split_by="paragraph",
+                                 path=str(shared_data / "tinyshakespeare" / "input.txt")),
+             "docs": dict(kind="stdlib_docs")}
+    out = {}
+    for name, spec in specs.items():
+        docs = out[name] = []
+        for text in iter_documents(SourceConfig(name=name, **spec)):
+            docs.append(text)
+            if len(docs) == DOCUMENTS:
+                break
+    return out
+
+
+def _plant(docs: list[str], plants: list[tuple], rng: random.Random) -> tuple[list[str], dict[str, set[int]]]:
+    """The documents with the plants in, shuffled; and which documents hold each plant's key."""
+    docs = list(docs)
+    body = [i for i, text in enumerate(docs) if len(text.split()) >= 8]
+    for text, how, share, _ in plants:
+        for i in rng.sample(body, round(share * len(docs))):
+            docs[i] = put(docs[i], how, text, rng)
+    rng.shuffle(docs)
+    return docs, {key: {n for n, text in enumerate(docs) if re.search(rf"(?<!\w){key}(?!\w)", text)}
+                  for *_, key in plants}
+
+
+@pytest.fixture(scope="module")
+def audited(shared_data, tmp_path_factory):
+    """The planted sources audited once through the command line: (audit.json, where each plant is)."""
+    folder = tmp_path_factory.mktemp("plants")
+    where, sources = {}, []
+    for name, docs in _sources(shared_data).items():
+        planted, where[name] = _plant(docs, PLANTS[name], random.Random(SEED))
+        path = folder / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({"text": text}) + "\n" for text in planted), encoding="utf-8")
+        sources.append({"name": name, "kind": "jsonl", "path": str(path)})
+    recipe = folder / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"data": {"sources": sources}}), encoding="utf-8")
+    out = folder / "audit"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["data", "audit", str(recipe), "--chars-per-source", "0", "--out", str(out)]) == 0
+    return json.loads((out / AUDIT_JSON).read_text(encoding="utf-8")), where
+
+
+@pytest.mark.parametrize("source,key", [(name, plant[-1]) for name, plants in PLANTS.items() for plant in plants])
+def test_planted_garbage_ranks_in_its_sources_top_10(audited, source, key):
+    report, where = audited
+    rows = next(s for s in report["sources"] if s["name"] == source)["suspicious_terms"]
+    ranked = [row["string"] for row in rows]
+    assert key in ranked[:10], f"{key} not in {source}'s top 10: {ranked[:10]}"
+    row = rows[ranked.index(key)]
+    assert row["documents"] == len(where[source][key])
+    assert row["examples"] and all(e["document"] in where[source][key] for e in row["examples"])
