@@ -7,13 +7,16 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 # Pinned: on the project's machines this wheel (a CPU build) is on local disk; elsewhere PyPI serves it.
 TORCH  ?= torch==2.13.0
+# The optional dependencies the README's first hour uses (pyproject.toml): `data audit` (data), the playground
+# (playground), the export loaded by transformers (hf).
+DEMO_EXTRAS := data,hf,playground
 
 .PHONY: demo test mutation clean
 
-$(VENV)/.stamp-base: pyproject.toml
+$(VENV)/.stamp-base: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -e ".[$(DEMO_EXTRAS)]"
 	touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-base

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -179,7 +180,10 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
                         "gpt2 (GPT-2's files from shared/data/gpt2_tokenizer) or gpt2:FOLDER")
     p.add_argument("--text-field", help="the field of .jsonl/.parquet records holding the text (default: text)")
     p.add_argument("--split-by", choices=["file", "paragraph", "line"],
-                   help="your text's documents (default: paragraph when blank lines separate them, else line)")
+                   help="your text's documents (default: split at lines holding only <|endoftext|> when there are "
+                        "some, else paragraph when blank lines separate them, else line)")
+    p.add_argument("--separator", metavar="STRING",
+                   help="your text's documents end at each STRING (on one line), e.g. '<|endoftext|>' or '* * *'")
     p.add_argument("--drop", action="append", default=[], metavar="REGEX",
                    help="drop documents matching REGEX (repeatable); counted per pattern and source in meta.json")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. data.max_tokens=1000000")
@@ -192,7 +196,8 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
         from burnout.data.recipe import load_prepare_sections
 
         data_cfg, tok_cfg = load_prepare_sections(args.recipe, overrides, tokenizer=args.tokenizer,
-                                                  text_field=args.text_field, split_by=args.split_by, drop=args.drop)
+                                                  text_field=args.text_field, split_by=args.split_by,
+                                                  separator=args.separator, drop=args.drop)
         from burnout.data.prepare import prepare_data
 
         meta = prepare_data(data_cfg, tok_cfg, Path(args.out), progress=True, overwrite=args.overwrite,
@@ -201,6 +206,13 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
         dropped = meta.get("cleaning", {}).get("junk", {}).get("dropped_documents", 0)
         print(f"prepared {splits['train']['tokens']:,} train and {splits['val']['tokens']:,} val tokens "
               f"(vocab {meta['vocab_size']:,}) in {args.out}" + (f"; dropped {dropped:,} documents" * bool(args.drop)))
+        from burnout.common import needs_package, next_steps
+
+        data = shlex.quote(args.out)
+        train = f"burnout train --data {data} --model llama-tiny --out {shlex.quote(f'runs/{Path(args.out).name}')}"
+        print("\n".join(next_steps([("train", f"{train}   (other models: burnout model list)"),
+                                     ("inspect", f"burnout data inspect {data}"),
+                                     ("audit", needs_package(f"burnout data audit {data}", "datasketch", "data"))])))
     return run
 
 
@@ -386,6 +398,8 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--resume-if-exists", action="store_true",
                    help="resume --out when it already holds a run, else start it: one command for every boot "
                         "of a spot machine")
+    p.add_argument("--minutes", type=positive, metavar="N",
+                   help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
@@ -395,15 +409,21 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
         from burnout.runs import train
 
         return _stopped(train(args.config, args.out, args.resume, args.data, args.model, args.auto_batch,
-                              args.resume_if_exists, overrides))
+                              args.resume_if_exists, overrides, minutes=args.minutes))
     return run
 
 
 def _stopped(result) -> int:
-    """Print how the run stopped (rank 0 speaks for a torchrun) and give its exit code: a signal-stopped run
-    exits as an interrupted process would, so scripts and schedulers can tell."""
+    """Print how the run stopped and what to do next with it (rank 0 speaks for a torchrun), and give its exit code:
+    a signal-stopped run exits as an interrupted process would, so scripts and schedulers can tell."""
     if os.environ.get("RANK", "0") == "0":
-        print(result.summary())
+        from burnout.common import RUN_CONFIG_FILE, next_steps, trained_run_steps
+        from burnout.config import load_run_config
+        from burnout.core.chat_template import is_chat_model
+
+        cfg = load_run_config(result.run_dir / RUN_CONFIG_FILE)
+        steps = trained_run_steps(result.run_dir, is_chat_model(cfg), cfg.train.sample_prompt, result.stop_reason)
+        print("\n".join([result.summary(), *next_steps(steps)]))
     return 130 if result.stop_reason == "signal" else 0
 
 
@@ -419,12 +439,15 @@ def cmd_sft(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--config", help="a run config YAML whose train (and sft) sections apply")
     p.add_argument("--lora", action="store_true", help="train LoRA adapters (sft.lora.r=… etc. to shape them)")
     p.add_argument("--layout", help="messages, sharegpt, alpaca, qa, oasst (default: auto)")
+    p.add_argument("--minutes", type=positive, metavar="N",
+                   help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
         from burnout.finetune.commands import sft
 
-        return _stopped(sft(args.base, args.data, args.out, args.config, args.lora, args.layout, overrides))
+        return _stopped(sft(args.base, args.data, args.out, args.config, args.lora, args.layout, overrides,
+                            minutes=args.minutes))
     return run
 
 
@@ -441,12 +464,15 @@ def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--config", help="a run config YAML whose train (and dpo) sections apply")
     p.add_argument("--lora", action="store_true", help="train LoRA adapters (dpo.lora.r=… etc. to shape them)")
     p.add_argument("--beta", type=positive, help="DPO's β (default 0.1)")
+    p.add_argument("--minutes", type=positive, metavar="N",
+                   help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
         from burnout.finetune.commands import dpo
 
-        return _stopped(dpo(args.base, args.data, args.out, args.config, args.lora, args.beta, overrides))
+        return _stopped(dpo(args.base, args.data, args.out, args.config, args.lora, args.beta, overrides,
+                            minutes=args.minutes))
     return run
 
 
@@ -512,7 +538,9 @@ def cmd_bench(p: argparse.ArgumentParser) -> Handler:
                      "without activation checkpointing, DDP or FSDP over --gpus), whether it fits the "
                      "GPU's memory, the largest micro-batch that does and what would make it fit.")
 def cmd_plan(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("config", help="run config YAML or a built-in name (e.g. gpuburnout-1b)")
+    p.add_argument("config", metavar="CONFIG_PRESET_OR_RUN",
+                   help="a run config (YAML or a built-in name, e.g. gpuburnout-1b), a model preset (e.g. llama-small, "
+                        "with the train settings of `burnout train --model`) or a run folder")
     p.add_argument("--gpu", default="a100-80gb", help="a burnout/configs/hardware.yaml entry or cpu (measured peak)")
     p.add_argument("--mfu", type=fraction, default=0.4, help="assumed model FLOPs utilization (default 0.4)")
     p.add_argument("--price", type=non_negative, default=None, help="dollars per device-hour (default: the table's)")
@@ -524,11 +552,9 @@ def cmd_plan(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
-        from burnout.config import load_run_config
+        from burnout.train.plan import format_plan, plan_config, plan_run
 
-        cfg = load_run_config(args.config, overrides)
-        from burnout.train.plan import format_plan, plan_run
-
+        cfg = plan_config(args.config, overrides)
         plan = plan_run(cfg, args.gpu, mfu=args.mfu, price_per_hour=args.price, devices=args.gpus,
                         precision=args.precision)
         print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
@@ -718,11 +744,16 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
                 raise BurnoutError(f"--task '{item}' must look like NAME=PATH, e.g. mytask=data/mytask.jsonl")
             one_off.append(one_off_task(name, path, **settings))
         tasks = args.tasks if args.tasks is not None else ("" if one_off else "val,hellaswag,arc_easy,lambada")
-        from burnout.eval.evaluate import evaluate
+        from burnout.common import METRICS_FILE, next_steps
+        from burnout.eval.evaluate import evaluate, run_dir_of
 
-        evaluate(args.target, tasks, all_checkpoints=args.all_checkpoints, limit=args.limit,
-                 data_root=args.data_root, task_files=files, data_dir=args.data, batch_size=args.batch_size,
-                 device=args.device, icl_tasks=one_off)
+        records = evaluate(args.target, tasks, all_checkpoints=args.all_checkpoints, limit=args.limit,
+                           data_root=args.data_root, task_files=files, data_dir=args.data, batch_size=args.batch_size,
+                           device=args.device, icl_tasks=one_off)
+        run_dir = run_dir_of(Path(records[0]["checkpoint"]))
+        if (run_dir / METRICS_FILE).is_file():  # a run's checkpoint, not one standing alone: its report shows these
+            print("\n".join(next_steps([("report", f"burnout report {shlex.quote(str(run_dir))}   (these scores "
+                                                    "beside the loss curves)")])))
     return run
 
 
@@ -767,8 +798,29 @@ def cmd_export(p: argparse.ArgumentParser) -> Handler:
         from burnout.core.model_files import export_hf
 
         export_hf(args.checkpoint, args.to, overwrite=args.overwrite)
-        print(f"wrote a Hugging Face model folder to {args.to} (load it with AutoModelForCausalLM.from_pretrained)")
+        print("\n".join([f"wrote a Hugging Face model folder to {args.to}", *_after_export(args.checkpoint, args.to)]))
     return run
+
+
+def _after_export(checkpoint: str, to: str) -> list[str]:
+    """The export's next step: the folder loaded by transformers' pipeline, asked to chat (a chat model) or to
+    continue the run's sample prompt."""
+    from burnout.common import RUN_CONFIG_FILE, needs_package, next_steps
+    from burnout.config import load_run_config
+    from burnout.core.chat_template import is_chat_model
+    from burnout.core.checkpoint import resolve_checkpoint
+
+    cfg = load_run_config(resolve_checkpoint(checkpoint) / RUN_CONFIG_FILE)
+    # Double quotes inside, so that the shell's single quotes around the code need no escapes.
+    model = f'pipeline("text-generation", {json.dumps(str(to))})'
+    if is_chat_model(cfg):
+        use = (f'chat = {model}; print(chat([{{"role": "user", "content": "Name a color."}}], max_new_tokens=60)'
+               '[0]["generated_text"][-1])')
+    else:
+        prompt = json.dumps(cfg.train.sample_prompt or "The ")
+        use = f'print({model}({prompt}, max_new_tokens=40)[0]["generated_text"])'
+    load = f"python -c {shlex.quote(f'from transformers import pipeline; {use}')}"
+    return next_steps([("transformers", needs_package(load, "transformers", "hf"))])
 
 
 @command("import", help="turn a Hugging Face GPT-2 or LLaMA folder into a checkpoint",
@@ -878,7 +930,6 @@ def main(argv: list[str] | None = None) -> int:
 def _keep_trace(argv: list[str] | None) -> str:
     """Save the traceback being handled, with the command line, to a file in the user's cache folder; the words that
     say where it is (or, when no file can be written, that it is printed above: printed now, before the line)."""
-    import shlex
     import time
     import traceback
 

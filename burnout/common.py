@@ -85,13 +85,22 @@ def kind_of(value) -> str:
 def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Write `data` (text as UTF-8, or bytes) to a temporary name beside `path`, then rename it over
     `path`: a reader, or a crash, sees the old file or the new one, never half of one."""
+    write_atomic_with(path, lambda tmp: tmp.write_text(data, encoding="utf-8") if isinstance(data, str)
+                      else tmp.write_bytes(data))
+
+
+def write_atomic_with(path: str | Path, write: Callable[[Path], object]) -> None:
+    """write_atomic for a file another library writes: `write(tmp)` writes it at a temporary name beside `path`,
+    which is then renamed over `path`. The file gets the mode any new file gets here (the umask applied), however
+    `write` made it: safetensors writes through a private temporary file of its own, mode 0600."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        if isinstance(data, str):
-            tmp.write_text(data, encoding="utf-8")
-        else:
-            tmp.write_bytes(data)
+        tmp.unlink(missing_ok=True)  # one a killed process of this PID left, with whatever mode it had
+        tmp.touch()
+        mode = stat.S_IMODE(tmp.stat().st_mode)
+        write(tmp)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -344,6 +353,12 @@ def first_line(error: BaseException | str, limit: int = 200) -> str:
     return text.splitlines()[0][:limit]
 
 
+def install_extra(extra: str) -> str:
+    """The command that installs burnout's optional dependencies `extra` (pyproject.toml's
+    optional-dependencies), as installed from PyPI and from a clone, for the line of an error that needs it."""
+    return f"pip install 'gpuburnout[{extra}]' (from a clone: pip install -e '.[{extra}]')"
+
+
 def user_cache_dir() -> Path:
     """$BURNOUT_CACHE_DIR, else $XDG_CACHE_HOME/gpuburnout or ~/.cache/gpuburnout: what burnout keeps for the user
     between commands (measurements, the traces of internal errors)."""
@@ -373,12 +388,74 @@ def format_bytes(count: int) -> str:
     return f"{count / 1000 ** power:.1f} {units[power]}" if power else f"{count} B"
 
 
+def format_count(count: float) -> str:
+    """'950', '3.0M', '29.4M', '11.8B': parameters, tokens or FLOPs as a person reads them."""
+    for divisor, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if round(abs(count) / divisor, 1) >= 1:  # 999,960 is 1.0M, not 1000.0K
+            return f"{count / divisor:.1f}{unit}"
+    return f"{count:,.0f}"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """'1 document', '2,048 documents' (with `nouns`: '1 match', '3 matches'): a count and its noun as a person
+    writes them."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def format_duration(seconds: float) -> str:
     """'1h05m' from an hour up, else '4m07s'."""
     seconds = int(seconds)
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def labelled(rows: Iterable[tuple[str, str]], indent: str = "") -> list[str]:
+    """'label:' in a column, then its text: how quickstart, and each command's `next_steps`, list what it made."""
+    return [f"{indent}{label + ':':<14}{text}" for label, text in rows]
+
+
+def next_steps(rows: Iterable[tuple[str, str]]) -> list[str]:
+    """The block a command ends with: what can be done next with what it made, one (label, command) a line."""
+    rows = list(rows)
+    return ["next:", *labelled(rows, "  ")] if rows else []
+
+
+def needs_package(command: str, module: str, extra: str, note: str = "") -> str:
+    """`command` and its `note`, or, where `module` (what the command needs of the optional dependencies `extra`) is
+    not installed, how to install them first."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        return f"{command}   (first: {install_extra(extra)})"
+    return f"{command}   ({note})" if note else command
+
+
+def trained_run_steps(run_dir: str | Path, chat: bool, prompt: str = "", stop_reason: str = "done",
+                      export_to: str | Path | None = None, report: Path | None = None) -> list[tuple[str, str]]:
+    """What to do with a run that training (quickstart, train, sft, dpo) made, as next_steps' rows: a chat model is
+    talked to and tuned with DPO, a base model continues `prompt` (its train.sample_prompt; "The " without one) and
+    is fine-tuned to chat; both are evaluated, reported (`report`: the page already written), exported (to
+    `export_to`, default hf/RUN's name) and served. A run stopped at a phase's end or by a signal (its
+    TrainResult's `stop_reason`) is resumed first."""
+    run = shlex.quote(str(run_dir))
+    rows = [("resume", f"burnout train --resume {run}")] if stop_reason in ("phase", "signal") else []
+    if chat:
+        rows.append(("chat", f"burnout chat {run}"))
+    else:
+        rows.append(("generate", f"burnout generate {run} --prompt {shlex.quote(prompt or 'The ')}"))
+    rows += [("eval", f"burnout eval {run} --tasks val"),
+             ("report", f"{report}   (loss curves, tables, samples; Markdown beside it)" if report is not None
+              else f"burnout report {run}"),
+             ("export", f"burnout export {run} --to {shlex.quote(str(export_to or Path('hf', Path(run_dir).name)))}")]
+    if chat:
+        rows.append(("preferences", f"burnout dpo {run} --data PAIRS.jsonl --out {shlex.quote(f'{run_dir}-dpo')}"))
+    else:
+        rows.append(("chat model",
+                     f"burnout sft {run} --data CONVERSATIONS.json --out {shlex.quote(f'{run_dir}-chat')}"))
+    rows.append(("playground", needs_package(f"burnout playground {run}", "gradio", "playground",
+                                             "then open http://127.0.0.1:7860")))
+    return rows
 
 
 # mallopt(3)'s parameter numbers, and the largest mmap threshold glibc accepts on 64-bit.

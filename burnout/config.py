@@ -109,8 +109,10 @@ class SourceConfig:
     weight: float = 1.0
     path: str | None = None
     text_field: str = "text"
-    # text sources: one document per file, per blank-line separated block, or per line.
-    split_by: Literal["file", "paragraph", "line"] = "file"
+    # text sources: one document per file, per blank-line separated block, per line, or per piece between
+    # occurrences of `separator` (e.g. "<|endoftext|>", on one line), without the whitespace around it.
+    split_by: Literal["file", "paragraph", "line", "separator"] = "file"
+    separator: str | None = None
     # When `path` does not exist: download it from `url` (checked against `sha256` when given).
     url: str | None = None
     sha256: str | None = None
@@ -128,6 +130,12 @@ class SourceConfig:
             raise BurnoutError(f"{where}.dataset: an 'hf' source needs a dataset name (e.g. HuggingFaceFW/fineweb-edu)")
         if self.sha256 is not None and not (len(self.sha256) == 64 and set(self.sha256) <= set("0123456789abcdef")):
             raise BurnoutError(f"{where}.sha256: expected 64 lowercase hex digits")
+        if (self.split_by == "separator") != (self.separator is not None):
+            raise BurnoutError(f"{where}: split_by: separator and a separator string go together; set both "
+                               "(e.g. separator: '<|endoftext|>') or neither")
+        if self.separator is not None and (not self.separator.strip() or set("\r\n") & set(self.separator)):
+            raise BurnoutError(f"{where}.separator: {self.separator!r} must hold something other than spaces, on "
+                               "one line (blank lines between documents: split_by: paragraph)")
 
 
 @dataclass
@@ -146,7 +154,8 @@ class DataConfig:
     # Token budget of the prepared data (train + val); each source gives weight/sum(weights) of it.
     max_tokens: int | None = None
     val_fraction: float = 0.05
-    # documents: each whole document goes to train or val (token shares kept near val_fraction).
+    # documents: each whole document goes to train or val (token shares kept near val_fraction); one larger
+    # than its source's share of val is cut instead, its end to val, when it is sent there or is the last.
     # contiguous: every document is cut in two, its first 1 - val_fraction of tokens to train and the
     # rest to val (nanoGPT's split of one file: with a char tokenizer, a 90/10 split by characters).
     split: Literal["documents", "contiguous"] = "documents"
@@ -256,8 +265,13 @@ class TrainConfig:
     # and the LR schedule spans it.
     max_tokens: int | None = None
     max_epochs: float | None = None
-    # Wall-clock cap for one invocation: stop after the step that passes it (final eval + checkpoint).
+    # A time budget for the run's training (its elapsed_s, over all its sessions): a plan, not a cut-off. A new run
+    # measures a step (unless step_seconds is given), plans the steps that fit, warms up over at most a tenth of
+    # them, and ends its LR schedule at the budget even when the steps slow down (docs/USAGE.md).
     max_minutes: float | None = None
+    # The seconds per step a time budget plans with; measured at a new run's start when not given, then kept in
+    # config.yaml so that a resume keeps the plan.
+    step_seconds: float | None = None
     # Named legs of the run, cumulative step targets; training stops at each one's end.
     phases: list[PhaseConfig] = field(default_factory=list)
     # adamw: AdamW for every weight. muon: Muon (momentum, then each update orthogonalized) for the
@@ -341,7 +355,7 @@ class TrainConfig:
             raise BurnoutError("train.weight_decay and train.grad_clip must be >= 0")
         if self.sample_tokens < 0:
             raise BurnoutError(f"train.sample_tokens: {self.sample_tokens} is negative")
-        for key in ("max_tokens", "max_epochs", "max_minutes", "max_bad_steps", "price_per_hour"):
+        for key in ("max_tokens", "max_epochs", "max_minutes", "step_seconds", "max_bad_steps", "price_per_hour"):
             if getattr(self, key) is not None:
                 _require_positive(f"train.{key}", getattr(self, key))
         if self.ckpt_minutes is not None and self.ckpt_minutes < 0:
@@ -532,6 +546,11 @@ def load_run_config(source: str | Path | dict, overrides: list[str] = ()) -> Run
     return cfg
 
 
+def with_minutes(overrides: list[str], minutes: float | None) -> list[str]:
+    """A training command's --minutes as the override it stands for (train.max_minutes), last so that it wins."""
+    return [*overrides, f"train.max_minutes={minutes!r}"] if minutes is not None else list(overrides)
+
+
 def resolve_config_path(source: str | Path) -> Path:
     path = Path(source)
     if path.is_file():
@@ -566,6 +585,8 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     if not sep or not key:
         raise BurnoutError(f"override '{item}' is not of the form section.key=value (e.g. train.lr=3e-4)")
     parts = key.strip().lstrip("-").split(".")
+    if parts == ["model", "preset"]:  # another preset is another model: no field of the section before carries over
+        raw["model"] = {}
     node = raw
     for part in parts[:-1]:
         child = node.get(part)

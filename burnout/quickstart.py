@@ -7,13 +7,12 @@ for a measured number of steps → validation loss → samples → where everyth
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import time
 from pathlib import Path
 
-from burnout.common import COMPARE_JSON
+from burnout.common import COMPARE_JSON, labelled, next_steps, trained_run_steps
 from burnout.config import load_run_config
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta
@@ -25,6 +24,7 @@ from burnout.report.render import write_report
 from burnout.train.probe import measure_step_seconds
 from burnout.train.recipe import Pretraining
 from burnout.train.run import start_run
+from burnout.train.schedule import budget_steps
 
 # Share of the budget left for validation, samples and checkpoints.
 _TRAINING_SHARE = 0.85
@@ -53,14 +53,14 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     cfg.model = dataclasses.replace(cfg.model, vocab_size=meta["vocab_size"]).resolved()
     info = model_info(cfg.model, seq_len=cfg.train.seq_len)
     step_s = measure_step_seconds(cfg, data_dir)
-    budget_s = minutes * 60 * _TRAINING_SHARE
-    steps = max(20, int(budget_s / step_s))
+    steps = max(20, budget_steps(minutes * _TRAINING_SHARE, step_s))
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum * (cfg.train.seq_len or cfg.model.context_length)
-    # The step count comes from a short measurement; max_minutes is the hard cap in case the
-    # machine gets slower once training is under way (other work on a laptop, thermal throttling).
+    # The step count comes from a short measurement; should the machine get slower once training is under way
+    # (other work on a laptop, thermal throttling), the time budget (max_minutes) still ends the LR schedule by
+    # the minutes given, at its final value. step_seconds is the measurement, which the run then plans with.
     cfg.train = dataclasses.replace(cfg.train, max_steps=steps, ckpt_interval=-(-steps // 3),
                                     eval_interval=max(cfg.train.log_interval, steps // 6),
-                                    max_minutes=minutes)
+                                    max_minutes=minutes, step_seconds=step_s)
     say(f"[2/4] model: {cfg.model.family} {cfg.model.n_layer} layers × {cfg.model.d_model} wide, "
         f"{info['params_total']:,} parameters")
     say(f"      measured {step_s:.3f} s/step for {tokens_per_step:,} tokens/step → {steps} steps "
@@ -85,16 +85,12 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
         for row in rows:
             say(f"  step {row['step']:>5}: {prompt + row['continuations'][i]!r}"[:110])
     say("")
-    say(f"run folder:   {run_dir}   (config.yaml, metrics.jsonl, checkpoints/)")
-    say(f"checkpoint:   {result.checkpoint}")
-    say(f"generate:     burnout generate {run_dir} --prompt \"The \"")
-    say(f"export to HF: burnout export {run_dir} --to {out_dir / 'hf'}")
     _, written = write_report([run_dir])
-    say(f"report:       {written[-1]}   (loss curves, tables, samples; Markdown beside it)")
-    playground = f"burnout playground {run_dir}"
-    if importlib.util.find_spec("gradio") is None:  # an optional extra: say how to get it
-        playground = f"pip install 'gpuburnout[playground]' && {playground}"
-    say(f"playground:   {playground}   (then open http://127.0.0.1:7860)")
+    steps = trained_run_steps(run_dir, chat=False, prompt=cfg.train.sample_prompt, stop_reason=result.stop_reason,
+                              export_to=out_dir / "hf", report=written[-1])
+    for line in [*labelled([("run folder", f"{run_dir}   (config.yaml, metrics.jsonl, checkpoints/)"),
+                            ("checkpoint", str(result.checkpoint))]), *next_steps(steps)]:
+        say(line)
     return run_dir
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from burnout.config import RunConfig, load_run_config
+from burnout.config import RunConfig, load_run_config, with_minutes
 from burnout.data.recipe import data_run_config
 from burnout.errors import BurnoutError
 from burnout.finetune.recipes import DPO, SFT
@@ -52,9 +52,11 @@ def start_or_resume(cfg: RunConfig, run_dir: Path, overrides: Sequence[str] = ()
 
 def train(config: str | Path | None = None, out: str | Path | None = None, resume: str | Path | None = None,
           data: str | Path | None = None, model: str | None = None, auto_batch: bool = False,
-          resume_if_exists: bool = False, overrides: Sequence[str] = ()) -> TrainResult:
+          resume_if_exists: bool = False, overrides: Sequence[str] = (), minutes: float | None = None) -> TrainResult:
     """`burnout train`: CONFIG --out RUN [--data DIR], or --data DIR --model PRESET --out RUN (a preset on a
-    prepared folder, no config file), or --resume RUN; `overrides` are KEY=VALUE strings."""
+    prepared folder, no config file), or --resume RUN; `overrides` are KEY=VALUE strings; `minutes` is the
+    time budget (train.max_minutes)."""
+    overrides = with_minutes(list(overrides), minutes)
     if resume and resume_if_exists:
         raise BurnoutError("--resume-if-exists goes with CONFIG --out RUN (it decides to resume); drop one of them")
     if resume:

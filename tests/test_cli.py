@@ -7,7 +7,9 @@ suite pays for one interpreter start-up rather than one per case.
 
 from __future__ import annotations
 
+import io
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -213,3 +215,93 @@ def test_an_internal_error_prints_the_trace_when_it_cannot_be_saved(monkeypatch,
     assert err.startswith("Traceback (most recent call last):") and "_broken_model_info" in err
     assert err.splitlines()[-1].startswith("burnout: internal error: RuntimeError: unexpected state; the full trace is "
                                            f"above (it could not be saved in {tmp_path / 'not-a-folder' / 'errors'}")
+
+
+# -- What each command says to do next, and that it runs
+
+TINY_TRAIN = ["model.n_layer=1", "model.d_model=64", "model.n_head=4", "model.n_kv_head=2", "model.context_length=64",
+              "train.device=cpu", "train.precision=fp32", "train.batch_size=2", "train.seq_len=32",
+              "train.max_steps=2", "train.eval_interval=2", "train.ckpt_interval=2", "train.eval_batches=1",
+              "train.warmup_steps=1", "train.sample_tokens=0"]
+FINE_TUNE = ["train.device=cpu", "train.precision=fp32", "train.batch_size=2", "train.seq_len=64", "train.max_steps=2",
+             "train.eval_interval=2", "train.ckpt_interval=2", "train.eval_batches=1", "train.warmup_steps=1"]
+
+
+def next_steps(out: str) -> dict[str, list[str]]:
+    """The `next:` block a command printed last: {label: the command's words}, a note in parentheses left out."""
+    assert "next:\n" in out, out[-2000:]
+    block = out.rsplit("next:\n", 1)[1].splitlines()
+    steps = {}
+    for line in block:
+        assert line.startswith("  ") and ":" in line, block
+        label, command = line.strip().split(":", 1)
+        steps[label] = shlex.split(command.split("   (")[0])
+    return steps
+
+
+def run_step(words: list[str], *extra: str, replace: dict[str, str] | None = None) -> int:
+    """A printed next step run through the real command, its placeholders filled."""
+    assert words[0] == "burnout", words
+    return main([(replace or {}).get(word, word) for word in words[1:]] + list(extra))
+
+
+def test_prepare_and_train_end_with_next_steps_that_run(tmp_path, monkeypatch, capsys):
+    """Each command's last lines say what to do with what it made; each command said is run as printed (a
+    placeholder filled, tiny settings added) and ends with its own next steps."""
+    monkeypatch.chdir(tmp_path)  # the printed runs/NAME and hf/NAME land here
+    text = tmp_path / "stories.txt"
+    text.write_text("\n\n".join(f"Story {i}. " + "The cat sat on the mat and looked at the sun. " * 20
+                                for i in range(40)))
+    assert main(["data", "prepare", str(text), "--out", "data/stories", "--tokenizer", "bpe:300"]) == 0
+    steps = next_steps(capsys.readouterr().out)
+    assert list(steps) == ["train", "inspect", "audit"]
+    assert steps["train"][:6] == ["burnout", "train", "--data", "data/stories", "--model", "llama-tiny"]
+    assert run_step(steps["inspect"]) == 0
+    assert run_step(steps["train"], *TINY_TRAIN) == 0
+    run = Path("runs/stories")
+    out = capsys.readouterr().out
+    steps = next_steps(out)
+    assert out.rsplit("next:\n", 1)[0].splitlines()[-1].startswith("done: step 2")  # after the run's last line
+    assert list(steps) == ["generate", "eval", "report", "export", "chat model", "playground"]
+    assert steps["playground"] == ["burnout", "playground", str(run)]
+    assert steps["chat model"][:2] == ["burnout", "sft"] and str(run) in steps["chat model"]
+    assert run_step(steps["generate"], "--max-new-tokens", "4") == 0
+    assert capsys.readouterr().out.startswith(steps["generate"][steps["generate"].index("--prompt") + 1])
+    assert run_step(steps["eval"]) == 0
+    eval_steps = next_steps(capsys.readouterr().out)
+    assert eval_steps == {"report": ["burnout", "report", str(run)]}
+    assert run_step(steps["export"]) == 0
+    assert steps["export"][-2:] == ["--to", "hf/stories"] and Path("hf/stories/model.safetensors").is_file()
+    load = next_steps(capsys.readouterr().out)["transformers"]
+    assert load[:2] == ["python", "-c"] and '"hf/stories"' in load[2]
+    assert run_step(steps["report"]) == 0
+    assert next_steps(capsys.readouterr().out) == {"compare": ["burnout", "compare", str(run)]}  # eval is done
+
+
+def test_sft_and_dpo_end_with_a_chat_models_next_steps_that_run(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch,
+                                                               capsys):
+    from burnout.runs import start_training
+
+    base = tmp_path / "base"
+    start_training(tiny_run_config(max_steps=2), base, data_dir=tiny_bpe_data, on_event=lambda line: None,
+                   progress=False)
+    chats, pairs = tmp_path / "chats.jsonl", tmp_path / "pairs.jsonl"
+    chats.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"What is {i} plus 1?"},
+                                                      {"role": "assistant", "content": f"It is {i + 1}."}]}) + "\n"
+                             for i in range(20)))
+    pairs.write_text("".join(json.dumps({"prompt": f"What is {i} plus 1?", "chosen": f"It is {i + 1}.",
+                                         "rejected": f"{i + 1} is it."}) + "\n" for i in range(20)))
+    assert main(["sft", str(base), "--data", str(chats), "--out", str(tmp_path / "chat"), *FINE_TUNE]) == 0
+    steps = next_steps(capsys.readouterr().out)
+    assert list(steps) == ["chat", "eval", "report", "export", "preferences", "playground"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is 3 plus 1?\n"))
+    assert run_step(steps["chat"], "--max-new-tokens", "4") == 0
+    assert "bot> " in capsys.readouterr().out  # it answered the question on stdin
+    assert run_step(steps["preferences"], *FINE_TUNE, replace={"PAIRS.jsonl": str(pairs)}) == 0
+    steps = next_steps(capsys.readouterr().out)
+    assert list(steps) == ["chat", "eval", "report", "export", "preferences", "playground"]
+    assert steps["chat"] == ["burnout", "chat", f"{tmp_path / 'chat'}-dpo"]
+    monkeypatch.chdir(tmp_path)
+    assert run_step(steps["export"]) == 0
+    load = next_steps(capsys.readouterr().out)["transformers"][2]
+    assert "'role': 'user'" not in load and '"role": "user"' in load  # the pipeline asked to chat

@@ -4,10 +4,16 @@ runs `burnout model list` and a 2-step `burnout train quickstart` from a cwd out
 that folder first on PYTHONPATH (ahead of the venv's editable install of this repo)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the TOML reader pytest itself uses there
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,3 +83,25 @@ def test_a_missing_dev_extra_fails_under_ci_and_skips_elsewhere(tmp_path):
                                   env={**os.environ, "CI": ci, "PYTHONPATH": str(REPO / "tests")})
     assert runs["true"].returncode != 0 and "no_such_dev_extra is missing under CI=true" in runs["true"].stdout
     assert runs["false"].returncode == 0 and "1 skipped" in runs["false"].stdout
+
+
+# What the README's commands import beyond the base install: a line of the README, and the module it needs.
+README_NEEDS = {"burnout data audit": "datasketch", "burnout playground": "gradio", "from transformers": "transformers"}
+
+
+def test_make_demo_installs_what_the_readme_runs():
+    """`make demo`, the README's set-up command, installs the optional dependencies of every command the README's
+    first hour runs: one command, not one error at a time."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for line in README_NEEDS:
+        assert line in readme, f"the README no longer runs {line!r}: update README_NEEDS"
+    dry_run = run(["make", "--dry-run", "--always-make", "demo"], REPO)
+    installs = [line for line in dry_run.splitlines() if "pip install" in line and " -e " in line]
+    assert len(installs) == 1, dry_run
+    extras = re.search(r"\.\[([\w,-]+)\]", installs[0])
+    assert extras, f"make demo installs no extras: {installs[0]}"
+    optional = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    installed = {re.match(r"[\w-]+", requirement).group() for extra in extras.group(1).split(",")
+                 for requirement in optional[extra]}
+    for line, module in README_NEEDS.items():
+        assert module in installed, f"the README's {line!r} needs {module}, which make demo does not install"

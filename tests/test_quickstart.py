@@ -116,6 +116,7 @@ def test_minutes_set_the_planned_steps(tiny_bpe_data, tmp_path, monkeypatch, cap
         plan = plans[-1]
         assert 0.75 * minutes * 60 <= plan.max_steps * step_seconds <= minutes * 60, (minutes, plan.max_steps)
         assert plan.max_minutes == minutes
+        assert plan.step_seconds == step_seconds  # the run plans with this measurement instead of timing steps again
         assert f"→ {plan.max_steps} steps to fit {minutes:g} minutes" in capsys.readouterr().out
     short, long = (plan.max_steps for plan in plans)
     assert abs(long - 4 * short) <= 4

@@ -53,6 +53,7 @@ from burnout.common import (
     sha256_file,
     unwrapped,
     write_atomic,
+    write_atomic_with,
 )
 from burnout.config import RunConfig, load_run_config
 from burnout.errors import BurnoutError, StorageError
@@ -92,7 +93,7 @@ def save_checkpoint(
     model = unwrapped(model)
     try:
         tmp.mkdir()
-        safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
+        write_atomic_with(tmp / "model.safetensors", lambda path: safetensors.torch.save_model(model, str(path)))
         torch.save(state, tmp / "state.pt")
         write_atomic(tmp / RUN_CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         write_atomic(tmp / "info.json", json.dumps(info, indent=2))

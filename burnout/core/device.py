@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from burnout.common import install_extra
 from burnout.errors import BurnoutError
 
 
@@ -105,7 +106,7 @@ def check_fp8(device: torch.device) -> None:
     try:
         import torchao.float8  # noqa: F401
     except ImportError:
-        raise BurnoutError("train.precision=fp8 needs torchao: pip install 'gpuburnout[fp8]'") from None
+        raise BurnoutError(f"train.precision=fp8 needs torchao: {install_extra('fp8')}") from None
 
 
 def to_float8_training(model: torch.nn.Module) -> torch.nn.Module:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import first_line, not_a_file_or_folder
+from burnout.common import first_line, install_extra, not_a_file_or_folder
 from burnout.config import DataConfig, SourceConfig
 from burnout.data.clean import Cleaner
 from burnout.errors import BurnoutError
@@ -110,7 +110,7 @@ def open_source(source: SourceConfig) -> _SourceIndex:
         files = _resolve_files(source)
         if source.split_by == "file":
             return _ReaderIndex([partial(_read_user_file, path) for path in files])
-        return _OffsetIndex(files, mode=source.split_by)
+        return _OffsetIndex(files, mode=source.split_by, separator=source.separator)
     if source.kind == "jsonl":
         return _OffsetIndex(_resolve_files(source), mode="jsonl", text_field=source.text_field)
     if source.kind == "parquet":
@@ -252,9 +252,10 @@ class _ReaderIndex(_SourceIndex):
 
 
 class _OffsetIndex(_SourceIndex):
-    """Documents as (file, byte offset, byte length): one per line, per blank-line block, or jsonl record."""
+    """Documents as (file, byte offset, byte length): one per line, per blank-line block, per piece between
+    separators, or jsonl record."""
 
-    def __init__(self, files: list[Path], mode: str, text_field: str = "text") -> None:
+    def __init__(self, files: list[Path], mode: str, text_field: str = "text", separator: str | None = None) -> None:
         self.files = files
         self.mode = mode
         self.text_field = text_field
@@ -270,7 +271,8 @@ class _OffsetIndex(_SourceIndex):
                 except OSError as exc:
                     raise BurnoutError(f"cannot read data file '{path}': {exc.strerror}") from None
             with stream:
-                for offset, length, line in _scan(stream, mode):
+                scanned = _scan(stream, mode) if mode != "separator" else _scan_separated(stream, separator.encode())
+                for offset, length, line in scanned:
                     file_ids.append(file_id)
                     offsets.append(offset)
                     lengths.append(length)
@@ -349,12 +351,38 @@ def _scan(stream: io.BufferedIOBase, mode: str) -> Iterator[tuple[int, int, int]
         yield start, end - start, start_line
 
 
+def _scan_separated(stream: io.BufferedIOBase, separator: bytes) -> Iterator[tuple[int, int, int]]:
+    """_scan's (byte offset, byte length, first line number) of each piece of `stream` between occurrences of
+    `separator` (which holds no line break), without the whitespace around it; a blank piece is no document."""
+    offset = 0
+    start = None  # offset of the current piece's first non-blank byte
+    start_line = end = 0
+    for line_number, line in enumerate(stream, start=1):
+        at = 0
+        while True:
+            found = line.find(separator, at)
+            piece = line[at : found if found >= 0 else len(line)]
+            if piece.strip():
+                if start is None:
+                    start, start_line = offset + at + len(piece) - len(piece.lstrip()), line_number
+                end = offset + at + len(piece.rstrip())
+            if found < 0:
+                break
+            if start is not None:
+                yield start, end - start, start_line
+                start = None
+            at = found + len(separator)
+        offset += len(line)
+    if start is not None:
+        yield start, end - start, start_line
+
+
 class _ParquetIndex(_SourceIndex):
     def __init__(self, files: list[Path], text_field: str) -> None:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise BurnoutError("parquet sources need pyarrow; pip install pyarrow") from None
+            raise BurnoutError(f"parquet sources need pyarrow; {install_extra('data')}") from None
         self.text_field = text_field
         self.files: list[Path] = []
         self.groups: list[tuple[int, int]] = []  # (file index, row group)
@@ -407,7 +435,7 @@ class _HFIndex(_SourceIndex):
             import datasets
         except ImportError:
             raise BurnoutError(
-                f"data source '{source.name}': kind hf needs the datasets package; pip install 'gpuburnout[data]'"
+                f"data source '{source.name}': kind hf needs the datasets package; {install_extra('data')}"
             ) from None
         kwargs = {}
         if source.data_files:
@@ -589,7 +617,8 @@ def _decompress(path: Path) -> bytes:
         try:
             import zstandard
         except ImportError:
-            raise BurnoutError(f"data file '{path}' is zstd-compressed; pip install zstandard to read it") from None
+            raise BurnoutError(f"data file '{path}' is zstd-compressed, which needs zstandard; {install_extra('data')}"
+                              ) from None
         with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
             return reader.read()
     except BurnoutError:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from burnout.common import plural
 from burnout.data import shards
 from burnout.errors import BurnoutError
 
@@ -91,8 +92,8 @@ class SplitDocuments:
         starts = np.asarray(records["start"], dtype=np.int64)
         sources = np.array(records["source"], dtype=np.uint16)
         if expected is not None and len(starts) != expected:
-            raise BurnoutError(f"'{path}' lists {len(starts):,} documents but meta.json counts {expected:,} in the "
-                               f"{self.split} split; {fix}")
+            raise BurnoutError(f"'{path}' lists {plural(len(starts), 'document')} but meta.json counts "
+                               f"{expected:,} in the {self.split} split; {fix}")
         if len(starts) and (starts[0] != 0 or starts[-1] >= self.total or np.any(np.diff(starts) < 1)
                             or int(sources.max()) >= len(self.source_names)):
             raise BurnoutError(f"'{path}' does not fit the {self.split} shards (its offsets or source numbers are "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE
+from burnout.common import EOT_TOKEN, TOKENIZER_FILE, plural
 from burnout.data.shards import read_meta, read_tokens, verify_checksums
 from burnout.data.tokenizer import load_tokenizer
 
@@ -33,19 +33,20 @@ def inspect_data(
         f"({meta.get('tokenizer_kind', '?')}), {EOT_TOKEN} = {meta['eot_id']}")
     for name, info in meta["splits"].items():
         shards = info["shards"]
-        out(f"  {name:5s} {info['tokens']:>14,} tokens  {info['documents']:>10,} documents  "
-            f"{len(shards)} shard(s){'  ' + shards[0]['file'] + ' …' if shards else ''}")
+        out(f"  {name:5s} {plural(info['tokens'], 'token'):>21}  {plural(info['documents'], 'document'):>20}  "
+            f"{plural(len(shards), 'shard')}{'  ' + shards[0]['file'] + ' …' if shards else ''}")
     sources = meta.get("sources", {}).get("per_source", {})
     for name, src in sources.items():
         target = src.get("target_share")
         target_text = f", target {target:.1%}" if target is not None else ""
         tokens = src.get("tokens", src.get("train_tokens", 0) + src.get("val_tokens", 0))
-        out(f"  source {name}: {tokens:,} tokens, {src['documents']:,} documents, share {src['share']:.1%}{target_text}"
-            + (f", short by {src['shortfall_tokens']:,} tokens" if src.get("shortfall_tokens", 0) > 0 else ""))
+        out(f"  source {name}: {plural(tokens, 'token')}, {plural(src['documents'], 'document')}, "
+            f"share {src['share']:.1%}{target_text}"
+            + (f", short by {plural(src['shortfall_tokens'], 'token')}" if src.get("shortfall_tokens", 0) > 0 else ""))
     cleaning = meta.get("cleaning")
     if cleaning and cleaning.get("documents_in"):
         dropped = {k: cleaning[k]["dropped_documents"] for k in ("clean", "min_chars", "dedup", "junk")}
-        out(f"  cleaning ({cleaning['mode']}): {cleaning['documents_in']:,} documents in, "
+        out(f"  cleaning ({cleaning['mode']}): {plural(cleaning['documents_in'], 'document')} in, "
             f"{cleaning['documents_out']:,} kept; "
             f"dropped: " + ", ".join(f"{k} {v:,}" for k, v in dropped.items()))
         verb = "dropped" if cleaning.get("drop_junk") else "matched (kept)"
@@ -53,10 +54,10 @@ def inspect_data(
         for pattern, entry in cleaning["junk"]["patterns"].items():
             per = ", ".join(f"{name} {counts['patterns'][pattern]:,}" for name, counts in by_source.items()
                             if counts["patterns"].get(pattern))
-            out(f"    junk {pattern!r}: {entry['documents']:,} documents {verb}" + (f" ({per})" if per else ""))
+            out(f"    junk {pattern!r}: {plural(entry['documents'], 'document')} {verb}" + (f" ({per})" if per else ""))
         for name, counts in cleaning.get("per_source", {}).items():
             dropped = {k: v for k, v in counts["dropped"].items() if v}
-            out(f"    source {name}: {counts['documents_in']:,} documents in, {counts['documents_out']:,} kept"
+            out(f"    source {name}: {plural(counts['documents_in'], 'document')} in, {counts['documents_out']:,} kept"
                 + ("; dropped: " + ", ".join(f"{k} {v:,}" for k, v in dropped.items()) if dropped else ""))
     tokens = read_tokens(data_dir, split)
     ids: list[int] = []

@@ -4,11 +4,17 @@ The directory it writes, and how it is read back, are in shards.py; encoding is 
 
 Mixing is by TOKEN share: source s contributes weight_s / sum(weights) of the token budget
 (data.max_tokens, or, when unset, the token count of the max_chars sample the tokenizer is trained
-on). Each source is read in its seeded order, each whole document going to val or to train, so no
-document is in both. Documents of the sources are interleaved in a seeded order that
-draws each source in proportion to the budget it still has left; each source sends a document to val
-when that keeps val's part of the tokens the source has given closest to val_fraction. The document
-that crosses a source's budget is cut (and still ends with <|endoftext|>).
+on). Each source is read in its seeded order, each whole document going to val or to train. Documents of
+the sources are interleaved in a seeded order that draws each source in proportion to the budget it still
+has left; each source sends a document to val when that keeps val's part of the tokens the source has given
+closest to val_fraction. A document larger than its source's whole share of val is cut in two instead when
+it is sent to val, or when it ends the budget with val short: its end to val, the rest to train (no other
+document is in both; `_SplitWriter._val_tokens`), so that a text of a few long documents still gives val
+about val_fraction of it. The document that crosses a source's budget is cut (and still ends with
+<|endoftext|>).
+
+A prepared folder whose data cannot work is said so (`data_warnings`): val's share far from val_fraction, or
+train tokens too few for any model preset to learn from (train says it again against the model it trains).
 
 Preparation streams: memory holds up to three encode chunks per source and one document per split, not the
 corpus. Chunks are encoded in the background (see encoder.py) while the next are read and written.
@@ -28,7 +34,9 @@ import hashlib
 import itertools
 import json
 import os
+import sys
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
@@ -37,7 +45,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import TOKENIZER_FILE, FolderLock, check_output_folder, write_atomic
+from burnout.common import TOKENIZER_FILE, FolderLock, check_output_folder, format_count, plural, write_atomic
 from burnout.config import DataConfig, TokenizerConfig
 from burnout.data import shards
 from burnout.data.clean import Cleaner
@@ -49,12 +57,27 @@ from burnout.errors import BurnoutError, StorageError
 # Shard-format functions are called through `shards.` (not imported by name), so that one change to
 # them (or a test's patch) reaches every caller, the shard writer's own calls included.
 
+# About this many train tokens per parameter make the most of a model's size (Hoffmann et al. 2022, "Chinchilla").
+CHINCHILLA_TOKENS_PER_PARAM = 20
+# Under this many train tokens per parameter a model memorises its text instead of learning from it (what sets
+# it: docs/USAGE.md, "Your own text").
+FAR_TOO_FEW_TOKENS_PER_PARAM = 0.01
+# The parameters of the smallest model preset (shakespeare-char, `burnout model list`): data far too small for it
+# is far too small for every preset. tests/data/test_prepare.py keeps it equal to the presets' smallest.
+SMALLEST_PRESET_PARAMS = 421_504
+# Val's share of the tokens is far from data.val_fraction beyond this factor of it, either way.
+VAL_SHARE_FACTOR = 2
+
 # Documents (or characters) read from one source before they are encoded together. Encoding a chunk
 # briefly holds Hugging Face Encoding objects, several values per token, which set prepare's peak memory:
 # 1M characters keep it flat whatever the corpus size; larger chunks take more memory for no more speed
 # (docs/PERFORMANCE.md).
 ENCODE_CHUNK_DOCS = 1024
 ENCODE_CHUNK_CHARS = 1_000_000
+
+
+def _print_to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def prepare_data(
@@ -65,6 +88,7 @@ def prepare_data(
     progress: bool = False,
     overwrite: bool = False,
     workers: int | None = None,
+    warn: Callable[[str], None] = _print_to_stderr,
 ) -> dict:
     """Mix, clean, tokenize and write a sharded data directory; returns its meta (also meta.json).
 
@@ -72,6 +96,7 @@ def prepare_data(
     `workers`: 1 encodes on one thread; more use the tokenizer's thread pool (None: one per CPU core).
     `out_dir` is new, empty or a data folder of burnout's, never one holding the sources or anything else;
     one process at a time prepares it (a second is refused in one line naming the first).
+    `warn` is given each line of `data_warnings` about the data it made.
     """
     data_cfg.validate()
     tok_cfg.validate()
@@ -79,7 +104,7 @@ def prepare_data(
     check_output_folder(out_dir, "data folder", "data", reads=_source_paths(data_cfg), recognise=data_folder_owner)
     with FolderLock(out_dir):
         try:
-            return _prepare(data_cfg, tok_cfg, out_dir, tokenizer_path, progress, overwrite, workers)
+            meta = _prepare(data_cfg, tok_cfg, out_dir, tokenizer_path, progress, overwrite, workers)
         except OSError as exc:
             if exc.filename is not None:  # the error names its path already
                 raise
@@ -88,6 +113,46 @@ def prepare_data(
             raise StorageError(f"writing the prepared data into '{out_dir}' failed ({exc.strerror or exc}); free "
                                "space on its disk, then run the same command again: it goes on where it stopped"
                                ) from None
+    for line in data_warnings(meta):
+        warn(line)
+    return meta
+
+
+def data_warnings(meta: dict) -> list[str]:
+    """A line for each thing that makes the prepared data of `meta` unfit to train on: val's share of the tokens
+    far from data.val_fraction; train tokens far too few for any model preset to learn from."""
+    train = meta["splits"]["train"]["tokens"]
+    lines = [val_share_warning(meta)]
+    if train < FAR_TOO_FEW_TOKENS_PER_PARAM * SMALLEST_PRESET_PARAMS:
+        lines.append(f"warning: {plural(train, 'train token')}, far too few to learn from for any model preset: "
+                     f"~{CHINCHILLA_TOKENS_PER_PARAM} per parameter is usual (Chinchilla), so they suit "
+                     f"~{format_count(train / CHINCHILLA_TOKENS_PER_PARAM)} parameters; the smallest preset "
+                     f"({SMALLEST_PRESET_PARAMS:,} parameters) would get {train / SMALLEST_PRESET_PARAMS:.2g} per "
+                     f"parameter, under the {FAR_TOO_FEW_TOKENS_PER_PARAM:g} where a model memorises its text; "
+                     "add text")
+    return [line for line in lines if line]
+
+
+def val_share_warning(meta: dict) -> str | None:
+    """A line when val's share of the prepared tokens is far from data.val_fraction (VAL_SHARE_FACTOR), else None."""
+    fraction = (meta.get("data_config") or {}).get("val_fraction")
+    val = meta["splits"]["val"]["tokens"]
+    total = val + meta["splits"]["train"]["tokens"]
+    if not fraction or fraction / VAL_SHARE_FACTOR <= val / total <= fraction * VAL_SHARE_FACTOR:
+        return None
+    return (f"warning: the val split holds {val / total:.0%} of the tokens ({val:,} of {total:,}), far from "
+            f"data.val_fraction {fraction:g}: its loss says little of how the model does on text it has not seen; "
+            "prepare more documents, or cut each one (data.split=contiguous)")
+
+
+def tokens_per_param_warning(train_tokens: int, params: int) -> str | None:
+    """A line when `train_tokens` are far too few for a model of `params` parameters to learn from, else None."""
+    ratio = train_tokens / params
+    if ratio >= FAR_TOO_FEW_TOKENS_PER_PARAM:
+        return None
+    return (f"warning: {plural(train_tokens, 'train token')} for {plural(params, 'parameter')}: {ratio:.2g} tokens "
+            f"per parameter, far too few to learn from (under {FAR_TOO_FEW_TOKENS_PER_PARAM:g} a model memorises "
+            f"its text; about {CHINCHILLA_TOKENS_PER_PARAM} is usual, Chinchilla): add text, or train a smaller model")
 
 
 def _prepare(data_cfg: DataConfig, tok_cfg: TokenizerConfig, out_dir: Path, tokenizer_path: str | Path | None,
@@ -404,20 +469,52 @@ class _SplitWriter:
                 "document_index": self._document_index}
 
     def _add_document(self, i: int, ids: np.ndarray, chars: int, bar) -> None:
-        """Source i's next document, cut at its budget, whole to val or to train."""
-        doc = np.empty(min(len(ids) + 1, int(self.remaining[i])), dtype=self.dtype)
-        doc[:-1] = ids[: len(doc) - 1]
+        """Source i's next document, cut at its budget, whole to val or to train, or cut in two (`_val_tokens`):
+        its end to val, the rest to train, each part ending with <|endoftext|>."""
+        length = min(len(ids) + 1, int(self.remaining[i]))
+        val_tokens = self._val_tokens(i, length)
+        if val_tokens in (0, length):
+            part_chars = chars if length == len(ids) + 1 else round(chars * length / (len(ids) + 1))
+            self._add_part("val" if val_tokens else "train", i, ids[: length - 1], part_chars, bar)
+            return
+        # Both parts' <|endoftext|> within the budget: a document that meets it exactly gives up its last token.
+        body = ids[: min(len(ids), int(self.remaining[i]) - 2)]
+        cut = len(body) - val_tokens + 1
+        for split, part in (("train", body[:cut]), ("val", body[cut:])):
+            self._add_part(split, i, part, round(chars * len(part) / len(ids)), bar)
+
+    def _add_part(self, split: str, i: int, ids: np.ndarray, chars: int, bar) -> None:
+        """A document of source i, or a part of one, with <|endoftext|> after it, to `split`, counted."""
+        doc = np.empty(len(ids) + 1, dtype=self.dtype)
+        doc[:-1] = ids
         doc[-1] = self.eot
-        # A whole document goes to val when that brings the source's val share closer to
-        # val_fraction than sending it to train would, so the share holds even when it runs short.
-        # A source's second document goes to val if none has yet, so every source is in val.
-        to_val = self.taken_val[i] + len(doc) / 2 < self.cfg.val_fraction * (self.taken[i] + len(doc))
-        split = "val" if to_val or (self.taken_val[i] == 0 and self.taken[i] > 0) else "train"
-        chars = chars if len(doc) == len(ids) + 1 else round(chars * len(doc) / (len(ids) + 1))
         self._write(split, i, doc, chars, bar)
         self.taken[i] += len(doc)
         self.taken_val[i] += len(doc) if split == "val" else 0
         self.remaining[i] -= len(doc)
+
+    def _val_tokens(self, i: int, length: int) -> int:
+        """How many of the `length` tokens of source i's next document go to val: all, none, or (a document larger
+        than the source's whole share of val) the number that brings the source's val share to val_fraction.
+
+        A whole document goes to val when that brings the source's val share closer to val_fraction than
+        sending it to train would, so the share holds even when it runs short; a source's second document goes
+        to val if none has yet, so every source is in val. A document larger than the source's val share would
+        take that share far past val_fraction, so it is cut instead, and so is one that ends the source's budget
+        while val holds under half its share: a text of a few long documents (a story each, or one book) splits
+        near val_fraction too, where whole documents give val none of one document, or half of two.
+        """
+        fraction, taken, taken_val = self.cfg.val_fraction, int(self.taken[i]), int(self.taken_val[i])
+        need = fraction * (taken + length) - taken_val  # what val lacks of its share once this document is in
+        to_val = need > length / 2 or (taken_val == 0 and taken > 0)
+        larger = length > fraction * self.budgets[self.names[i]]
+        short_at_end = length >= self.remaining[i] and need > fraction * (taken + length) / 2
+        if not larger or not (to_val or short_at_end):
+            return length if to_val else 0
+        tokens = round(need)
+        if tokens < 2:  # val's part would hold no text, only its <|endoftext|>
+            return 0
+        return length if tokens >= length - 1 else tokens
 
     def _add_contiguous(self, i: int, ids: np.ndarray, chars: int, bar) -> None:
         """data.split=contiguous: the document's first 1 - val_fraction of tokens (+ <|endoftext|>) to train,

@@ -26,7 +26,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from burnout.common import not_a_file_or_folder
+from burnout.common import EOT_TOKEN, not_a_file_or_folder
 from burnout.config import (
     CONFIG_DIR,
     DataConfig,
@@ -133,7 +133,7 @@ TOKENIZER_SPECS = "bpe, bpe:VOCAB (e.g. bpe:8192), char, gpt2 or gpt2:FOLDER (ho
 
 
 def load_prepare_sections(arg: str, overrides: list[str] = (), *, tokenizer: str | None = None,
-                          text_field: str | None = None, split_by: str | None = None,
+                          text_field: str | None = None, split_by: str | None = None, separator: str | None = None,
                           drop: list[str] = ()) -> tuple[DataConfig, TokenizerConfig]:
     """The data and tokenizer sections `burnout data prepare ARG` prepares: a recipe's or run config's, or
     ones built for your own text when ARG is a text/jsonl/parquet file, folder or glob (see `input_kind`).
@@ -150,8 +150,9 @@ def load_prepare_sections(arg: str, overrides: list[str] = (), *, tokenizer: str
     kind = input_kind(arg)
     if kind is not None:
         return own_text_sections(arg, kind, overrides, tokenizer=tokenizer, text_field=text_field,
-                                 split_by=split_by, drop=drop)
-    for flag, value in (("--tokenizer", tokenizer), ("--text-field", text_field), ("--split-by", split_by)):
+                                 split_by=split_by, separator=separator, drop=drop)
+    for flag, value in (("--tokenizer", tokenizer), ("--text-field", text_field), ("--split-by", split_by),
+                        ("--separator", separator)):
         if value is not None:
             raise BurnoutError(f"{flag} applies to your own text (a file, folder or glob); '{arg}' is a recipe or "
                                "run config, which sets it in its own sections (e.g. tokenizer.kind=char)")
@@ -273,24 +274,31 @@ def _glob_kind(pattern: str) -> str:
 
 
 def own_text_sections(arg: str, kind: str, overrides: list[str] = (), *, tokenizer: str | None = None,
-                      text_field: str | None = None, split_by: str | None = None,
+                      text_field: str | None = None, split_by: str | None = None, separator: str | None = None,
                       drop: list[str] = ()) -> tuple[DataConfig, TokenizerConfig]:
     """Data and tokenizer sections for one source of your own text (`input_kind`'s kind): every document of it,
     cleaned `lenient`, 5% to val, the tokenizer from `tokenizer` (`tokenizer_spec`, default bpe sized to
-    the corpus). Text is split into paragraphs when blank lines separate blocks of it, else into lines
-    (`split_by` chooses: file, paragraph or line); jsonl and parquet read `text_field` (default "text").
+    the corpus). Text is split at lines holding only <|endoftext|> when it has them, else into paragraphs when
+    blank lines separate blocks of it, else into lines (`split_by` chooses: file, paragraph or line; `separator`
+    splits at each occurrence of that string); jsonl and parquet read `text_field` (default "text").
     `overrides`: data.KEY=VALUE / tokenizer.KEY=VALUE on top."""
     if text_field is not None and kind == "text":
         raise BurnoutError(f"--text-field applies to .jsonl and .parquet files; '{arg}' is text")
-    if split_by is not None and kind != "text":
-        raise BurnoutError(f"--split-by applies to text files; '{arg}' is {kind}, one document per record")
+    for flag, value in (("--split-by", split_by), ("--separator", separator)):
+        if value is not None and kind != "text":
+            raise BurnoutError(f"{flag} applies to text files; '{arg}' is {kind}, one document per record")
+    if split_by is not None and separator is not None:
+        raise BurnoutError(f"--split-by {split_by} and --separator each say where documents end; give one of them")
     source = {"name": _source_name(arg), "kind": kind, "path": os.path.abspath(os.path.expanduser(arg))}
     files = _readable_files(arg, source)
     packed = kind == "parquet"
     chars = sum(size * (_PACKED_FACTOR if packed or p.name.lower().endswith(COMPRESSED_SUFFIXES) else 1)
                 for p, size in files)
     if kind == "text":
-        source["split_by"] = split_by or _auto_split([p for p, _ in files])
+        if separator is not None:
+            source.update(split_by="separator", separator=separator)
+        else:
+            source.update({"split_by": split_by} if split_by else auto_split([p for p, _ in files]))
     else:
         source["text_field"] = text_field or "text"
     data: dict = {"sources": [source], "clean": OWN_CLEAN, "val_fraction": OWN_VAL_FRACTION}
@@ -358,8 +366,12 @@ def _check_text_head(path: Path) -> None:
                            "convert it to UTF-8") from None
 
 
-def _auto_split(files: list[Path]) -> str:
-    """paragraph when blank lines separate blocks of text in the first files (their first 64 KiB), else line."""
+def auto_split(files: list[Path]) -> dict:
+    """How the first files (their first 64 KiB) are split into documents, as a text source's split_by (and
+    separator): at lines holding only <|endoftext|> when there are some (GPT-2's separator, the one a corpus
+    written out of a tokenized one shows), else into paragraphs when blank lines separate blocks of text, else
+    into lines."""
+    paragraphs = False
     for path in files[:16]:
         opener = {".gz": gzip.open, ".bz2": bz2.open}.get(path.suffix.lower(), open)
         if path.name.lower().endswith(".zst"):
@@ -369,12 +381,13 @@ def _auto_split(files: list[Path]) -> str:
                 lines = f.read(_SNIFF_BYTES).splitlines()
         except (OSError, EOFError):
             continue
+        if any(line.strip() == EOT_TOKEN.encode() for line in lines):
+            return {"split_by": "separator", "separator": EOT_TOKEN}
         text = [bool(line.strip()) for line in lines[:-1]]  # the last line may be cut short
         first = text.index(True) if True in text else len(text)
         last = len(text) - 1 - text[::-1].index(True) if True in text else -1
-        if not all(text[first : last + 1]):
-            return "paragraph"
-    return "line"
+        paragraphs = paragraphs or not all(text[first : last + 1])
+    return {"split_by": "paragraph" if paragraphs else "line"}
 
 
 def tokenizer_spec(spec: str, corpus_chars: int = 0) -> dict:
@@ -421,6 +434,14 @@ def _gpt2_folder() -> Path:
 # Training a prepared folder without a config: `burnout train --data DIR --model PRESET --out RUN`
 
 
+def preset_train_section() -> dict:
+    """The train section a model preset trains with when no config gives one: the quickstart's, its seq_len left to
+    the model's context."""
+    train = dict(read_yaml(CONFIG_DIR / "quickstart.yaml").get("train") or {})
+    train.pop("seq_len", None)
+    return train
+
+
 def data_run_config(data_dir: str | Path, preset: str, overrides: list[str] = ()) -> RunConfig:
     """The run config that trains model preset `preset` on the prepared folder `data_dir`: the preset with the
     data's vocabulary size, the data's own data and tokenizer sections (prepared_dir set), and the
@@ -428,9 +449,7 @@ def data_run_config(data_dir: str | Path, preset: str, overrides: list[str] = ()
     vocabulary smaller than the data's is refused."""
     data_dir = Path(data_dir)
     meta = read_meta(data_dir)
-    train = dict(read_yaml(CONFIG_DIR / "quickstart.yaml").get("train") or {})
-    train.pop("seq_len", None)
-    raw = {"model": {"preset": preset, "vocab_size": meta["vocab_size"]}, "train": train,
+    raw = {"model": {"preset": preset, "vocab_size": meta["vocab_size"]}, "train": preset_train_section(),
            "data": {"prepared_dir": str(data_dir.resolve())}}
     try:  # the sections the data was prepared from, when this version reads them
         data = {**asdict(from_dict(DataConfig, meta.get("data_config") or {}, "data")),

@@ -238,8 +238,10 @@ def evaluate_checkpoint(
                     "limit": limit, "tasks": {}}
 
     def report(task: str, result: dict) -> None:
-        shown = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "num_fewshot"}
-        say(f"step {record['step']}: {task} " + ", ".join(f"{k} {_fmt(v)}" for k, v in shown.items()))
+        shown = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k not in ("num_fewshot", "chance")}
+        chance = f" (chance {_fmt(result['chance'])})" if "chance" in result else ""
+        say(f"step {record['step']}: {task} " + ", ".join(f"{k} {_fmt(v)}" + chance * (k == "acc")
+                                                          for k, v in shown.items()))
 
     if plan.val:
         val_dir = data_dir or ckpt.config.data.prepared_dir
@@ -328,6 +330,9 @@ def write_summary(run_dir: Path) -> str:
                 if "num_fewshot" in m and "examples" in m]
     if settings:
         table += "\nSettings (latest row): " + "; ".join(settings) + "\n"
+    chances = [f"{task} {_fmt(m['chance'])}" for task, m in latest.items() if "chance" in m]
+    if chances:
+        table += "Chance level, the acc of a uniform guess among each item's choices: " + ", ".join(chances) + "\n"
     published = reference_table(t for r in records for t in r["tasks"])
     if published:
         table += (f"\nPublished scores at comparable sizes ({REFERENCES_FILE.name}, each with its source):\n\n"

@@ -38,7 +38,7 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import EOT_TOKEN, first_line, write_atomic
+from burnout.common import EOT_TOKEN, first_line, install_extra, write_atomic
 from burnout.core.chat_template import IM_END, is_chat_model
 from burnout.core.device import resolve_device
 from burnout.core.model_files import load_model
@@ -53,7 +53,7 @@ try:  # the optional lm-eval package; without it run_harness says how to install
 except ImportError:
     TemplateLM = object
 
-INSTALL_HINT = "pip install 'gpuburnout[dev]' (or pip install lm-eval)"
+INSTALL_HINT = f"{install_extra('dev')}; or lm-eval alone: pip install lm-eval"
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HFLM.max_gen_toks, for tasks that set none
 # Generation settings a task may give besides until / max_gen_toks (and their aliases) / do_sample / temperature.
 SAMPLING_KWARGS = {"top_k", "top_p", "repetition_penalty"}

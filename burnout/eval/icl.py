@@ -41,7 +41,7 @@ from pathlib import Path
 import yaml
 
 from burnout.errors import BurnoutError
-from burnout.eval.scoring import item_metrics, score_items
+from burnout.eval.scoring import chance_accuracy, item_metrics, score_items
 from burnout.eval.tasks import (
     FEWSHOT_SEED,
     TASK_TYPES,
@@ -265,12 +265,12 @@ def score_task(model, tokenizer, task: IclTask, limit: int | None = None, batch_
             bar.reset(total=len(items))
             bar.set_description(key)
         _, samples = score_items(model, tokenizer, task.type, items, batch_size, bar.update if bar else None)
-        metrics = item_metrics(task.type, samples)
+        metrics = _task_metrics(task.type, samples)
         if task.has_categories:
             by_category: dict[str, list[dict]] = {}
             for s in samples:
                 by_category.setdefault(s["category"], []).append(s)
-            categories = {c: item_metrics(task.type, group) for c, group in by_category.items()}
+            categories = {c: _task_metrics(task.type, group) for c, group in by_category.items()}
             for name in metrics:  # DCLM: the label's score is the mean of its categories'
                 if name not in ("examples", "truncated"):
                     metrics[name] = sum(c[name] for c in categories.values()) / len(categories)
@@ -279,6 +279,14 @@ def score_task(model, tokenizer, task: IclTask, limit: int | None = None, batch_
                         "first_prompt": {"context": items[0].requests[0][0], "continuation": items[0].requests[0][1]}})
         out[key] = metrics
     return out
+
+
+def _task_metrics(task_type: str, samples: list[dict]) -> dict:
+    """item_metrics, with the chance accuracy beside acc where the items have choices to guess among."""
+    metrics = item_metrics(task_type, samples)
+    if task_type != "language_modeling":
+        metrics["chance"] = chance_accuracy(samples)
+    return metrics
 
 
 def read_baselines(path: str | Path) -> dict[str, float]:

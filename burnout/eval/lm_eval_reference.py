@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from burnout.common import write_atomic
+from burnout.common import install_extra, write_atomic
 from burnout.errors import BurnoutError
 from burnout.eval.tasks import DEFAULT_FILES
 
@@ -66,7 +66,7 @@ def hf_model(hf_dir: str | Path, batch_size: int, device: str = "cpu"):
     try:
         from lm_eval.models.huggingface import HFLM
     except ImportError:
-        raise BurnoutError("lm-evaluation-harness is not installed; pip install lm-eval") from None
+        raise BurnoutError(f"lm-evaluation-harness is not installed; {install_extra('dev')}") from None
     # Our tokenizers have no BOS; lm-eval must not add one either.
     return HFLM(pretrained=str(hf_dir), dtype="float32", add_bos_token=False, batch_size=batch_size, device=device)
 

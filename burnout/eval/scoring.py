@@ -380,6 +380,12 @@ def item_metrics(task_type: str, samples: list[dict]) -> dict[str, float]:
     return {**metrics, "examples": n, "truncated": sum(s["truncated"] for s in samples)}
 
 
+def chance_accuracy(samples: list[dict]) -> float:
+    """The accuracy of a uniform guess among each item's choices, over scored items: the mean of 1 / choices (0.25
+    for four). What a multiple-choice or schema task's acc is read against."""
+    return sum(1 / len(s["choices"]) for s in samples) / len(samples)
+
+
 def score_examples(
     model: Transformer,
     tokenizer: Tokenizer,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from burnout.common import first_line, kind_of
+from burnout.common import first_line, install_extra, kind_of
 from burnout.core.chat_template import (
     Conversation,
     check_messages,
@@ -136,7 +136,7 @@ def _parquet_records(path: Path) -> Iterator[dict]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise BurnoutError("parquet files need pyarrow; pip install pyarrow") from None
+        raise BurnoutError(f"parquet files need pyarrow; {install_extra('data')}") from None
     try:
         parquet = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid for bytes that are not parquet
@@ -149,7 +149,7 @@ def _hf_records(name: str, split: str, subset: str | None, data_files: str | Non
     try:
         import datasets
     except ImportError:
-        raise BurnoutError(f"{HF_PREFIX}{name} needs the datasets package; pip install 'gpuburnout[data]'") from None
+        raise BurnoutError(f"{HF_PREFIX}{name} needs the datasets package; {install_extra('data')}") from None
     kwargs = {"data_files": os.path.expanduser(data_files)} if data_files else {}
     try:
         dataset = datasets.load_dataset(name, subset, split=split, streaming=True, **kwargs)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import AUDIT_DIR, AUDIT_JSON, check_output_folder
+from burnout.common import AUDIT_DIR, AUDIT_JSON, check_output_folder, plural
 from burnout.errors import BurnoutError
 from burnout.forensics.audit_settings import AuditSettings
 from burnout.forensics.bounded_counting import CountTable
@@ -174,7 +174,7 @@ def audit_streams(streams: Iterable[tuple[str, str, Callable[[], Iterable[str]]]
         auditor.finish(name)
         if progress:
             audit = auditor.audits[name]
-            progress(f"audited {name}: {audit.documents:,} documents, {audit.chars:,} characters")
+            progress(f"audited {name}: {plural(audit.documents, 'document')}, {plural(audit.chars, 'character')}")
     again = {name: documents for name, _, documents in streams}
     return auditor.report(lambda name: enumerate(text for text in again[name]() if text))
 
@@ -214,8 +214,10 @@ def recipe_streams(cfg, chars_per_source: int | None = None) -> list[tuple[str, 
 
 
 def file_source(path: Path):
-    """A one-source DataConfig for a jsonl / text / parquet file (compressed too)."""
+    """A one-source DataConfig for a jsonl / text / parquet file (compressed too); a text file's documents are the
+    ones `burnout data prepare` makes of it."""
     from burnout.config import DataConfig, SourceConfig
+    from burnout.data.recipe import auto_split
 
     name = path.name
     for suffix in (".gz", ".bz2", ".zst"):
@@ -225,8 +227,8 @@ def file_source(path: Path):
     if kind is None:
         raise BurnoutError(f"'{path}' is not a recipe, a prepared data folder or a .jsonl/.txt/.parquet file; "
                            "give one of those (or --sft for conversations)")
-    split_by = "paragraph" if kind == "text" else "file"
-    return DataConfig(sources=[SourceConfig(name=Path(name).stem, kind=kind, path=str(path), split_by=split_by)])
+    split = auto_split([path]) if kind == "text" else {"split_by": "file"}
+    return DataConfig(sources=[SourceConfig(name=Path(name).stem, kind=kind, path=str(path), **split)])
 
 
 def audit_prepared(data_dir: Path, split: str = "train", settings: AuditSettings | None = None,
@@ -257,7 +259,7 @@ def audit_prepared(data_dir: Path, split: str = "train", settings: AuditSettings
         if len(batch) >= 256:
             decode()
         if progress and item[0].index and item[0].index % 100_000 == 0:
-            progress(f"audited {item[0].index:,} of {len(docs):,} documents")
+            progress(f"audited {item[0].index:,} of {plural(len(docs), 'document')}")
     decode()
 
     def reread(name: str) -> Iterator[tuple[int, str]]:

@@ -21,6 +21,7 @@ from collections import Counter
 
 import numpy as np
 
+from burnout.common import install_extra
 from burnout.errors import BurnoutError
 from burnout.forensics.audit_settings import AuditSettings
 from burnout.forensics.snippets import snippet
@@ -39,7 +40,7 @@ class Duplicates:
         try:
             from datasketch import MinHash, MinHashLSH
         except ImportError:
-            raise BurnoutError("the near-duplicate search needs datasketch; pip install 'gpuburnout[data]'") from None
+            raise BurnoutError(f"the near-duplicate search needs datasketch; {install_extra('data')}") from None
         self.settings = settings
         self.names = source_names
         self.first: dict[int, int] = {}  # hash -> source << 40 | ordinal of its first document

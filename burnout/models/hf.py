@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, unwrapped, write_atomic
+from burnout.common import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, unwrapped, write_atomic, write_atomic_with
 from burnout.config import ModelConfig
 from burnout.errors import BurnoutError
 from burnout.models.transformer import Transformer
@@ -418,7 +418,8 @@ def save_hf(
 
     dtype = model.tok_emb.weight.dtype
     config = hf_config_dict(model.cfg, eos_token_id=eos_token_id, bos_token_id=bos_token_id, dtype=dtype)
-    save_file(to_hf_state_dict(model), str(out_dir / WEIGHTS_NAME), metadata={"format": "pt"})
+    write_atomic_with(out_dir / WEIGHTS_NAME,
+                      lambda path: save_file(to_hf_state_dict(model), str(path), metadata={"format": "pt"}))
     _write_json(out_dir / "config.json", config)
     generation = {"_from_model_config": True}
     if bos_token_id is not None:

@@ -15,34 +15,34 @@ from pathlib import Path
 # The playground runs offline: no usage reporting to Gradio's servers unless the user asks for it.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+from burnout.common import checked_number, first_line, install_extra  # noqa: E402
 from burnout.errors import BurnoutError  # noqa: E402
 
 try:
     import gradio as gr  # after the environment default above
 except ImportError:
-    raise BurnoutError("the playground needs Gradio; install it with: pip install 'gpuburnout[playground]'") from None
+    raise BurnoutError(f"the playground needs Gradio; {install_extra('playground')}") from None
 
 import pydantic  # noqa: E402  (installed with Gradio)
 from starlette.middleware import Middleware  # noqa: E402  (installed with Gradio)
 from starlette.responses import PlainTextResponse  # noqa: E402
 
-from burnout.common import checked_number, first_line  # noqa: E402
-from burnout.generate.prompts import SAMPLE_PROMPTS  # noqa: E402
 from burnout.playground.catalog import (  # noqa: E402
     MAX_NEW_TOKENS,
     MAX_PROMPT_CHARS,
     Entry,
     ModelCache,
     discover,
+    example_prompts,
     sampling_settings,
     stream_chat,
     stream_text,
 )
 
-# A question is for a chat model: with chat checkpoints served it is an example of the Chat tab.
+# A question is for a chat model: with chat checkpoints served it is an example of the Chat tab; without, the first
+# is one of the Generate tab's, for a base model to continue rather than answer.
 CHAT_EXAMPLES = ["What is the capital of France?", "Give me three tips for staying focused.",
                  "Explain what a GPU does in one sentence."]
-EXAMPLE_PROMPTS = [*SAMPLE_PROMPTS, CHAT_EXAMPLES[0], "Write a poem about coffee."]
 MAX_SIDE_BY_SIDE = 3
 NO_BASE = "(none)"
 
@@ -51,38 +51,42 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
     labels = list(entries)
     chat_labels = [label for label, entry in entries.items() if entry.chat]
 
-    def info_markdown(label: str) -> str:
-        if label not in entries:
+    # The handlers' parameter names are the API's field names (Gradio names them from the signature).
+    def info_markdown(checkpoint: str) -> str:
+        if checkpoint not in entries:
             return ""
-        entry = entries[label]
-        model = cache.get(label).model
+        entry = entries[checkpoint]
+        model = cache.get(checkpoint).model
         cfg = model.cfg
         params = sum(p.numel() for p in model.parameters())
         val = entry.info.get("val_loss")
         return "\n".join([
-            f"**{label}**" + (" (chat model: try the Chat tab)" if entry.chat else ""),
+            f"**{checkpoint}**" + (" (chat model: try the Chat tab)" if entry.chat else ""),
             f"- parameters: {params:,} ({cfg.family}, {cfg.n_layer} layers × {cfg.d_model} wide)",
-            f"- tokenizer: {cache.get(label).tokenizer.get_vocab_size():,} tokens; context {cfg.context_length}",
+            f"- tokenizer: {cache.get(checkpoint).tokenizer.get_vocab_size():,} tokens; context {cfg.context_length}",
             f"- step {entry.info['step']:,}, {entry.info.get('tokens', 0):,} tokens trained",
             f"- val loss: {val:.4f}" if isinstance(val, (int, float)) else "- val loss: not measured",
         ])
 
-    def generate(label: str, prompt: str, max_new: float, *sampling: float) -> Iterator[str]:
+    def generate(checkpoint: str, prompt: str, max_new_tokens: float, temperature: float, top_k: float,
+                 top_p: float, repetition_penalty: float) -> Iterator[str]:
         try:
-            loaded = cache.get(label)
-            yield from stream_text(loaded, prompt, max_new, **sampling_settings(*sampling))
+            loaded = cache.get(checkpoint)
+            settings = sampling_settings(temperature, top_k, top_p, repetition_penalty)
+            yield from stream_text(loaded, prompt, max_new_tokens, **settings)
         except BurnoutError as exc:
             raise refusal(str(exc)) from None
 
-    def side_by_side(chosen: list[str], prompt: str, max_new: float, *sampling: float):
-        if not isinstance(chosen, list) or not 2 <= len(chosen) <= MAX_SIDE_BY_SIDE:
-            count = len(chosen) if isinstance(chosen, list) else 0
+    def side_by_side(checkpoints: list[str], prompt: str, max_new_tokens: float, temperature: float, top_k: float,
+                     top_p: float, repetition_penalty: float):
+        if not isinstance(checkpoints, list) or not 2 <= len(checkpoints) <= MAX_SIDE_BY_SIDE:
+            count = len(checkpoints) if isinstance(checkpoints, list) else 0
             raise refusal(f"choose 2 or {MAX_SIDE_BY_SIDE} checkpoints to compare (chosen: {count})")
         try:
-            settings = sampling_settings(*sampling)
-            streams = [stream_text(cache.get(label), prompt, max_new, **settings) for label in chosen]
-            texts = [""] * len(chosen)
-            live = list(range(len(chosen)))
+            settings = sampling_settings(temperature, top_k, top_p, repetition_penalty)
+            streams = [stream_text(cache.get(label), prompt, max_new_tokens, **settings) for label in checkpoints]
+            texts = [""] * len(checkpoints)
+            live = list(range(len(checkpoints)))
             # One token for each checkpoint in turn, so the columns grow together.
             while live:
                 for i in list(live):
@@ -90,7 +94,7 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
                         texts[i] = next(streams[i])
                     except StopIteration:
                         live.remove(i)
-                yield _columns(chosen, texts)
+                yield _columns(checkpoints, texts)
         except BurnoutError as exc:
             raise refusal(str(exc)) from None
 
@@ -109,14 +113,14 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
                 with gr.Column(scale=2):
                     checkpoint = gr.Dropdown(labels, value=labels[-1], label="checkpoint", elem_id="checkpoint")
                     prompt = gr.Textbox(label="prompt", lines=3, max_length=MAX_PROMPT_CHARS, elem_id="prompt")
-                    gr.Examples([p for p in EXAMPLE_PROMPTS if not chat_labels or p not in CHAT_EXAMPLES],
+                    gr.Examples([*example_prompts(entries), *([] if chat_labels else CHAT_EXAMPLES[:1])],
                                 inputs=prompt)
                     button = gr.Button("Generate", variant="primary", elem_id="generate")
                 with gr.Column(scale=1):
                     info = gr.Markdown(info_markdown(labels[-1]), elem_id="model-info")
             output = gr.Textbox(label="output", lines=8, elem_id="output")
-            checkpoint.change(info_markdown, checkpoint, info)
-            button.click(generate, [checkpoint, prompt, *sampling], output)
+            checkpoint.change(info_markdown, checkpoint, info, api_name="model_info")
+            button.click(generate, [checkpoint, prompt, *sampling], output, api_name="generate")
         with gr.Tab("Side by side"):
             gr.Markdown("One prompt, two or three checkpoints at once: watch it get less stupid.")
             chosen = gr.CheckboxGroup(labels, value=labels[-MAX_SIDE_BY_SIDE:] if len(labels) > 1 else [],
@@ -126,7 +130,7 @@ def build_app(entries: dict[str, Entry], cache: ModelCache) -> gr.Blocks:
             with gr.Row():
                 columns = [gr.Textbox(label=f"checkpoint {i + 1}", lines=8, elem_id=f"compare-output-{i}")
                            for i in range(MAX_SIDE_BY_SIDE)]
-            compare_button.click(side_by_side, [chosen, compare_prompt, *sampling], columns)
+            compare_button.click(side_by_side, [chosen, compare_prompt, *sampling], columns, api_name="side_by_side")
         if chat_labels:
             _chat_tab(entries, cache, sampling)
     return app
@@ -137,14 +141,15 @@ def _chat_tab(entries: dict[str, Entry], cache: ModelCache, sampling: list) -> N
     chat_labels = [label for label, entry in entries.items() if entry.chat]
     base_labels = [label for label, entry in entries.items() if not entry.chat]
 
-    def chat_turn(label: str, base_label: str, system: str, message: str, history: list, base_history: list,
-                  max_new: float, *values: float):
-        chats = [(label, history if isinstance(history, list) else [])]
-        if base_label in base_labels:
-            chats.append((base_label, base_history if isinstance(base_history, list) else []))
+    def chat_turn(chat_checkpoint: str, base_checkpoint: str, system: str, message: str, history: list,
+                  base_history: list, max_new_tokens: float, temperature: float, top_k: float, top_p: float,
+                  repetition_penalty: float):
+        chats = [(chat_checkpoint, history if isinstance(history, list) else [])]
+        if base_checkpoint in base_labels:
+            chats.append((base_checkpoint, base_history if isinstance(base_history, list) else []))
         try:
-            settings = sampling_settings(*values)
-            streams = [stream_chat(cache.get(name), past, message, max_new, system or "", **settings)
+            settings = sampling_settings(temperature, top_k, top_p, repetition_penalty)
+            streams = [stream_chat(cache.get(name), past, message, max_new_tokens, system or "", **settings)
                        for name, past in chats]
             answers = [next(stream) for stream in streams]  # the requests are checked here, before any output
             live = list(range(len(streams)))
@@ -181,11 +186,14 @@ def _chat_tab(entries: dict[str, Entry], cache: ModelCache, sampling: list) -> N
             send = gr.Button("Send", variant="primary", elem_id="chat-send")
             clear = gr.Button("Clear conversation", elem_id="chat-clear")
         inputs = [chat_checkpoint, base_checkpoint, system, message, chat_bot, base_bot, *sampling]
-        send.click(chat_turn, inputs, [chat_bot, base_bot, message])
-        message.submit(chat_turn, inputs, [chat_bot, base_bot, message])
-        clear.click(lambda: ([], []), None, [chat_bot, base_bot])
+        send.click(chat_turn, inputs, [chat_bot, base_bot, message], api_name="chat_turn")
+        # Enter does what Send does: one endpoint in the API, not a second copy of it.
+        message.submit(chat_turn, inputs, [chat_bot, base_bot, message], api_visibility="undocumented")
+        # What the page itself does on a click, not endpoints of the API.
+        clear.click(lambda: ([], []), None, [chat_bot, base_bot], api_visibility="undocumented")
         # Another base model starts from an empty conversation (it did not say what the old one said).
-        base_checkpoint.change(lambda name: gr.update(visible=name != NO_BASE, value=[]), base_checkpoint, base_bot)
+        base_checkpoint.change(lambda name: gr.update(visible=name != NO_BASE, value=[]), base_checkpoint, base_bot,
+                               api_visibility="undocumented")
 
 
 def refusal(message: str) -> gr.Error:

@@ -9,6 +9,7 @@ bounded here before anything is encoded.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections import OrderedDict
@@ -16,11 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnout.common import RUN_CONFIG_FILE, checked_number
+from burnout.common import RUN_CONFIG_FILE, checked_number, tokenizer_file
 from burnout.config import load_run_config
 from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.model_files import load_model
+from burnout.data.documents import iter_documents
+from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.generate.chat import TRANSCRIPT_STOP, chat_prompt, fit_messages, plain_transcript, reply_room, stream_reply
 from burnout.generate.sampling import stream_text as sampling_stream_text
@@ -28,6 +31,9 @@ from burnout.generate.sampling import stream_text as sampling_stream_text
 MAX_PROMPT_CHARS = 2000
 MAX_NEW_TOKENS = 500
 MAX_HISTORY_CHARS = 20_000  # of a conversation sent back by the browser; older messages are left out
+# The Generate tab's examples from a run's own data: the opening words (at most EXAMPLE_WORDS) of its val split's
+# first EXAMPLE_DOCUMENTS documents with words in their first line, looked for among its first SCANNED_DOCUMENTS.
+EXAMPLE_DOCUMENTS, EXAMPLE_WORDS, SCANNED_DOCUMENTS = 3, 6, 20
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,40 @@ def discover(sources: list[str | Path]) -> dict[str, Entry]:
                 label, n = f"{run_name} ({n}) · step {info['step']}", n + 1
             entries[label] = Entry(label, ckpt, info, is_chat_model(load_run_config(ckpt / RUN_CONFIG_FILE)))
     return entries
+
+
+def example_prompts(entries: dict[str, Entry]) -> list[str]:
+    """Prompts for the served base models, from their own runs: each run's train.sample_prompt, then the opening
+    words of the val split it trained on (text of the kind it learnt, which it never saw); "The " when a run has
+    neither. Chat models are left out: their tab has questions."""
+    prompts: dict[str, None] = {}
+    data_dirs: dict[str, None] = {}
+    for entry in entries.values():
+        if not entry.chat:
+            cfg = load_run_config(entry.path / RUN_CONFIG_FILE)
+            prompts.update(dict.fromkeys([cfg.train.sample_prompt] if cfg.train.sample_prompt else []))
+            data_dirs.update(dict.fromkeys([cfg.data.prepared_dir] if cfg.data.prepared_dir else []))
+    for data_dir in data_dirs:
+        prompts.update(dict.fromkeys(document_openings(Path(data_dir))))
+    return list(prompts) or ["The "]
+
+
+def document_openings(data_dir: Path) -> list[str]:
+    """The first words of the first line of the val split's first documents (EXAMPLE_DOCUMENTS of them); none when
+    the folder can no longer be read (moved or deleted since the run trained on it)."""
+    openings: list[str] = []
+    try:
+        tokenizer = load_tokenizer(tokenizer_file(data_dir))
+        for _, ids in itertools.islice(iter_documents(data_dir, "val"), SCANNED_DOCUMENTS):
+            text = tokenizer.decode(ids[:16 * EXAMPLE_WORDS].tolist())  # tokens enough for the words, even of chars
+            words = next((line.split() for line in text.splitlines() if line.strip()), [])[:EXAMPLE_WORDS]
+            if words:
+                openings.append(" ".join(words))
+            if len(openings) == EXAMPLE_DOCUMENTS:
+                break
+    except (BurnoutError, OSError):
+        return []
+    return openings
 
 
 @dataclass

@@ -46,14 +46,18 @@ def dpo_plot(run: RunLog) -> bytes:
 
 
 def task_plot(run: RunLog) -> bytes:
-    """train.eval_tasks' scores against tokens: each task's acc_norm where it has one (else acc), and CORE."""
+    """train.eval_tasks' scores against tokens: each task's acc_norm where it has one (else acc), dotted at its
+    chance level where it has choices, and CORE."""
     keys = sorted({k for r in run.records for k in r if k.startswith("eval/")})
     tasks = dict.fromkeys(k.rsplit("/", 1)[0] for k in keys if k != "eval/core")
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     for task in tasks:
         metric = f"{task}/acc_norm" if f"{task}/acc_norm" in keys else f"{task}/acc"
         _, tokens, values = run.series(metric)
-        ax.plot(tokens, values, "o-", label=metric.removeprefix("eval/"), markersize=4)
+        line, = ax.plot(tokens, values, "o-", label=metric.removeprefix("eval/"), markersize=4)
+        chance = run.last_value(f"{task}/chance")
+        if chance is not None:
+            ax.axhline(chance, linestyle=":", color=line.get_color(), label=f"{task.removeprefix('eval/')} chance")
     if "eval/core" in keys:
         _, tokens, values = run.series("eval/core")
         ax.plot(tokens, values, "s--", color="black", label="CORE (centered)", markersize=4)

@@ -10,15 +10,16 @@ import base64
 import html
 import math
 import shlex
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnout.common import REPORT_DIR, check_output_folder, format_duration, mark_folder, write_atomic
+from burnout.common import REPORT_DIR, check_output_folder, format_duration, mark_folder, next_steps, write_atomic
 from burnout.core.checkpoint import mirror_run_logs
 from burnout.errors import BurnoutError
 from burnout.eval.references import reference_table
 from burnout.report import plots
-from burnout.report.runlog import RunLog, anomalies, eval_rows, load_run, phase_rows
+from burnout.report.runlog import RunLog, anomalies, eval_rows, load_run, phase_rows, throughput
 from burnout.train.checkpointing import best_checkpoint
 
 
@@ -65,7 +66,7 @@ def write_report(run_paths: list[str | Path], out: str | Path | None = None, htm
 
 def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
     m, last, train = run.model, run.last, run.config.get("train", {})
-    speeds = run.series("tokens_per_s")[2]
+    speed, logged = throughput(run.records), run.series("tokens_per_s")[2]
     summary = [
         ["model", f"{m['family']}, {m['config']['n_layer']} layers × {m['config']['d_model']} wide, "
                   f"{m['config']['n_head']} heads, context {m['config']['context_length']}"],
@@ -80,12 +81,15 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         ["final train loss", _fmt(run.last_value("train_loss"))],
         ["final val loss", _fmt(run.last_value("val_loss"))],
         ["wall time", format_duration(last["elapsed_s"])],
-        ["mean tokens/s", _fmt(sum(speeds) / len(speeds)) if speeds else "–"],
+        ["tokens/s", _rate(speed["tokens_per_s"]) + " (tokens over the wall time, evaluation and checkpoints "
+                     "included)" + (f"; {_rate(statistics.median(logged))} while stepping (the median of the log's "
+                                    "lines)" if logged else "")],
         ["config hash", f"{run.config_hash} (sha256 of config.yaml's content)"],
     ]
-    for key, label in (("mfu", "last MFU"), ("dollars", "dollars spent")):
-        if run.last_value(key) is not None:
-            summary.append([label, _fmt(run.last_value(key))])
+    if "mfu" in speed:
+        summary.append(["MFU", _percent(speed["mfu"]) + " (the mean of the log's lines)"])
+    if run.last_value("dollars") is not None:
+        summary.append(["dollars spent", _fmt(run.last_value("dollars"))])
     best = best_checkpoint(run.checkpoints)
     if best is not None:
         kept = " (kept by train.keep_best)" if train.get("keep_best") else ""
@@ -141,8 +145,9 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
                                   for r in samples]))
     blocks += [Block("h2", "Launches"), _launch_table(run)]
     found = anomalies(run)
-    blocks += [Block("h2", "Anomalies"), Block("list", items=found or ["none: no non-finite loss, skipped step "
-                                                                       "or throughput drop in the log"])]
+    blocks += [Block("h2", "Anomalies"), Block("list", items=found or ["none: no non-finite loss, skipped step, "
+                                                                       "throughput drop, val loss above a uniform "
+                                                                       "guess or far above train in the log"])]
     return f"Run report: {run.name}", blocks
 
 
@@ -209,8 +214,19 @@ def _phase_table(run: RunLog) -> Block:
         if any(key in p for p in phases):
             columns.append(label)
             keys.append(key)
-    rows = [[format_duration(p[k]) if k == "time_s" else p.get(k) for k in keys] for p in phases]
+    shown = {"time_s": format_duration, "tokens_per_s": _rate, "mfu": _percent}
+    rows = [[shown[k](p[k]) if k in shown and p.get(k) is not None else p.get(k) for k in keys] for p in phases]
     return Block("table", columns=columns, rows=rows)
+
+
+def _rate(tokens_per_s: float | None) -> str:
+    """Tokens/s to the token, as the log prints them."""
+    return "–" if tokens_per_s is None else f"{tokens_per_s:,.0f}"
+
+
+def _percent(mfu: float) -> str:
+    """MFU as a percentage, as the log prints it."""
+    return f"{mfu:.1%}"
 
 
 def terminal_summary(runs: list[RunLog], written: list[Path]) -> str:
@@ -224,6 +240,13 @@ def terminal_summary(runs: list[RunLog], written: list[Path]) -> str:
         lines.append(text_curve(steps, losses))
         lines += [f"  anomaly: {a}" for a in anomalies(run)]
     lines += [f"wrote {p}" for p in written]
+    if len(runs) == 1:  # the commands whose results the report would show, and does not yet
+        run, rows = shlex.quote(str(runs[0].path)), []
+        if not runs[0].evals:
+            rows.append(("eval", f"burnout eval {run} --tasks val"))
+        if runs[0].compare_md is None:
+            rows.append(("compare", f"burnout compare {run}   (the same prompts at each checkpoint)"))
+        lines += next_steps(rows)
     return "\n".join(lines)
 
 

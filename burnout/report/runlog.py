@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,9 @@ from burnout.train.provenance import read_launches
 
 # A logged tokens/s below this share of the run's median is reported as a throughput drop.
 THROUGHPUT_DROP = 0.5
+# Val loss this many nats above train loss (held-out text given e ≈ 2.7 times less probability per token than the
+# training text), with train loss under half of val's, is reported as memorising (docs/USAGE.md, "Your own text").
+MEMORISING_GAP = 1.0
 
 
 @dataclass
@@ -137,7 +141,7 @@ def phase_rows(run: RunLog) -> list[dict]:
     """One row per finished phase (RUN/phases.jsonl), then one for steps logged after the last of them;
     a run without phases is one row, "all"."""
     ends = list({p["phase"]: p for p in run.phases}.values())  # a phase summarised again after a resume: the last
-    rows, prev, forecast = [], {"step": 0, "tokens": 0, "elapsed_s": 0.0}, None
+    rows, prev, forecast = [], RUN_START, None
     if not ends:
         ends.append({"phase": "all", "step": run.last["step"]})
     elif ends[-1]["step"] < run.last["step"]:
@@ -148,15 +152,9 @@ def phase_rows(run: RunLog) -> list[dict]:
         if not records:
             continue
         last = records[-1]
-        seconds = last["elapsed_s"] - prev["elapsed_s"]
-        tokens = last["tokens"] - prev["tokens"]
         row = {"phase": summary["phase"] + (" (in progress)" if summary.get("in_progress") else ""),
-               "steps": f"{prev['step']}–{last['step']}", "tokens": tokens,
-               "train_loss": _last_finite(records, "train_loss"), "val_loss": _last_finite(records, "val_loss"),
-               "time_s": seconds, "tokens_per_s": tokens / seconds if seconds > 0 else None}
-        mfu = [r["mfu"] for r in records if is_finite_number(r.get("mfu"))]
-        if mfu:
-            row["mfu"] = statistics.fmean(mfu)
+               "steps": f"{prev['step']}–{last['step']}", **throughput(records, prev),
+               "train_loss": _last_finite(records, "train_loss"), "val_loss": _last_finite(records, "val_loss")}
         if is_finite_number(last.get("dollars")):
             row["dollars"] = last["dollars"] - (prev.get("dollars") or 0.0)
         if is_finite_number(summary.get("budget")):
@@ -168,6 +166,22 @@ def phase_rows(run: RunLog) -> list[dict]:
         rows.append(row)
         prev, forecast = last, summary.get("next")
     return rows
+
+
+# Where a run's throughput is counted from: its first step.
+RUN_START = {"step": 0, "tokens": 0, "elapsed_s": 0.0}
+
+
+def throughput(records: list[dict], before: dict = RUN_START) -> dict:
+    """The tokens, time and speed of the steps of `records`, which follow the record `before` (or the run's start):
+    tokens/s is tokens over their wall time, evaluation, samples and checkpoints included (the rate training's last
+    line gives, and the one figure the report shows), and MFU is the mean of the MFU logged over them (each over a
+    log window's steps alone, as the log's lines show it)."""
+    last = records[-1]
+    seconds, tokens = last["elapsed_s"] - before["elapsed_s"], last["tokens"] - before["tokens"]
+    speed = {"tokens": tokens, "time_s": seconds, "tokens_per_s": tokens / seconds if seconds > 0 else None}
+    mfu = [r["mfu"] for r in records if is_finite_number(r.get("mfu"))]
+    return {**speed, "mfu": statistics.fmean(mfu)} if mfu else speed
 
 
 def anomalies(run: RunLog) -> list[str]:
@@ -188,6 +202,33 @@ def anomalies(run: RunLog) -> list[str]:
         median = statistics.median(speeds)
         found += [f"step {s}: throughput {v:,.0f} tokens/s, under {THROUGHPUT_DROP:.0%} of the median {median:,.0f}"
                   for s, v in zip(steps, speeds) if v < THROUGHPUT_DROP * median]
+    return found + _val_loss_anomalies(run)
+
+
+def _val_loss_anomalies(run: RunLog) -> list[str]:
+    """Lines for a val loss that says the model cannot predict text it has not seen: above a uniform guess over
+    its vocabulary (ln vocab_size), at its last evaluation or at every one, and far above the train loss at its
+    last evaluation (memorising). None for DPO, whose val_loss is its preference loss, not a next-token loss."""
+    evaluated = [r for r in run.records if is_finite_number(r.get("val_loss"))]
+    if not evaluated or run.config.get("dpo"):
+        return []
+    last, best = evaluated[-1], min(evaluated, key=lambda r: r["val_loss"])
+    vocab = run.model["config"]["vocab_size"]
+    uniform = math.log(vocab)
+    found = []
+    guess = f"a uniform guess (ln {vocab:,} = {uniform:.4f})"
+    worse = ": the model predicts text it has not seen worse than knowing nothing of it"
+    if best["val_loss"] > uniform:
+        found.append(f"val loss never went below {guess}, its best {best['val_loss']:.4f} at step {best['step']}"
+                     + worse)
+    elif last["val_loss"] > uniform:
+        found.append(f"step {last['step']}: val loss {last['val_loss']:.4f}, up from {best['val_loss']:.4f} at step "
+                     f"{best['step']}, is above {guess}" + worse)
+    train = last.get("train_loss")
+    if is_finite_number(train) and last["val_loss"] - train > MEMORISING_GAP and train < last["val_loss"] / 2:
+        found.append(f"step {last['step']}: val loss {last['val_loss']:.4f} against train loss {train:.4f}: the "
+                     "model memorises its training text instead of learning from it; give it more text, or train a "
+                     "smaller model")
     return found
 
 

@@ -5,7 +5,7 @@
     logger         burnout/train/metrics.py       metrics.jsonl, TensorBoard/W&B, tokens/s, MFU, ETA, $
     validator      below                          val loss and a sample
     checkpointer   burnout/train/checkpointing.py atomic checkpoints, pruning, mirror, resume
-    stop           burnout/train/stopping.py      phase end, steps/tokens/epochs, wall clock, SIGTERM/SIGINT
+    stop           burnout/train/stopping.py      phase end, steps/tokens/epochs, time budget, SIGTERM/SIGINT
 
 What differs between kinds of run (pretraining, fine-tuning) is the run's recipe's (burnout/train/recipe.py):
 its data, loaders, initial weights, objective, FLOPs and validation metrics. Under torchrun (DDP or FSDP2)
@@ -27,7 +27,15 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from burnout.common import AUDIT_DIR, AUDIT_JSON, RUN_CONFIG_FILE, TOKENIZER_FILE, unwrapped, write_atomic
+from burnout.common import (
+    AUDIT_DIR,
+    AUDIT_JSON,
+    RUN_CONFIG_FILE,
+    TOKENIZER_FILE,
+    format_duration,
+    unwrapped,
+    write_atomic,
+)
 from burnout.config import RunConfig, TrainConfig
 from burnout.core.checkpoint import holds_run, list_checkpoints
 from burnout.core.device import configure_backends, resolve_device
@@ -40,15 +48,23 @@ from burnout.generate.sampling import generate_text
 from burnout.models.cpu_paths import forget_packed_weights
 from burnout.models.info import flops_per_token, matmul_parameters
 from burnout.train.checkpointing import Checkpointer, load_for_resume, resume_point
-from burnout.train.distributed import DistContext, init_distributed, min_across_ranks, shutdown, wrap_model
+from burnout.train.distributed import (
+    DistContext,
+    from_main,
+    gather_to_main,
+    init_distributed,
+    min_across_ranks,
+    shutdown,
+    wrap_model,
+)
 from burnout.train.hardware import get_hardware, training_precision
 from burnout.train.metrics import MetricsLog, StepLogger
 from burnout.train.phases import current_phase, phase_summary
 from burnout.train.plan import check_fits
-from burnout.train.probe import largest_micro_batch, memory_probe, oom_message
+from burnout.train.probe import largest_micro_batch, measure_step_seconds, memory_probe, oom_message
 from burnout.train.provenance import record_launch
 from burnout.train.recipe import Recipe
-from burnout.train.schedule import total_steps
+from burnout.train.schedule import TimeBudget, budget_steps, lr_at, total_steps
 from burnout.train.step import StepResult, TrainStep, batch_indices
 from burnout.train.stopping import StopConditions
 
@@ -63,7 +79,7 @@ class TrainResult:
     val_loss: float
     elapsed_s: float
     tokens_per_s: float
-    # done (the run's last step), phase (a phase ended; --resume continues), time (train.max_minutes),
+    # done (the run's last step), phase (a phase ended; --resume continues), time (the time budget's last step),
     # signal (SIGTERM / SIGINT: checkpoint saved, --resume continues)
     stop_reason: str = "done"
     phase: str | None = None
@@ -72,7 +88,7 @@ class TrainResult:
 
     def summary(self) -> str:
         """The one line a command prints when the run stops."""
-        word = {"done": "done", "phase": f"phase '{self.phase}' done", "time": "time limit reached",
+        word = {"done": "done", "phase": f"phase '{self.phase}' done", "time": "time budget spent",
                 "signal": "stopped by signal"}[self.stop_reason]
         over = f" ({self.val_of})" if self.val_of else ""
         return (f"{word}: step {self.step}, {self.tokens:,} tokens, train loss {self.train_loss:.4f}, "
@@ -89,9 +105,19 @@ def _past_the_end(run_dir: Path, step: int, end: int, tc: TrainConfig) -> str:
     """The refusal of a resume whose limits now end the run before the step its checkpoint is at."""
     limits = [f"train.max_steps={tc.max_steps}"] + [f"train.{key}={getattr(tc, key)}" for key in
                                                      ("max_tokens", "max_epochs") if getattr(tc, key) is not None]
+    if tc.max_minutes is not None and tc.step_seconds is not None:
+        limits.append(f"train.max_minutes={tc.max_minutes:g} (at train.step_seconds={tc.step_seconds:g})")
     which = limits[0] if len(limits) == 1 else f"the earliest of {', '.join(limits)}"
     return (f"--resume: {run_dir} is at step {step}, past step {end}, where {which} now ends it; to train on, "
             f"give a limit past step {step} (config.yaml is left as it was)")
+
+
+def _budget_spent(run_dir: Path, elapsed: float, tc: TrainConfig) -> str:
+    """The refusal of a resume of a run whose next step would end past its time budget."""
+    return (f"--resume: {run_dir} has trained {format_duration(elapsed)} of its time budget (train.max_minutes="
+            f"{tc.max_minutes:g}, which counts every session), and a step takes {tc.step_seconds:.3g} s; to train on, "
+            f"give a larger budget, e.g. --minutes {math.ceil(elapsed / 60) + tc.max_minutes:g}, and its LR schedule "
+            "stretches to it (config.yaml is left as it was)")
 
 
 def train(
@@ -106,8 +132,9 @@ def train(
 ) -> TrainResult:
     """Train `cfg.model` with `recipe` on the prepared data in `data_dir`, writing everything to `run_dir`.
 
-    Stops at the end of the current phase (or the run), at train.max_minutes, or on SIGTERM/SIGINT,
-    always with a checkpoint. `on_event` receives human-readable lines as they happen (rank 0 only).
+    Stops at the end of the current phase (or the run), at the time budget's last step (train.max_minutes),
+    or on SIGTERM/SIGINT, always with a checkpoint. `on_event` receives human-readable lines as they happen
+    (rank 0 only).
     `auto_batch` replaces train.batch_size by the largest micro-batch that fits and keeps the tokens
     per step through train.grad_accum.
     """
@@ -217,8 +244,13 @@ class Trainer:
             # On every rank: the prediction is deterministic, so all ranks refuse together.
             check_fits(cfg, device, dist.world_size, self.precision)
         self.tokens_per_step = self.tc.batch_size * self.tc.grad_accum * self.seq_len * dist.world_size
+        self.step_measured = self.tc.max_minutes is not None and self.tc.step_seconds is None
+        if self.step_measured:
+            self._measure_step_for_budget()
         self.end_of_run = total_steps(self.tc, self.tokens_per_step, meta["splits"]["train"]["tokens"])
         self._setup_model(resume and not from_scratch)
+        if self.tc.max_minutes is not None:
+            self.emit(self._budget_plan())
         self._setup_logging(resume)
 
     def _auto_batch(self, cfg: RunConfig) -> RunConfig:
@@ -231,6 +263,41 @@ class Trainer:
         if b != tc.batch_size:
             self.emit(f"auto-batch: micro-batch {b} × accumulation {seqs // b} (was {tc.batch_size} × {tc.grad_accum})")
         return dataclasses.replace(cfg, train=dataclasses.replace(tc, batch_size=b, grad_accum=seqs // b))
+
+    def _measure_step_for_budget(self) -> None:
+        """A time budget plans its steps from a step's seconds: measured now on every rank (one rank's step,
+        weights discarded), the slowest rank's kept in train.step_seconds, which config.yaml records."""
+        try:
+            seconds = measure_step_seconds(self.cfg, self.data_dir, self.recipe, self.device, self.precision)
+        except torch.OutOfMemoryError:
+            raise BurnoutError("train.max_minutes: timing a step for the plan ran out of memory (it runs one rank's "
+                               "copy of the model); give the seconds a step takes as train.step_seconds") from None
+        everyone = gather_to_main(seconds, self.dist)
+        seconds = float(f"{from_main(max(everyone) if everyone is not None else None, self.dist):.4g}")
+        self.cfg = dataclasses.replace(self.cfg, train=dataclasses.replace(self.tc, step_seconds=seconds))
+        self.tc = self.cfg.train
+
+    def _budget_plan(self) -> str:
+        """The line that says what a time budget plans: its steps, and where the LR schedule ends."""
+        tc, planned = self.tc, budget_steps(self.tc.max_minutes, self.tc.step_seconds)
+        how = "measured" if self.step_measured else "train.step_seconds"
+        line = f"budget {tc.max_minutes:g} min: {how} {tc.step_seconds:.3g} s/step → "
+        if planned == self.end_of_run:
+            line += f"planning {planned:,} steps; the LR schedule ends at the budget"
+        else:
+            line += (f"{planned:,} steps would fit; the run ends at step {self.end_of_run:,} first (about "
+                     f"{format_duration(self.end_of_run * tc.step_seconds)}), and so does the LR schedule, or at the "
+                     "budget if the steps slow down")
+        if self.elapsed_before:
+            line += f"; {format_duration(self.elapsed_before)} of it spent before this session"
+        return line
+
+    def _budget_end(self, lr: float) -> str:
+        """What a time-budgeted session reached: its minutes and steps against the plan, and the LR of its last step
+        against the schedule's last."""
+        final = lr_at(self.end_of_run - 1, self.tc, self.end_of_run)
+        return (f"budget {self.tc.max_minutes:g} min: {format_duration(self.elapsed)} trained, step {self.step:,} of "
+                f"{self.end_of_run:,} planned; the last step's LR {lr:.2e} (the schedule's final value {final:.2e})")
 
     def _setup_model(self, from_checkpoint: bool) -> None:
         """Loaders, model, optimizer and checkpointer; on resume, everything the last checkpoint holds."""
@@ -254,7 +321,12 @@ class Trainer:
             model.load_state_dict(ckpt.model.state_dict())
             self.step, self.elapsed_before = ckpt.state["step"], ckpt.state["elapsed_s"]
             self.skipped = ckpt.state.get("skipped_steps", 0)
-            if self.step > self.end_of_run:  # before config.yaml is rewritten with the lowered limit
+            # Before config.yaml is rewritten with the lowered limit. A time budget is spent when the next step
+            # would end past it, where it could only repeat the final LR.
+            spent = tc.max_minutes is not None and self.elapsed_before + tc.step_seconds >= tc.max_minutes * 60
+            if spent and self.step != self.end_of_run:
+                raise BurnoutError(_budget_spent(self.run_dir, self.elapsed_before, tc))
+            if self.step > self.end_of_run:
                 raise BurnoutError(_past_the_end(self.run_dir, self.step, self.end_of_run, tc))
         self.elapsed = self.elapsed_before
         wrapped = wrap_model(objective, self.dist, tc.distributed, self.device, self.precision)
@@ -303,11 +375,12 @@ class Trainer:
 
     def train(self) -> TrainResult:
         ckpt_path, result = None, None
-        stop = StopConditions(self.stop_at, self.end_of_run, self.tc.max_minutes)
+        budget = TimeBudget(self.tc, self.end_of_run, self.elapsed_before) if self.tc.max_minutes is not None else None
+        stop = StopConditions(self.stop_at, self.end_of_run, budget)
         batches = Prefetcher(self.loaders["train"], batch_indices(self.step, self.tc.grad_accum, self.dist),
                              pin=self.device.type == "cuda")
 
-        def flags() -> list[bool]:  # agreed across ranks on the train step's own all-reduce
+        def flags() -> list[float]:  # agreed across ranks on the train step's own all-reduce
             return [*stop.local_flags(), self.checkpointer.time_due()]
 
         t_start = time.perf_counter()
@@ -315,20 +388,25 @@ class Trainer:
             with stop:
                 while self.step < self.stop_at:
                     t0 = time.perf_counter()
+                    if budget is not None:
+                        budget.step_starts(self.elapsed_before + t0 - t_start)
                     try:
-                        result = self.train_step(batches, self.step, flags=flags)
+                        result = self.train_step(batches, self.step, flags=flags,
+                                                 schedule_step=budget.schedule_step(self.step) if budget else None)
                     except torch.OutOfMemoryError:
                         raise BurnoutError(oom_message(self.tc, self.seq_len)) from None
                     self._count_skipped(result)
                     self.step += 1
                     if note := self.recipe.after_step(self.step, result.loss):
                         self._say(note)
-                    self.logger.count(time.perf_counter() - t0, result.positions)
+                    seconds = time.perf_counter() - t0
+                    self.logger.count(seconds, result.positions)
+                    if budget is not None:
+                        budget.step_took(seconds)
                     self.elapsed = self.elapsed_before + time.perf_counter() - t_start
                     self.bar.update(1)
-                    *stop_flags, ckpt_time = result.flags
-                    final = stop.final(self.step, stop_flags)
-                    save = self.checkpointer.due(self.step, final, ckpt_time)
+                    final = stop.final(self.step, result.flag_means[:2])
+                    save = self.checkpointer.due(self.step, final, result.flags[2])
                     # train.keep_best compares checkpoints by a val loss measured on their own weights.
                     evaluate = self.validator.due(self.step, final) or (save and self.tc.keep_best)
                     if self.logger.due(self.step, final) or evaluate:
@@ -344,6 +422,8 @@ class Trainer:
                     if final:
                         break
             # Inside the try: the phase summary it writes is among the logs the mirror copies on closing.
+            if budget is not None and result is not None:
+                self._say(self._budget_end(result.lr))
             return self._finish(ckpt_path, result.loss if result else math.nan, stop.reason)
         finally:
             batches.close()
@@ -386,8 +466,6 @@ class Trainer:
         if stop_reason == "signal":
             self._say(f"stopped by signal at step {step}; checkpoint {ckpt_path}; "
                       f"continue with: burnout train --resume {self.run_dir}")
-        elif stop_reason == "time":
-            self._say(f"stopped at train.max_minutes={self.tc.max_minutes:g} after step {step}; checkpoint {ckpt_path}")
         elif phase is not None and step == phase.steps and self.dist.is_main:
             for line in phase_summary(self.run_dir, self.tc, phase, self.tokens_per_step, self.price):
                 self._say(line)

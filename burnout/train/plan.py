@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
-from burnout.config import RunConfig
+from burnout.common import RUN_CONFIG_FILE, format_count
+from burnout.config import CONFIG_DIR, RunConfig, load_run_config, model_preset_names
 from burnout.core.device import compute_precision
+from burnout.data.recipe import preset_train_section
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
 from burnout.models.memory import FP32, compiled_saved, measure_step, param_counts, static_bytes
-from burnout.train.hardware import get_hardware, hardware_table
+from burnout.train.hardware import HARDWARE_FILE, get_hardware, hardware_table
 from burnout.train.schedule import total_steps
 
 GIB = 2**30
@@ -49,6 +52,29 @@ LINES = {  # key: (label, how the figure is known)
     "fsdp_unsharded": ("FSDP gathered weights + grads", "derived"),
     "overhead": ("CUDA context + allocator", "assumed"),
 }
+
+
+def plan_config(target: str, overrides: list[str] = ()) -> RunConfig:
+    """What `burnout plan TARGET` plans: a run folder's config.yaml, a model preset with the train settings
+    `burnout train --model` gives it, or a run config (a built-in name or a YAML file); then `overrides`."""
+    path = Path(target)
+    if path.is_dir():
+        if not (path / RUN_CONFIG_FILE).is_file():
+            raise BurnoutError(f"'{target}' is a folder without a {RUN_CONFIG_FILE}, so not a run folder; "
+                               f"{_plan_targets()}")
+        return load_run_config(path / RUN_CONFIG_FILE, overrides)
+    if path.is_file() or (CONFIG_DIR / f"{target}.yaml").is_file():
+        return load_run_config(target, overrides)
+    if target in model_preset_names():
+        return load_run_config({"model": target, "train": preset_train_section()}, overrides)
+    raise BurnoutError(f"'{target}' is neither a run config, a model preset nor a run folder; {_plan_targets()}")
+
+
+def _plan_targets() -> str:
+    """What `burnout plan` takes, each kind with its names."""
+    configs = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p != HARDWARE_FILE)
+    presets = ", ".join(model_preset_names())
+    return f"give a run config ({', '.join(configs)}, or a YAML file), a model preset ({presets}) or a run folder"
 
 
 def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: float | None = None,
@@ -102,9 +128,11 @@ def _has_bf16(hardware: str) -> bool:
 
 
 def format_plan(plan: dict) -> str:
+    """The plan as a person reads it: parameters, tokens and FLOPs in K/M/B, time in seconds to days, dollars to the
+    cent (a smaller cost shown as under a cent, never $0.00)."""
     price = plan["price_per_hour"]
     lines = [
-        f"{plan['params'] / 1e9:.2f}B parameters, {plan['flops_per_token'] / 1e9:.2f} GFLOPs/token (train, seq "
+        f"{format_count(plan['params'])} parameters, {format_count(plan['flops_per_token'])} FLOPs/token (train, seq "
         f"{plan['seq_len']}), {plan['tokens_per_step']:,} tokens/step",
         f"{plan['devices']} × {plan['hardware_name']}: peak {plan['peak_flops'] / 1e12:,.1f} TFLOP/s "
         f"({plan['precision']}), assumed MFU {plan['mfu']:.0%} → {plan['tokens_per_s']:,.0f} tokens/s"
@@ -112,24 +140,36 @@ def format_plan(plan: dict) -> str:
            + (f" ({plan['price_note']})" if plan["price_note"] not in ("table", "given") else "")
            if price is not None else ", no price"),
         "",
-        f"{'phase':<21}{'steps':>16}{'tokens':>10}{'hours':>10}{'dollars':>10}{'budget':>10}",
+        f"{'phase':<21}{'steps':>16}{'tokens':>10}{'time':>10}{'dollars':>10}{'budget':>10}",
     ]
     total_h = total_d = 0.0
     for r in plan["phases"]:
         total_h += r["hours"]
         total_d += r["dollars"] or 0.0
-        lines.append(f"{r['phase']:<21}{r['from_step']:>7,}→{r['to_step']:>8,}{r['tokens'] / 1e9:>9.2f}B"
-                     f"{r['hours']:>10.1f}{_money(r['dollars']):>10}{_money(r['budget']):>10}"
+        lines.append(f"{r['phase']:<21}{r['from_step']:>7,}→{r['to_step']:>8,}{format_count(r['tokens']):>10}"
+                     f"{_time(r['hours']):>10}{_money(r['dollars']):>10}{_money(r['budget']):>10}"
                      + ("  over budget" if r["budget"] is not None and r["dollars"] is not None
                         and r["dollars"] > r["budget"] else ""))
-    lines.append(f"{'total':<21}{'':>16}{sum(r['tokens'] for r in plan['phases']) / 1e9:>9.2f}B{total_h:>10.1f}"
-                 f"{_money(total_d if price is not None else None):>10}"
+    lines.append(f"{'total':<21}{'':>16}{format_count(sum(r['tokens'] for r in plan['phases'])):>10}"
+                 f"{_time(total_h):>10}{_money(total_d if price is not None else None):>10}"
                  f"{_money(sum(r['budget'] or 0 for r in plan['phases']) or None):>10}")
     return "\n".join(lines) + "\n\n" + format_memory(plan["memory"], plan["hardware_name"])
 
 
+def _time(hours: float) -> str:
+    """'40 s', '4 min', '5.2 h', '3.8 days'."""
+    seconds = hours * 3600
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
+    if seconds < 3570:
+        return f"{seconds / 60:.0f} min"
+    return f"{hours:.1f} h" if hours < 47.95 else f"{hours / 24:.1f} days"
+
+
 def _money(value: float | None) -> str:
-    return "-" if value is None else f"${value:,.2f}"
+    if value is None:
+        return "-"
+    return "<$0.01" if 0 < value < 0.005 else f"${value:,.2f}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Trial steps before a run: how long a step takes (the quickstart sizes its run by it) and the largest
-micro-batch that fits in memory (`--auto-batch`). Both run the training step itself (burnout/train/step.py)."""
+"""Trial steps before a run: how long a step takes (a time budget plans its steps by it: train.max_minutes, the
+quickstart) and the largest micro-batch that fits in memory (`--auto-batch`). Both run the training step itself
+(burnout/train/step.py)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,25 @@ import torch
 
 from burnout.config import RunConfig, TrainConfig
 from burnout.core.device import resolve_device
-from burnout.data.loader import TokenLoader
 from burnout.errors import BurnoutError
 from burnout.train.hardware import training_precision
+from burnout.train.recipe import Pretraining, Recipe
 from burnout.train.step import TrainStep, build_model
 
 
-def measure_step_seconds(cfg: RunConfig, data_dir: Path, steps: int = 6) -> float:
-    """Median wall time of a training step for this config, after one warm-up step (weights discarded).
-    Six steps, not three: a median of three mis-sized the quickstart on a busy host (docs/PERFORMANCE.md)."""
-    tc = cfg.train
-    device = resolve_device(tc.device)
-    loader = TokenLoader(data_dir, "train", tc.batch_size, tc.seq_len or cfg.model.context_length, tc.seed)
+def measure_step_seconds(cfg: RunConfig, data_dir: Path, recipe: Recipe | None = None,
+                         device: torch.device | None = None, precision: str | None = None, steps: int = 6) -> float:
+    """Median wall time of a training step of `recipe` (default: pretraining) for this config, on one rank (no
+    collectives), after one warm-up step (weights discarded). Six steps, not three: a median of three
+    mis-sized the quickstart on a busy host (docs/PERFORMANCE.md)."""
+    tc, recipe = cfg.train, recipe or Pretraining()
+    device = device or resolve_device(tc.device)
+    loader = recipe.loaders(cfg, data_dir, tc.seq_len or cfg.model.context_length)["train"]
     # The precision the run will train in (on a CPU, auto as measured): a step timed in another one
     # mis-sizes the quickstart's budget (docs/PERFORMANCE.md).
-    precision = training_precision(tc.precision, device, say=lambda line: None)
-    train_step = TrainStep(build_model(cfg, device), tc, device, precision, end_of_run=tc.max_steps)
+    precision = precision or training_precision(tc.precision, device, say=lambda line: None)
+    objective = recipe.objective(recipe.build_model(cfg, device), cfg, resumed=False)
+    train_step = TrainStep(objective, tc, device, precision, end_of_run=tc.max_steps)
     times = []
     for step in range(steps + 1):
         t0 = time.perf_counter()

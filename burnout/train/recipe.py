@@ -31,10 +31,11 @@ import torch
 from burnout.common import first_line, write_atomic
 from burnout.config import RunConfig, TrainConfig
 from burnout.data.loader import TokenLoader, loader_mode
-from burnout.data.prepare import prepare_data
+from burnout.data.prepare import prepare_data, tokens_per_param_warning, val_share_warning
 from burnout.data.shards import META_FILE, read_meta
 from burnout.errors import BurnoutError
 from burnout.eval.loss import evaluate_loss
+from burnout.models.memory import param_counts
 from burnout.train.step import build_model
 
 Say = Callable[[str], None]
@@ -96,14 +97,21 @@ class Pretraining(Recipe):
     def prepare(self, cfg: RunConfig, run_dir: Path, data_dir: Path | None, say: Say,
                 progress: bool | None) -> tuple[RunConfig, Path]:
         """Data: `data_dir`, else data.prepared_dir, else the config's sources prepared into RUN/data (a folder
-        already finished there, by an earlier start of the same command, is used as it is)."""
+        already finished there, by an earlier start of the same command, is used as it is). A warning is said
+        when the data cannot work for this model: val's share far from val_fraction, or train tokens far too
+        few for the model's parameters."""
         data_dir = data_dir or (Path(cfg.data.prepared_dir) if cfg.data.prepared_dir else None)
+        rank = int(os.environ.get("RANK", "0"))
         if data_dir is None:
             data_dir = Path(run_dir) / "data"
             if not (data_dir / META_FILE).exists():
-                prepare_on_rank_0(cfg, data_dir, say, progress, int(os.environ.get("RANK", "0")),
-                                  int(os.environ.get("WORLD_SIZE", "1")))
-        read_meta(data_dir)
+                prepare_on_rank_0(cfg, data_dir, say, progress, rank, int(os.environ.get("WORLD_SIZE", "1")))
+        meta = read_meta(data_dir)
+        if rank == 0:
+            params = param_counts(cfg.model).total
+            for line in (val_share_warning(meta), tokens_per_param_warning(meta["splits"]["train"]["tokens"], params)):
+                if line:
+                    say(line)
         # Recorded so that `--resume` and the saved config find the same tokens.
         data = dataclasses.replace(cfg.data, prepared_dir=str(Path(data_dir).resolve()))
         return dataclasses.replace(cfg, data=data), Path(data_dir)
@@ -134,7 +142,8 @@ def prepare_on_rank_0(cfg: RunConfig, data_dir: Path, say: Say, progress: bool |
         say(f"preparing data into {data_dir}")
         failed.unlink(missing_ok=True)
         try:
-            prepare_data(cfg.data, cfg.tokenizer, data_dir, progress=progress is not False)
+            # Its warnings are Pretraining.prepare's to say, against the model.
+            prepare_data(cfg.data, cfg.tokenizer, data_dir, progress=progress is not False, warn=lambda line: None)
         except Exception as exc:
             if world_size > 1:
                 failed.parent.mkdir(parents=True, exist_ok=True)

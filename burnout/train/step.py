@@ -121,6 +121,7 @@ class StepResult:
     applied: bool  # False: the loss or the gradient was not finite and the update was skipped
     positions: int  # the token positions the step computed, all ranks (tokens/s and MFU count these)
     flags: list[bool] = dataclasses.field(default_factory=list)  # the stop flags, agreed across ranks
+    flag_means: list[float] = dataclasses.field(default_factory=list)  # each flag's mean over ranks
 
 
 class TrainStep:
@@ -147,11 +148,13 @@ class TrainStep:
         self.forward = self.model
 
     def __call__(self, loader, step: int, clock: Clock = _no_clock,
-                 flags: Callable[[], list[bool]] | None = None) -> StepResult:
+                 flags: Callable[[], list[float]] | None = None, schedule_step: float | None = None) -> StepResult:
         """One step. `flags()` (the loop's stop conditions) are asked for just before the loss is averaged
-        across ranks and ride on that all-reduce: StepResult.flags[i] is true if flag i is true on any rank."""
+        across ranks and ride on that all-reduce: StepResult.flags[i] is true if flag i is true on any rank, and
+        flag_means[i] is its mean over ranks. `schedule_step`: where the step's LR is on the schedule, when not
+        at `step` (a time-budgeted run's, agreed across ranks)."""
         tc = self.tc
-        lr = lr_at(step, tc, self.end_of_run)
+        lr = lr_at(step if schedule_step is None else schedule_step, tc, self.end_of_run)
         self.optimizer.scale_lr(lr / tc.lr)
         loss_sum, positions = accumulate_gradients(self.forward, loader, step, tc.grad_accum, self.device,
                                                    self.precision, self.dist, self.scaler, clock)
@@ -174,4 +177,5 @@ class TrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         clock("optimizer")
         # Rank 0's positions stand for every rank's: counting all of them exactly would take a collective.
-        return StepResult(loss, norm, lr, applied, positions * self.dist.world_size, [value > 0 for value in agreed])
+        return StepResult(loss, norm, lr, applied, positions * self.dist.world_size, [value > 0 for value in agreed],
+                          agreed)

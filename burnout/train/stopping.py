@@ -1,12 +1,13 @@
-"""When a training session stops: the end of the current phase (or of the run), train.max_minutes, or
-SIGTERM / SIGINT. Every rank must stop at the same step, so the conditions are agreed across ranks (on
-the train step's own all-reduce)."""
+"""When a training session stops: the end of the current phase (or of the run), the time budget
+(train.max_minutes: its last step, schedule.TimeBudget), or SIGTERM / SIGINT. Every rank must stop at the same
+step, so the conditions are agreed across ranks (on the train step's own all-reduce)."""
 
 from __future__ import annotations
 
 import signal
 import threading
-import time
+
+from burnout.train.schedule import TimeBudget
 
 
 class StopConditions:
@@ -16,12 +17,11 @@ class StopConditions:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, stop_at: int, end_of_run: int, max_minutes: float | None):
-        self.stop_at, self.end_of_run, self.max_minutes = stop_at, end_of_run, max_minutes
+    def __init__(self, stop_at: int, end_of_run: int, budget: TimeBudget | None = None):
+        self.stop_at, self.end_of_run, self.budget = stop_at, end_of_run, budget
         self.received: int | None = None
         self.reason = "done"
         self._previous: dict = {}
-        self._session_start = time.perf_counter()
 
     def __enter__(self) -> StopConditions:
         if threading.current_thread() is threading.main_thread():
@@ -38,17 +38,18 @@ class StopConditions:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
-    def local_flags(self) -> list[bool]:
-        """[time is up, a signal arrived] on this rank; the train step agrees them across ranks."""
-        time_up = self.max_minutes is not None and time.perf_counter() - self._session_start > self.max_minutes * 60
-        return [time_up, self.received is not None]
+    def local_flags(self) -> list[float]:
+        """[the time budget's prediction (TimeBudget.local; 0 without a budget), a signal arrived] on this rank;
+        the train step agrees them across ranks (a mean: a signal on any rank makes it positive)."""
+        return [self.budget.local if self.budget is not None else 0.0, float(self.received is not None)]
 
-    def final(self, step: int, agreed: list[bool]) -> bool:
+    def final(self, step: int, agreed: list[float]) -> bool:
         """Whether `step` (just finished) is this session's last, given the agreed local_flags; if so `reason`
-        says why: done (the run's last step), phase (a phase ended), time (train.max_minutes) or signal."""
-        time_up, interrupted = agreed
-        if step >= self.stop_at or time_up or interrupted:
-            self.reason = ("signal" if interrupted else "time" if time_up
+        says why: done (the run's last step), phase (a phase ended), time (the time budget's last step) or signal."""
+        prediction, interrupted = agreed
+        time_up = self.budget is not None and self.budget.agree(prediction)
+        if step >= self.stop_at or time_up or interrupted > 0:
+            self.reason = ("signal" if interrupted > 0 else "time" if time_up
                            else "phase" if step < self.end_of_run else "done")
             return True
         return False

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 
 import pytest
 
 from burnout.cli import main
+from burnout.common import EOT_TOKEN
+from burnout.config import load_run_config
+from burnout.data.documents import iter_documents
 from burnout.data.shards import read_tokens
 from burnout.data.tokenizer import load_tokenizer
+from burnout.models.memory import param_counts
 
 WIKI = "wikitext2/wiki.test.raw"  # 2,891 lines, no blank lines, CRLF: one document per line
 
@@ -62,6 +67,65 @@ def test_a_text_file_by_path_needs_no_recipe(wiki_data, shared_data):
 
 def _write_jsonl(path, records):
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def write_stories(path, count: int, separator_line: str = EOT_TOKEN) -> list[str]:
+    """`count` short stories of three paragraphs each, a line holding only `separator_line` between them: a
+    newcomer's first text file, a few KB."""
+    rng = random.Random(count)
+    words = "the fox and a dog ran over old red hills to sleep by the river in warm hay all day".split()
+    stories = ["\n\n".join(f"Story {i}, part {part}: " + " ".join(rng.choice(words) for _ in range(30)) + "."
+                            for part in range(3)) for i in range(count)]
+    path.write_text(f"\n{separator_line}\n".join(stories) + "\n", encoding="utf-8")
+    return stories
+
+
+def decoded_documents(folder, split: str) -> list[str]:
+    """Each document of a prepared split (a part of one, for a document cut between the splits), decoded."""
+    tok = load_tokenizer(folder / "tokenizer.json")
+    return [tok.decode(ids.tolist(), skip_special_tokens=False) for _, ids in iter_documents(folder, split)]
+
+
+def test_stories_between_endoftext_lines_are_documents_and_too_few_tokens_are_said_at_prepare_and_at_train(
+        tmp_path, capsys):
+    write_stories(tmp_path / "stories.txt", 5)
+    data = tmp_path / "data"
+    assert main(["data", "prepare", str(tmp_path / "stories.txt"), "--out", str(data), "--workers", "1"]) == 0
+    meta = _meta(data)
+    (source,) = meta["data_config"]["sources"]
+    assert (source["split_by"], source["separator"]) == ("separator", EOT_TOKEN)
+    # Each document is (a part of) one story, and every story is in them (a val part may end a story's last
+    # paragraph, which names no story).
+    documents = decoded_documents(data, "train") + decoded_documents(data, "val")
+    told = [set(re.findall(r"Story (\d+)", doc)) for doc in documents]
+    assert all(len(stories) <= 1 for stories in told) and set().union(*told) == {str(i) for i in range(5)}
+    assert EOT_TOKEN not in "".join(documents)
+    train = meta["splits"]["train"]["tokens"]
+    assert f"warning: {train:,} train tokens, far too few to learn from for any model preset" in capsys.readouterr().err
+
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(data), "--model", "shakespeare-char", "--out", str(run), "train.max_steps=1",
+                 "train.batch_size=2", "train.seq_len=8", "train.eval_batches=1", "train.device=cpu",
+                 "train.precision=fp32", "train.sample_tokens=0"]) == 0
+    params = param_counts(load_run_config(run / "config.yaml").model).total
+    assert (f"warning: {train:,} train tokens for {params:,} parameters: {train / params:.2g} tokens per parameter, "
+            "far too few to learn from") in capsys.readouterr().out
+
+
+def test_a_separator_of_your_own_ends_a_document_at_each_occurrence(tmp_path, capsys):
+    text = tmp_path / "chapters.txt"
+    stories = write_stories(text, 4, separator_line="* * *")
+    # One occurrence inside a line, with text on both sides; two in a row, with nothing but a line break between.
+    written = text.read_text(encoding="utf-8")
+    text.write_text(written.replace("\n* * *\nStory 3", " * * * Story 3").replace("* * *", "* * *\n* * *", 1),
+                    encoding="utf-8")
+    out = tmp_path / "data"
+    assert main(["data", "prepare", str(text), "--out", str(out), "--separator", "* * *", "--workers", "1",
+                 "data.max_tokens=1000000"]) == 0  # a budget far above the text: every story whole, to one split
+    (source,) = _meta(out)["data_config"]["sources"]
+    assert (source["split_by"], source["separator"]) == ("separator", "* * *")
+    assert sorted(decoded_documents(out, "train") + decoded_documents(out, "val")) == sorted(stories)
+    capsys.readouterr()
 
 
 def test_a_jsonl_glob_and_a_folder_of_text(tmp_path, capsys):
@@ -226,6 +290,10 @@ def _bad_inputs(root) -> dict[str, tuple[list[str], str]]:
         "bad regex": ([str(root / "ok.txt"), "--drop", "(unclosed"], "--drop '(unclosed' is not a valid regular"),
         "folder of two kinds": ([str(mixed)], "several kinds"),
         "text field on text": ([str(root / "ok.txt"), "--text-field", "body"], "--text-field applies"),
+        "separator on jsonl": ([str(mixed / "b.jsonl"), "--separator", "* * *"], "--separator applies to text files"),
+        "separator and split-by": ([str(root / "ok.txt"), "--separator", "* * *", "--split-by", "line"],
+                                   "--split-by line and --separator each say where documents end; give one"),
+        "blank separator": ([str(root / "ok.txt"), "--separator", "  "], "must hold something other than spaces"),
     }
     if os.geteuid() != 0:  # root reads a file whatever its mode
         locked = root / "locked.txt"

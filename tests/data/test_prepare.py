@@ -11,10 +11,12 @@ import pytest
 
 from burnout.cli import main
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
-from burnout.data.prepare import prepare_data
+from burnout.data.prepare import SMALLEST_PRESET_PARAMS, prepare_data
 from burnout.data.shards import read_meta, read_tokens, verify_checksums
 from burnout.data.tokenizer import load_tokenizer, tokenizer_sha256, train_tokenizer
 from burnout.errors import BurnoutError
+
+from .test_own_text import decoded_documents, write_stories
 
 DATA_CFG = DataConfig(max_chars=200_000)
 TOK_CFG = TokenizerConfig(kind="bpe", vocab_size=512)
@@ -293,3 +295,46 @@ def test_a_long_document_prepared_in_pieces_gives_the_shards_of_the_whole(tmp_pa
                      "data.split=contiguous"]) == 0
         metas.append(read_meta(out))
     assert metas[0] == metas[1]  # the same tokenizer and shards, byte for byte (their sha256)
+
+
+@pytest.mark.parametrize(("stories", "split_by"), [(1, ["--split-by", "file"]), (2, []), (5, [])])
+def test_val_holds_its_fraction_of_a_text_of_a_few_long_documents(tmp_path, capsys, stories, split_by):
+    """Whole documents cannot give val 10% of a text of two stories (one takes 50%) or of one (none): a document
+    larger than val's share is cut instead, its end to val, the rest to train."""
+    write_stories(tmp_path / "stories.txt", stories)
+    out = tmp_path / "data"
+    assert main(["data", "prepare", str(tmp_path / "stories.txt"), "--out", str(out), *split_by, "--workers", "1",
+                 "data.val_fraction=0.1"]) == 0
+    meta = read_meta(out)
+    val = meta["splits"]["val"]["tokens"]
+    total = val + meta["splits"]["train"]["tokens"]
+    assert abs(val - 0.1 * total) <= 3  # a token's rounding and the <|endoftext|> a cut adds
+    text = (tmp_path / "stories.txt").read_text(encoding="utf-8")
+    assert all(part in text for part in decoded_documents(out, "train") + decoded_documents(out, "val"))
+    assert "far from data.val_fraction" not in capsys.readouterr().err
+
+
+def test_a_val_share_far_from_val_fraction_is_said_at_prepare_and_at_train(tmp_path, capsys):
+    """Two short stories under a budget far above them: neither is larger than val's share of the budget, so they
+    go whole, and the second, to give val its first document, takes about half the tokens."""
+    write_stories(tmp_path / "stories.txt", 2)
+    out = tmp_path / "data"
+    assert main(["data", "prepare", str(tmp_path / "stories.txt"), "--out", str(out), "--workers", "1",
+                 "data.max_tokens=1000000"]) == 0
+    meta = read_meta(out)
+    val = meta["splits"]["val"]["tokens"]
+    total = val + meta["splits"]["train"]["tokens"]
+    said = (f"warning: the val split holds {val / total:.0%} of the tokens ({val:,} of {total:,}), far from "
+            "data.val_fraction 0.05")
+    assert said in capsys.readouterr().err
+    assert main(["train", "--data", str(out), "--model", "shakespeare-char", "--out", str(tmp_path / "run"),
+                 "train.max_steps=1", "train.batch_size=2", "train.seq_len=8", "train.eval_batches=1",
+                 "train.device=cpu", "train.precision=fp32", "train.sample_tokens=0"]) == 0
+    assert said in capsys.readouterr().out
+
+
+def test_the_smallest_preset_a_prepared_folder_is_measured_against_is_the_smallest_preset():
+    from burnout.config import load_model_preset, model_preset_names
+    from burnout.models.memory import param_counts
+
+    assert SMALLEST_PRESET_PARAMS == min(param_counts(load_model_preset(name)).total for name in model_preset_names())

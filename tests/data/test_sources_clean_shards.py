@@ -42,6 +42,19 @@ def test_text_split_modes(tmp_path):
     assert docs("line") == ["one", "two", "three", "four"]
 
 
+def test_a_separator_ends_a_document_wherever_it_occurs(tmp_path):
+    """Split at each occurrence, within a line too; whitespace around a piece is not the document's, and a blank
+    piece (two separators in a row, one at either end of the file) is no document. Also in a compressed file."""
+    text = "<|endoftext|>\n  first\r\n\nstory\n<|endoftext|>\n<|endoftext|>second<|endoftext|> third \n<|endoftext|>"
+    path = tmp_path / "a.txt"
+    path.write_text(text, encoding="utf-8")
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(text.encode()))
+    for name in ("a.txt", "b.txt.gz"):
+        source = SourceConfig(name="t", kind="text", path=str(tmp_path / name), split_by="separator",
+                              separator="<|endoftext|>")
+        assert list(iter_documents(source)) == ["first\r\n\nstory", "second", "third"]
+
+
 def test_compressed_files_and_folders(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "a.jsonl.gz").write_bytes(gzip.compress(_jsonl_bytes(RECORDS[:10])))

@@ -254,3 +254,25 @@ def test_each_task_shows_a_progress_bar_that_counts_its_items(trained_run, share
                         progress=True)
     assert closed == {"arc_easy": (5, 5), "hellaswag": (5, 5)}  # items, not their 4 choices' requests
     assert "hellaswag:   0%|          | 0/5" in capsys.readouterr().err
+
+
+def test_eval_says_each_tasks_chance_level_beside_its_accuracy(run, shared_data, tmp_path, capsys):
+    """The chance level is the accuracy of a uniform guess, from the task's own items: the mean of 1 / choices
+    (ARC-Easy's four: 0.25; a task of two- and three-choice items: 5/12). A language-modelling task has none."""
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("".join(json.dumps({"query": f"Is {i} even?", "choices": ["yes", "no", "maybe"][:2 + i % 2],
+                                        "gold": i % 2}) + "\n" for i in range(4)))
+    assert main(["eval", str(run), "--tasks", "arc_easy,lambada", "--limit", "6", "--data-root", str(shared_data),
+                 "--task", f"mine={mine}", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    arc = [json.loads(line) for line in (shared_data / "arc" / "arc_easy_test.jsonl").read_text().splitlines()[:6]]
+    expected = {"arc_easy": sum(1 / len(r["choices"]) for r in arc) / len(arc), "mine": (1 / 2 + 1 / 3) / 2}
+    record = json.loads((run / "eval" / "step_0000030.json").read_text())
+    for task, chance in expected.items():
+        assert record["tasks"][task]["chance"] == pytest.approx(chance)
+        acc = record["tasks"][task]["acc"]
+        assert f"step 30: {task} acc {acc:.4f} (chance {chance:.4f})," in out
+    lambada_line = out.split("step 30: lambada")[1].splitlines()[0]
+    assert "chance" not in record["tasks"]["lambada"] and "(chance" not in lambada_line
+    assert f"Chance level, the acc of a uniform guess among each item's choices: arc_easy {expected['arc_easy']:.4f}, "\
+           f"mine {expected['mine']:.4f}\n" in out

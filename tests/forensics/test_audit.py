@@ -399,3 +399,19 @@ def test_an_audit_folder_is_rewritten_for_its_target_and_replaced_for_another_on
     assert audit("b", "--overwrite") == 0
     assert json.loads((out / AUDIT_JSON).read_text())["target"]["path"] == str(tmp_path / "b.jsonl")
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_text_file_is_audited_as_prepare_splits_it_and_counted_in_words_that_agree_with_the_count(tmp_path,
+                                                                                                       capsys):
+    """Stories between <|endoftext|> lines are a document each, as `data prepare` makes them; one is "1 document"."""
+    stories = tmp_path / "stories.txt"
+    stories.write_text("\n<|endoftext|>\n".join(f"Story {i}: the fox ran.\n\nIt slept." for i in range(5)) + "\n")
+    one = tmp_path / "one.txt"
+    one.write_text("One line, the one document.\n")
+    for path, count in ((stories, "5 documents"), (one, "1 document")):
+        assert main(["data", "audit", str(path), "--out", str(tmp_path / path.stem)]) == 0
+        out = capsys.readouterr()
+        assert f"audit of file {path}: 1 source, {count}, " in out.out
+        assert f"source {path.stem} (text): {count}, " in out.out and f"audited {path.stem}: {count}, " in out.err
+    assert "1 documents" not in out.out + out.err and "1 characters" not in out.out + out.err
+

@@ -54,3 +54,33 @@ def test_bad_requests_are_refused_in_one_line_naming_the_field_and_the_terminal_
     assert refusals == [data["error"] for _, data in answers]
     # The server still answers a good request afterwards.
     assert healthy[0] == "complete" and healthy[1][0].startswith("The ")
+
+
+def test_the_api_names_each_endpoint_and_field(sampled_runs, chat_checkpoint):
+    """What a client sees at /gradio_api/info: each endpoint under its name, each field under its own name and the
+    label the page shows it with (not param_3 … param_6); the Generate tab's examples are the runs' own."""
+    from burnout.playground.app import CHAT_EXAMPLES, build_app
+    from burnout.playground.catalog import ModelCache, discover, example_prompts
+
+    entries = discover([sampled_runs[0], chat_checkpoint.run_dir])
+    app = build_app(entries, ModelCache(entries, 10**9))
+    endpoints = app.get_api_info()["named_endpoints"]
+    sampling = [("temperature", "temperature"), ("top_k", "top-k"), ("top_p", "top-p"),
+                ("repetition_penalty", "repetition penalty")]
+    expected = {
+        "/generate": [("checkpoint", "checkpoint"), ("prompt", "prompt"), ("max_new_tokens", "max new tokens"),
+                      *sampling],
+        "/side_by_side": [("checkpoints", "checkpoints (2 or 3)"), ("prompt", "prompt"),
+                          ("max_new_tokens", "max new tokens"), *sampling],
+        "/chat_turn": [("chat_checkpoint", "chat checkpoint"),
+                       ("base_checkpoint", "side by side with a base checkpoint"),
+                       ("system", "system prompt (optional)"), ("message", "message (Enter sends)"),
+                       ("history", "chat model"), ("base_history", "base model"), ("max_new_tokens", "max new tokens"),
+                       *sampling],
+        "/model_info": [("checkpoint", "checkpoint")],
+    }
+    assert {name: [(p["parameter_name"], p["label"]) for p in endpoint["parameters"]]
+            for name, endpoint in endpoints.items()} == expected
+    generate_examples = [row[0] for block in app.blocks.values() if type(block).__name__ == "Dataset"
+                         for row in block.samples if row[0] not in CHAT_EXAMPLES]
+    assert generate_examples == example_prompts(entries) and generate_examples[0] == "The "

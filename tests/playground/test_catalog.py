@@ -1,14 +1,20 @@
-"""What the playground serves: discovery confined to the given runs, a bounded cache, bounded requests."""
+"""What the playground serves: discovery confined to the given runs, a bounded cache, bounded requests, and examples
+from the runs' own data."""
+
+import shutil
 
 import pytest
 
 from burnout.errors import BurnoutError
 from burnout.playground.catalog import (
+    EXAMPLE_DOCUMENTS,
+    EXAMPLE_WORDS,
     MAX_NEW_TOKENS,
     MAX_PROMPT_CHARS,
     ModelCache,
     _check_request,
     discover,
+    example_prompts,
     sampling_settings,
     stream_text,
 )
@@ -102,3 +108,24 @@ def test_requests_refused_before_sampling_name_what_is_wrong(sampled_runs):
     assert _check_request("The ", float(MAX_NEW_TOKENS)) == MAX_NEW_TOKENS
     with pytest.raises(BurnoutError, match="^the message is empty; type some text$"):
         _check_request("", 1, what="message")
+
+
+def test_example_prompts_come_from_the_runs_own_data(sampled_runs, tiny_bpe_data, tmp_path):
+    """The run's sample prompt, then the opening words of the first documents of the val split it trained on;
+    without its data folder, the sample prompt alone."""
+    from burnout.data.documents import iter_documents
+    from burnout.data.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_bpe_data / "tokenizer.json")
+    first_lines = [next(line for line in tokenizer.decode(ids.tolist()).splitlines() if line.strip()).split()
+                   for _, ids in iter_documents(tiny_bpe_data, "val")]
+    examples = example_prompts(discover(sampled_runs))
+    assert examples[0] == "The "  # train.sample_prompt of both runs, said once
+    assert len(examples) == 1 + EXAMPLE_DOCUMENTS
+    assert examples[1:] == [" ".join(words[:EXAMPLE_WORDS]) for words in first_lines[:EXAMPLE_DOCUMENTS]]
+
+    moved = tmp_path / "moved"
+    shutil.copytree(sampled_runs[0], moved)
+    config = moved / "checkpoints" / "step_0000024" / "config.yaml"
+    config.write_text(config.read_text().replace(str(tiny_bpe_data.resolve()), str(tmp_path / "gone")))
+    assert example_prompts(discover([moved / "checkpoints" / "step_0000024"])) == ["The "]

@@ -3,11 +3,14 @@
 import base64
 import io
 import json
+import math
 import re
 import shlex
 import shutil
+import statistics
 
 import pytest
+import yaml
 from PIL import Image
 
 from burnout.cli import main
@@ -97,9 +100,9 @@ def test_report_shows_phases_evals_compare_and_anomalies(sampled_runs, tmp_path)
               "budget $ | predicted $ | actual $ |")
     assert header in md
     rows = [line for line in md.splitlines() if line.startswith(("| smoke |", "| proof (in progress) |"))]
-    assert rows[0].startswith("| smoke | 0–12 | 1,536 |") and rows[0].endswith("| 0.2500 | 0.5000 | – | 0.1200 |")
+    assert rows[0].startswith("| smoke | 0–12 | 1,536 |") and rows[0].endswith("| 25.0% | 0.5000 | – | 0.1200 |")
     assert (rows[1].startswith("| proof (in progress) | 12–24 | 1,536 |")
-            and rows[1].endswith("| 0.2500 | – | 0.1200 | 0.1200 |"))
+            and rows[1].endswith("| 25.0% | – | 0.1200 | 0.1200 |"))
     assert "| file | step | val.loss | val.ppl |" in md and "| step_0000024 | 24 | 5.2500 | 190.6000 |" in md
     assert "| 8 | The a\\|b |" in md
     assert f"step {records[7]['step']}: train loss is not finite" in md
@@ -209,4 +212,74 @@ def test_an_impossible_logged_mfu_is_left_out_with_a_line_saying_so(sampled_runs
               "CPU peak measured while the machine was busy")
     md = (run / "report" / "report.md").read_text()
     assert notice in capsys.readouterr().out and notice.removeprefix("anomaly: ") in md
-    assert "| last MFU | 0.2500 |" in md and "5.06" not in md and "6.53" not in md
+    assert "| MFU | 25.0% " in md and "5.06" not in md and "6.53" not in md
+
+
+def test_tokens_per_second_and_mfu_are_one_figure_each_as_the_log_gives_them(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                             capsys):
+    """The summary's tokens/s is the phase row's and training's last line's: tokens over the wall time (not the mean
+    of the log's windows, which time the steps alone, shown apart as such); MFU is a percentage, as the log prints
+    it, the same mean in both tables."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(max_steps=12).to_dict()))
+    run = tmp_path / "run"
+    assert main(["train", str(config), "--out", str(run), "--data", str(tiny_bpe_data)]) == 0
+    said = float(re.search(r"([\d,]+) tokens/s; checkpoint", capsys.readouterr().out).group(1).replace(",", ""))
+    records = read_metrics(run)
+    for i, record in enumerate(records):
+        record["mfu"] = (0.2, 0.3, 0.31)[i % 3]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["report", str(run)]) == 0
+    md = (run / "report" / "report.md").read_text()
+    shown = re.search(r"\| tokens/s \| ([\d,]+) \(", md).group(1)
+    assert abs(float(shown.replace(",", "")) - said) <= 1  # the log's rate, to the token (its elapsed to the ms)
+    assert shown == f"{records[-1]['tokens'] / records[-1]['elapsed_s']:,.0f}"
+    stepping = statistics.median(r["tokens_per_s"] for r in records if "tokens_per_s" in r)
+    assert f"; {stepping:,.0f} while stepping" in md
+    mfu = f"{statistics.fmean(r['mfu'] for r in records):.1%}"
+    assert f"| MFU | {mfu} (" in md
+    [phase] = [line for line in md.splitlines() if line.startswith("| all |")]
+    assert phase.endswith(f"| {shown} | {mfu} |")
+
+
+def test_val_loss_above_a_uniform_guess_and_far_above_train_are_anomalies(sampled_runs, tmp_path, capsys):
+    """What 628 train tokens under a 3.3M-parameter model logged (train 0.057, val 8.32 against ln 460 = 6.13): val
+    above a uniform guess over the vocabulary, and far above train. The run as trained shows neither; nor do a gap
+    with train not low, or a low train with val close to it (nanoGPT's Shakespeare overfits to 1.07 against 1.47)."""
+    run = tmp_path / "run"
+    shutil.copytree(sampled_runs[0], run)
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "uniform guess" not in out and "memorises" not in out
+    vocab = yaml.safe_load((run / "config.yaml").read_text())["model"]["vocab_size"]
+    uniform = math.log(vocab)
+    records = read_metrics(run)
+    evaluated = [r for r in records if "val_loss" in r]
+    first, last = evaluated[0], evaluated[-1]
+
+    def report(first_val, last_val, last_train) -> str:
+        first["val_loss"] = first_val
+        last.update(val_loss=last_val, train_loss=last_train)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        assert main(["report", str(run)]) == 0
+        printed = capsys.readouterr().out
+        md = (run / "report" / "report.md").read_text()
+        lines = [line.removeprefix("  anomaly: ") for line in printed.splitlines() if line.startswith("  anomaly: ")]
+        assert all(line in md for line in lines)
+        return "\n".join(lines)
+
+    guess = f"a uniform guess (ln {vocab:,} = {uniform:.4f})"
+    found = report(uniform - 1.5, uniform + 2, 0.06)
+    assert (f"step {last['step']}: val loss {uniform + 2:.4f}, up from {uniform - 1.5:.4f} at step {first['step']}, "
+            f"is above {guess}") in found
+    assert (f"step {last['step']}: val loss {uniform + 2:.4f} against train loss 0.0600: the model memorises its "
+            "training text") in found
+    for r in evaluated:
+        r["val_loss"] = uniform + 0.5
+    found = report(uniform + 0.25, uniform + 0.5, 6.0)
+    assert f"val loss never went below {guess}, its best {uniform + 0.25:.4f} at step {first['step']}:" in found
+    assert "memorises" not in found
+    for val, train in ((uniform - 0.5, uniform - 1.7), (1.5, 0.7)):  # train not low; val within 1 of train
+        found = report(uniform - 1.0, val, train)
+        assert "uniform guess" not in found and "memorises" not in found
+

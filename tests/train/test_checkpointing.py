@@ -123,12 +123,17 @@ def test_ctrl_c_through_the_command_saves_and_exits_130(tiny_run, tmp_path):
     command = subprocess.Popen([sys.executable, "-m", "burnout", "train", str(config), "--out", str(run), "--data",
                                 str(tiny_run.data_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=env)
+    lines = []
     for line in command.stdout:
+        lines.append(line)
         if line.startswith("step 2/"):
             command.send_signal(signal.SIGINT)
     err = command.stderr.read()
     assert command.wait(timeout=300) == 130, err[-3000:]
-    assert "Traceback" not in err and line.startswith("stopped by signal: step "), err[-3000:]
+    # The run's summary, then the "next:" lines (resume first).
+    summary = [i for i, line in enumerate(lines) if line.startswith("stopped by signal: step ")]
+    assert "Traceback" not in err and len(summary) == 1, (lines, err[-3000:])
+    assert any(f"--resume {run}" in line for line in lines[summary[0] + 1:]), lines
     assert 2 <= _steps(run)[-1] < 24
 
 

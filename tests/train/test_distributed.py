@@ -34,6 +34,7 @@ from burnout.train.distributed import DDP_BUCKET_MB, DistContext, init_distribut
 from burnout.train.metrics import TIMING_KEYS, read_metrics
 from burnout.train.probe import RandomBatches
 from burnout.train.recipe import PREPARE_FAILED_FILE, prepare_on_rank_0
+from burnout.train.schedule import lr_at
 from burnout.train.step import TrainStep
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -255,6 +256,43 @@ def test_ranks_agree_on_a_checkpoint_only_one_rank_found_due(tiny_run_config, ti
     proc = _torchrun(["clocks.py", "train", config, "--out", run, "--data", tiny_bpe_data], tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [p.name for p in list_checkpoints(run)] == [f"step_000000{s}" for s in (1, 2, 3, 4)]
+
+
+# ----------------------------------------------------------------------------------------------
+# A time budget: ranks whose clocks disagree agree on the plan, each step's LR and the last step
+
+BUDGET_CLOCKS = """
+    import itertools, os, sys
+    from types import SimpleNamespace
+    import burnout.train.loop, burnout.train.probe
+    from burnout.cli import main
+
+    # Each reading of the clock moves it: by 1 s on rank 1 and 0.5 s on rank 0, which thinks itself twice as fast.
+    tick = 1.0 if os.environ["RANK"] == "1" else 0.5
+    for module in (burnout.train.loop, burnout.train.probe):
+        ticks = itertools.count(step=tick)
+        module.time = SimpleNamespace(perf_counter=lambda ticks=ticks: next(ticks))
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ranks_agree_on_a_time_budget_their_clocks_disagree_on(tiny_run_config, tiny_bpe_data, tmp_path):
+    """Rank 1 times a step at 1 s, rank 0 at 0.5 s: the slower plans the minute's 60 steps for both. Training, their
+    clocks run at 3 s and 1.5 s a step: each step's predicted share of the budget rides the step's all-reduce, so
+    both place each step alike and stop at the same one, with the final LR (ranks that disagreed would hang in
+    their collectives, or stop apart)."""
+    (tmp_path / "clocks.py").write_text(textwrap.dedent(BUDGET_CLOCKS))
+    config = _config(tmp_path, tiny_run_config(max_steps=1000, log_interval=1, eval_interval=1000,
+                                               ckpt_interval=1000), "budget")
+    run = tmp_path / "run"
+    proc = _torchrun(["clocks.py", "train", config, "--out", run, "--data", tiny_bpe_data, "--minutes", "1"], tmp_path,
+                     timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "measured 1 s/step → planning 60 steps" in proc.stdout
+    tc = load_run_config(run / "config.yaml").train
+    lrs = [record["lr"] for record in read_metrics(run)]
+    # The ranks' mean clock, 2.25 s a step, spends the minute in about 27 steps.
+    assert 20 < len(lrs) < 60 and lrs[-1] == lr_at(59, tc, 60) < lrs[-2]
 
 
 # ----------------------------------------------------------------------------------------------

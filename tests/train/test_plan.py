@@ -4,6 +4,7 @@ before training (burnout/train/plan.py). Activations are traced on fake tensors,
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -200,3 +201,24 @@ def test_train_asks_the_plan_before_building_anything(tiny_run_config, tiny_bpe_
 @pytest.mark.parametrize("gpu, expected", [("t4", "fp16"), ("v100", "fp16"), ("a100-80gb", "bf16"), ("cpu", "fp32")])
 def test_plan_picks_what_precision_auto_would_on_that_hardware(gpu, expected):
     assert plan_run(load_run_config("quickstart"), gpu)["precision"] == expected
+
+
+def test_plan_takes_a_model_preset_a_run_config_or_a_run_folder_and_says_small_runs_in_human_units(sampled_runs,
+                                                                                                     capsys):
+    """llama-small (29.4M parameters) as a preset with `train --model`'s settings, and as the model of the
+    quickstart's config (model.preset replaces the whole model section: not the quickstart's 128-wide layers
+    under its name); a run folder's own config; each a line of millions (or thousands), seconds and cents."""
+    from burnout.config import load_model_preset
+    from burnout.models.info import model_info
+
+    small_params = model_info(load_model_preset("llama-small"))["params_total"]
+    run_params = model_info(load_run_config(sampled_runs[0] / "config.yaml").model)["params_total"]
+    for target, params, unit in ((["llama-small"], small_params, 1e6),
+                                 (["quickstart", "model.preset=llama-small"], small_params, 1e6),
+                                 ([str(sampled_runs[0])], run_params, 1e3)):
+        assert main(["plan", *target, "--gpu", "rtx-4090"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"{params / unit:.1f}{'M' if unit == 1e6 else 'K'} parameters, "), (target, out)
+        total = next(line for line in out.splitlines() if line.startswith("total")).split()
+        assert re.fullmatch(r"[\d.]+[KM]", total[1]) and total[3] == "s" and total[4] in ("<$0.01", "$0.01"), total
+        assert "0.00B" not in out and "$0.00" not in out and "0.0 " not in out.split("peak memory")[0]
