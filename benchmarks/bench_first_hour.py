@@ -1,0 +1,110 @@
+"""A newcomer's first hour, scripted: raw text to a model that chats and loads in transformers, on this machine.
+
+    python -m benchmarks.bench_first_hour [--root runs/first-hour] [--text FILE] [--train-minutes 6]
+                                          [--sft-minutes 5] [--model llama-tiny]
+
+The commands the README's "Your own text, end to end" walks through, each timed as a whole command:
+1. `burnout data prepare TEXT` (no YAML; default WikiText-2's raw test split from the shared data, 1.3 MB);
+2. `burnout train --data … --model MODEL --minutes N`: the step measured, the steps planned, the LR schedule
+   ending at the budget;
+3. `burnout generate` from it;
+4. `burnout sft` on Alpaca (../shared/data/sft/alpaca_5000.json) with `--minutes N`;
+5. `burnout generate --chat`: does the answer end at `<|im_end|>` rather than at the token limit;
+6. `burnout export`, then transformers' AutoModelForCausalLM loads the folder and continues a prompt.
+
+For each: wall minutes, and for the runs the steps planned and run, the last step's LR against the schedule's
+final value, and the last val loss (from the run's own metrics.jsonl). The load average and CPU model are printed
+with them: on a busy machine the minutes grow, the plan shrinks, and the LR must still end at its final value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared" / "data"
+
+
+def burnout(*args: str) -> tuple[str, float]:
+    """Run `burnout ARGS` to the end: (its output, its wall minutes); exits naming the command if it fails."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "burnout", *args], cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"burnout {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return done.stdout + done.stderr, (time.perf_counter() - start) / 60
+
+
+def run_figures(run: Path) -> str:
+    """The last step, its LR, the last val loss and the planned steps of a run, from its own files."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [r for r in records if "lr" in r]
+    vals = [r["val_loss"] for r in records if "val_loss" in r]
+    last = steps[-1]
+    return (f"step {last['step']}, last LR {last['lr']:.3g}, "
+            + (f"val loss {vals[-1]:.3f}" if vals else "no val loss logged"))
+
+
+def final_lr_line(log: str) -> str:
+    """The run's last line about its budget: the steps trained of those planned, and the last step's LR against
+    the schedule's final value."""
+    lines = [line.strip() for line in log.splitlines() if line.startswith("budget")]
+    return lines[-1] if lines else "(no budget line)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", default="runs/first-hour", help="a new folder for everything this makes")
+    parser.add_argument("--text", default=str(SHARED / "wikitext2" / "wiki.test.raw"), help="your raw text file")
+    parser.add_argument("--model", default="llama-tiny", help="a model preset (default llama-tiny)")
+    parser.add_argument("--train-minutes", type=float, default=6.0)
+    parser.add_argument("--sft-minutes", type=float, default=5.0)
+    args = parser.parse_args()
+    root = Path(args.root)
+    if root.exists():
+        sys.exit(f"{root} exists; give a new --root")
+    alpaca = SHARED / "sft" / "alpaca_5000.json"
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} "
+          f"at the start")
+    rows = []
+
+    _, minutes = burnout("data", "prepare", args.text, "--out", str(root / "data"))
+    rows.append(("data prepare", minutes, ""))
+    log, minutes = burnout("train", "--data", str(root / "data"), "--model", args.model, "--out", str(root / "run"),
+                           "--minutes", str(args.train_minutes))
+    rows.append(("train", minutes, f"{final_lr_line(log)}; {run_figures(root / 'run')}"))
+    out, minutes = burnout("generate", str(root / "run"), "--prompt", "The ", "--max-new-tokens", "40", "--seed", "0")
+    rows.append(("generate", minutes, repr(out.strip().splitlines()[0][:80])))
+    log, minutes = burnout("sft", str(root / "run"), "--data", str(alpaca), "--out", str(root / "chat"),
+                           "--minutes", str(args.sft_minutes))
+    rows.append(("sft", minutes, f"{final_lr_line(log)}; {run_figures(root / 'chat')}"))
+    out, minutes = burnout("generate", str(root / "chat"), "--chat", "--prompt", "Give three tips for staying healthy.",
+                           "--max-new-tokens", "200", "--seed", "0")
+    answer = out.strip().splitlines()[0] if out.strip() else ""
+    rows.append(("generate --chat", minutes, f"{len(answer.split())} words: {answer[:60]!r}"))
+    _, minutes = burnout("export", str(root / "chat"), "--to", str(root / "hf"))
+    rows.append(("export", minutes, str(root / "hf")))
+
+    start = time.perf_counter()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(root / "hf"), AutoTokenizer.from_pretrained(root / "hf")
+    ids = tokenizer("The ", return_tensors="pt").input_ids
+    text = tokenizer.decode(model.generate(ids, max_new_tokens=20, do_sample=False)[0])
+    rows.append(("transformers loads the export", (time.perf_counter() - start) / 60, repr(text[:60])))
+
+    print(f"load {os.getloadavg()[0]:.1f} at the end\n")
+    print("| step | minutes | what it gave |\n|---|---:|---|")
+    for name, minutes, what in rows:
+        print(f"| {name} | {minutes:.2f} | {what} |")
+    print(f"| all | {sum(m for _, m, _ in rows):.2f} | |")
+
+
+if __name__ == "__main__":
+    main()
