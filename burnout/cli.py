@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from burnout.common import SEED_MAX, checked_number, first_line, retain_freed_memory, user_cache_dir
+from burnout.common import SEED_MAX, checked_number, first_line, plural, retain_freed_memory, user_cache_dir
 from burnout.errors import BurnoutError
 
 # A handler gets the parsed arguments and the `key=value` overrides; it returns an exit code or None (0).
@@ -205,7 +205,8 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
         splits = meta["splits"]
         dropped = meta.get("cleaning", {}).get("junk", {}).get("dropped_documents", 0)
         print(f"prepared {splits['train']['tokens']:,} train and {splits['val']['tokens']:,} val tokens "
-              f"(vocab {meta['vocab_size']:,}) in {args.out}" + (f"; dropped {dropped:,} documents" * bool(args.drop)))
+              f"(vocab {meta['vocab_size']:,}) in {args.out}"
+              + (f"; dropped {plural(dropped, 'document')}" * bool(args.drop)))
         from burnout.common import needs_package, next_steps
 
         data = shlex.quote(args.out)

@@ -12,7 +12,7 @@ import math
 import time
 from pathlib import Path
 
-from burnout.common import COMPARE_JSON, labelled, next_steps, trained_run_steps
+from burnout.common import COMPARE_JSON, labelled, next_steps, plural, trained_run_steps
 from burnout.config import load_run_config
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta
@@ -46,7 +46,7 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
             f"{cfg.tokenizer.vocab_size}-token BPE, writing token files to {data_dir}")
         meta = prepare_data(cfg.data, cfg.tokenizer, data_dir, progress=True)
     for name, src in meta["sources"]["per_source"].items():
-        say(f"      source {name}: {src['documents']:,} documents, {src['chars']:,} characters "
+        say(f"      source {name}: {plural(src['documents'], 'document')}, {src['chars']:,} characters "
             f"({src['share']:.0%} of the mix, weight {src['weight']:g})")
     say(f"      {meta['splits']['train']['tokens']:,} train / {meta['splits']['val']['tokens']:,} val tokens")
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import COMPARE_JSON, METRICS_FILE, TOKENIZER_FILE, first_line, read_jsonl, write_atomic
+from burnout.common import COMPARE_JSON, METRICS_FILE, TOKENIZER_FILE, first_line, plural, read_jsonl, write_atomic
 from burnout.data.documents import SplitDocuments
 from burnout.data.shards import SPLITS, read_meta
 from burnout.errors import BurnoutError
@@ -336,7 +336,7 @@ def format_trace(result: dict) -> list[str]:
     """The terminal lines of a trace_text result."""
     splits = ", ".join(f"{s} {n:,}" for s, n in result["per_split"].items())
     lines = [f"{result['query']!r} in {result['data_dir']}: {result['total']:,} occurrences in "
-             f"{result['documents']:,} documents ({splits}; {result['tokens_scanned']:,} tokens scanned "
+             f"{plural(result['documents'], 'document')} ({splits}; {result['tokens_scanned']:,} tokens scanned "
              f"in {result['seconds']:.2f}s)"]
     lines.append("  variants: " + ", ".join(f"{v['text']!r} {v['count']:,} (ids {v['ids']})"
                                             for v in result["variants"]))
