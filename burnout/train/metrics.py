@@ -130,6 +130,8 @@ class StepLogger:
             return record
         if rate:
             eta = (self.stop_at - step) * step_s
+            if self.tc.max_minutes is not None:  # a time budget ends the run at its end, however slow the steps
+                eta = min(eta, max(0.0, self.tc.max_minutes * 60 - elapsed))
             mfu = self.mfu(rate * self.flops_per_token, step)
             if mfu is not None:
                 record["mfu"] = mfu

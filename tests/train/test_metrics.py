@@ -50,6 +50,15 @@ def test_a_record_derives_each_figure_from_the_steps_since_the_last(tmp_path):
     assert [r["step"] for r in read_metrics(tmp_path)] == [3, 4]
 
 
+def test_a_time_budgets_eta_ends_at_the_budget_when_the_steps_are_slower_than_planned(tmp_path):
+    logger, _ = _logger(tmp_path, max_minutes=1.0)
+    for seconds in (5.0, 20.0, 20.0):  # 7 steps left at 20 s each would take 140 s; the budget has 60 - 12 left
+        logger.count(seconds, 100)
+    record = logger.record(3, 2.5, 1e-3, 0.75, elapsed=12.0, skipped=0)
+    assert record["eta_s"] == 48.0
+    assert record["dollars_projected"] == 60.0 / 3600 * 3.6
+
+
 def test_only_rank_zero_prices_and_writes_and_no_price_means_no_dollars(tmp_path):
     for run_dir, price in ((None, 3.6), (tmp_path, None)):
         logger, lines = _logger(run_dir, price=price)
