@@ -418,9 +418,10 @@ def _stopped(result) -> int:
     """Print how the run stopped and what to do next with it (rank 0 speaks for a torchrun), and give its exit code:
     a signal-stopped run exits as an interrupted process would, so scripts and schedulers can tell."""
     if os.environ.get("RANK", "0") == "0":
-        from burnout.common import RUN_CONFIG_FILE, next_steps, trained_run_steps
+        from burnout.common import RUN_CONFIG_FILE, next_steps
         from burnout.config import load_run_config
         from burnout.core.chat_template import is_chat_model
+        from burnout.runs import trained_run_steps
 
         cfg = load_run_config(result.run_dir / RUN_CONFIG_FILE)
         steps = trained_run_steps(result.run_dir, is_chat_model(cfg), cfg.train.sample_prompt, result.stop_reason)

@@ -12,7 +12,7 @@ import math
 import time
 from pathlib import Path
 
-from burnout.common import COMPARE_JSON, labelled, next_steps, plural, trained_run_steps
+from burnout.common import COMPARE_JSON, labelled, next_steps, plural
 from burnout.config import load_run_config
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta
@@ -21,6 +21,7 @@ from burnout.eval.compare import compare_checkpoints
 from burnout.generate.prompts import SAMPLE_PROMPTS
 from burnout.models.info import model_info
 from burnout.report.render import write_report
+from burnout.runs import trained_run_steps
 from burnout.train.probe import measure_step_seconds
 from burnout.train.recipe import Pretraining
 from burnout.train.run import start_run

@@ -11,9 +11,11 @@ that can vanish) whichever of the two a run folder calls for.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from burnout.common import needs_package
 from burnout.config import RunConfig, load_run_config, with_minutes
 from burnout.data.recipe import data_run_config
 from burnout.errors import BurnoutError
@@ -81,3 +83,30 @@ def train(config: str | Path | None = None, out: str | Path | None = None, resum
     if resume_if_exists:
         return start_or_resume(cfg, Path(out), overrides, data_dir=data_dir, auto_batch=auto_batch)
     return start_training(cfg, Path(out), data_dir=data_dir, auto_batch=auto_batch)
+
+
+def trained_run_steps(run_dir: str | Path, chat: bool, prompt: str = "", stop_reason: str = "done",
+                      export_to: str | Path | None = None, report: Path | None = None) -> list[tuple[str, str]]:
+    """What to do with a run that training (quickstart, train, sft, dpo) made, as next_steps' rows: a chat model is
+    talked to and tuned with DPO, a base model continues `prompt` (its train.sample_prompt; "The " without one) and
+    is fine-tuned to chat; both are evaluated, reported (`report`: the page already written), exported (to
+    `export_to`, default hf/RUN's name) and served. A run stopped at a phase's end or by a signal (its
+    TrainResult's `stop_reason`) is resumed first."""
+    run = shlex.quote(str(run_dir))
+    rows = [("resume", f"burnout train --resume {run}")] if stop_reason in ("phase", "signal") else []
+    if chat:
+        rows.append(("chat", f"burnout chat {run}"))
+    else:
+        rows.append(("generate", f"burnout generate {run} --prompt {shlex.quote(prompt or 'The ')}"))
+    rows += [("eval", f"burnout eval {run} --tasks val"),
+             ("report", f"{report}   (loss curves, tables, samples; Markdown beside it)" if report is not None
+              else f"burnout report {run}"),
+             ("export", f"burnout export {run} --to {shlex.quote(str(export_to or Path('hf', Path(run_dir).name)))}")]
+    if chat:
+        rows.append(("preferences", f"burnout dpo {run} --data PAIRS.jsonl --out {shlex.quote(f'{run_dir}-dpo')}"))
+    else:
+        rows.append(("chat model",
+                     f"burnout sft {run} --data CONVERSATIONS.json --out {shlex.quote(f'{run_dir}-chat')}"))
+    rows.append(("playground", needs_package(f"burnout playground {run}", "gradio", "playground",
+                                             "then open http://127.0.0.1:7860")))
+    return rows
