@@ -217,14 +217,13 @@ def test_an_impossible_logged_mfu_is_left_out_with_a_line_saying_so(sampled_runs
 
 def test_tokens_per_second_and_mfu_are_one_figure_each_as_the_log_gives_them(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                              capsys):
-    """The summary's tokens/s is the phase row's and training's last line's: tokens over the wall time (not the mean
-    of the log's windows, which time the steps alone, shown apart as such); MFU is a percentage, as the log prints
-    it, the same mean in both tables."""
+    """The summary's tokens/s is the phase row's: the last record's tokens over its wall time (not the mean of the
+    log's windows, which time the steps alone, shown apart as such). MFU is a percentage, as the log prints it, the
+    same mean in both tables."""
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(tiny_run_config(max_steps=12).to_dict()))
     run = tmp_path / "run"
     assert main(["train", str(config), "--out", str(run), "--data", str(tiny_bpe_data)]) == 0
-    said = float(re.search(r"([\d,]+) tokens/s; checkpoint", capsys.readouterr().out).group(1).replace(",", ""))
     records = read_metrics(run)
     for i, record in enumerate(records):
         record["mfu"] = (0.2, 0.3, 0.31)[i % 3]
@@ -232,7 +231,6 @@ def test_tokens_per_second_and_mfu_are_one_figure_each_as_the_log_gives_them(tin
     assert main(["report", str(run)]) == 0
     md = (run / "report" / "report.md").read_text()
     shown = re.search(r"\| tokens/s \| ([\d,]+) \(", md).group(1)
-    assert abs(float(shown.replace(",", "")) - said) <= 1  # the log's rate, to the token (its elapsed to the ms)
     assert shown == f"{records[-1]['tokens'] / records[-1]['elapsed_s']:,.0f}"
     stepping = statistics.median(r["tokens_per_s"] for r in records if "tokens_per_s" in r)
     assert f"; {stepping:,.0f} while stepping" in md
