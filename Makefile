@@ -8,8 +8,8 @@ PY     := $(VENV)/bin/python
 # Pinned: on the project's machines this wheel (a CPU build) is on local disk; elsewhere PyPI serves it.
 TORCH  ?= torch==2.13.0
 # The optional dependencies the README's first hour uses (pyproject.toml): `data audit` (data), the playground
-# (playground), the export loaded by transformers (hf).
-DEMO_EXTRAS := data,hf,playground
+# (playground), the export loaded by transformers (hf), `burnout serve` (serve).
+DEMO_EXTRAS := data,hf,playground,serve
 
 .PHONY: demo test mutation clean
 

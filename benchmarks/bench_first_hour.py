@@ -26,6 +26,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,6 +59,43 @@ def final_lr_line(log: str) -> str:
     return lines[-1] if lines else "(no budget line)"
 
 
+# A command runner: burnout's arguments in, (its output, its wall minutes) out; `burnout` by default.
+Runner = Callable[..., tuple[str, float]]
+
+
+def first_hour(root: Path, text: Path, alpaca: Path, model: str, train_minutes: float, sft_minutes: float,
+               run: Runner = burnout, prepare_options: Sequence[str] = (), train_options: Sequence[str] = (),
+               sft_options: Sequence[str] = ()) -> list[tuple[str, float, str]]:
+    """The first hour's commands, everything made under `root`, each command run by `run`: rows of (step, minutes,
+    what it gave). The options (flags, KEY=VALUE) go to data prepare, train and sft: a short test's smaller ones."""
+    rows = []
+    _, minutes = run("data", "prepare", str(text), "--out", str(root / "data"), *prepare_options)
+    rows.append(("data prepare", minutes, ""))
+    log, minutes = run("train", "--data", str(root / "data"), "--model", model, "--out", str(root / "run"),
+                       "--minutes", str(train_minutes), *train_options)
+    rows.append(("train", minutes, f"{final_lr_line(log)}; {run_figures(root / 'run')}"))
+    out, minutes = run("generate", str(root / "run"), "--prompt", "The ", "--max-new-tokens", "40", "--seed", "0")
+    rows.append(("generate", minutes, repr(out.strip().splitlines()[0][:80])))
+    log, minutes = run("sft", str(root / "run"), "--data", str(alpaca), "--out", str(root / "chat"),
+                       "--minutes", str(sft_minutes), *sft_options)
+    rows.append(("sft", minutes, f"{final_lr_line(log)}; {run_figures(root / 'chat')}"))
+    out, minutes = run("generate", str(root / "chat"), "--chat", "--prompt", "Give three tips for staying healthy.",
+                       "--max-new-tokens", "200", "--seed", "0")
+    answer = out.strip().splitlines()[0] if out.strip() else ""
+    rows.append(("generate --chat", minutes, f"{len(answer.split())} words: {answer[:60]!r}"))
+    _, minutes = run("export", str(root / "chat"), "--to", str(root / "hf"))
+    rows.append(("export", minutes, str(root / "hf")))
+
+    start = time.perf_counter()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf_model, tokenizer = AutoModelForCausalLM.from_pretrained(root / "hf"), AutoTokenizer.from_pretrained(root / "hf")
+    ids = tokenizer("The ", return_tensors="pt").input_ids
+    continued = tokenizer.decode(hf_model.generate(ids, max_new_tokens=20, do_sample=False)[0])
+    rows.append(("transformers loads the export", (time.perf_counter() - start) / 60, repr(continued[:60])))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default="runs/first-hour", help="a new folder for everything this makes")
@@ -69,36 +107,10 @@ def main() -> None:
     root = Path(args.root)
     if root.exists():
         sys.exit(f"{root} exists; give a new --root")
-    alpaca = SHARED / "sft" / "alpaca_5000.json"
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} "
           f"at the start")
-    rows = []
-
-    _, minutes = burnout("data", "prepare", args.text, "--out", str(root / "data"))
-    rows.append(("data prepare", minutes, ""))
-    log, minutes = burnout("train", "--data", str(root / "data"), "--model", args.model, "--out", str(root / "run"),
-                           "--minutes", str(args.train_minutes))
-    rows.append(("train", minutes, f"{final_lr_line(log)}; {run_figures(root / 'run')}"))
-    out, minutes = burnout("generate", str(root / "run"), "--prompt", "The ", "--max-new-tokens", "40", "--seed", "0")
-    rows.append(("generate", minutes, repr(out.strip().splitlines()[0][:80])))
-    log, minutes = burnout("sft", str(root / "run"), "--data", str(alpaca), "--out", str(root / "chat"),
-                           "--minutes", str(args.sft_minutes))
-    rows.append(("sft", minutes, f"{final_lr_line(log)}; {run_figures(root / 'chat')}"))
-    out, minutes = burnout("generate", str(root / "chat"), "--chat", "--prompt", "Give three tips for staying healthy.",
-                           "--max-new-tokens", "200", "--seed", "0")
-    answer = out.strip().splitlines()[0] if out.strip() else ""
-    rows.append(("generate --chat", minutes, f"{len(answer.split())} words: {answer[:60]!r}"))
-    _, minutes = burnout("export", str(root / "chat"), "--to", str(root / "hf"))
-    rows.append(("export", minutes, str(root / "hf")))
-
-    start = time.perf_counter()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(root / "hf"), AutoTokenizer.from_pretrained(root / "hf")
-    ids = tokenizer("The ", return_tensors="pt").input_ids
-    text = tokenizer.decode(model.generate(ids, max_new_tokens=20, do_sample=False)[0])
-    rows.append(("transformers loads the export", (time.perf_counter() - start) / 60, repr(text[:60])))
-
+    rows = first_hour(root, Path(args.text), SHARED / "sft" / "alpaca_5000.json", args.model, args.train_minutes,
+                      args.sft_minutes)
     print(f"load {os.getloadavg()[0]:.1f} at the end\n")
     print("| step | minutes | what it gave |\n|---|---:|---|")
     for name, minutes, what in rows:

@@ -15,6 +15,8 @@
 
 5. step-time: full fine-tuning and LoRA on the same model, back to back, --timing-steps steps each at a
    fixed 8 × 512 batch: median ms/step and their ratio.
+6. packing: Alpaca padded (pad_to_longest) and packed (sft.packing), back to back: assistant targets per second
+   and the share of padding.
 
 Each run's trainable parameters, optimizer state, ms/step and tokens/s come from its own output and
 metrics.jsonl; fine-tunes use sft.pad_to_longest (tokens/s counts the positions computed).
@@ -191,12 +193,44 @@ def step_time(root: Path, base: Path, args, done: dict) -> dict:
     return {**result, "lora_over_full": ratio, "load": os.getloadavg()}
 
 
+def packing(root: Path, base: Path, args, done: dict) -> dict:
+    """Alpaca fine-tuned padded (sft.pad_to_longest) and packed (sft.packing), back to back, --timing-steps steps
+    each at 8 × 512: median ms/step, and from the runs' own train batches (the loaders they trained with) the
+    assistant targets and the share of padding per batch: targets/s packed over padded."""
+    from burnout.finetune.tokenized import PackedSFTBatches, SFTBatches
+
+    result = {}
+    for name, setting in (("padded", "sft.pad_to_longest=true"), ("packed", "sft.packing=true")):
+        run = root / f"packing-{name}"
+        if run.exists():
+            shutil.rmtree(run)
+        burnout("sft", str(base), "--data", str(SHARED / "sft" / "alpaca_5000.json"), "--out", str(run), setting,
+                f"train.max_steps={args.timing_steps}", "train.batch_size=8", "train.seq_len=512",
+                "train.eval_interval=100000", "train.ckpt_interval=100000", "train.log_interval=1")
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(records, records[1:]) if "val_loss" not in b]
+        loader = (PackedSFTBatches(run / "data", "train", 8, 512, 1337) if name == "packed" else
+                  SFTBatches(run / "data", "train", 8, 512, 1337, pad_to_longest=True))
+        batches = [loader.get_batch(i) for i in range(args.timing_steps)]
+        targets = sum(int((b[1] != -1).sum()) for b in batches) / len(batches)
+        real = sum(int((b[0] != loader.meta["pad_id"]).sum()) for b in batches)
+        padding = 1 - real / sum(b[0].numel() for b in batches)
+        ms = 1000 * median(times[1:])
+        result[name] = {"ms_per_step": ms, "targets_per_batch": targets, "targets_per_s": targets / ms * 1000,
+                        "padding": padding}
+        print(f"{name}: {ms:.0f} ms/step, {targets:.0f} assistant targets per batch, {targets / ms * 1000:.0f} "
+              f"targets/s, padding {padding:.1%}", flush=True)
+    ratio = result["packed"]["targets_per_s"] / result["padded"]["targets_per_s"]
+    print(f"packed / padded targets per second: {ratio:.2f}×; load {os.getloadavg()}", flush=True)
+    return {**result, "packed_over_padded": ratio, "load": os.getloadavg()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "bench-sft")
     parser.add_argument("--tasks", nargs="+", default=["gsm8k", "alpaca", "dpo"],
-                        choices=["gsm8k", "alpaca", "dpo", "step-time"])
-    parser.add_argument("--timing-steps", type=int, default=30, help="step-time: steps per variant")
+                        choices=["gsm8k", "alpaca", "dpo", "step-time", "packing"])
+    parser.add_argument("--timing-steps", type=int, default=30, help="step-time, packing: steps per variant")
     parser.add_argument("--lora", action="store_true", help="also LoRA on GSM8K")
     parser.add_argument("--base-steps", type=int, default=400)
     parser.add_argument("--sft-steps", type=int, default=800)
@@ -211,7 +245,7 @@ def main() -> None:
     print(f"load {os.getloadavg()}", flush=True)
     args.root.mkdir(parents=True, exist_ok=True)
     base = base_run(args.root, args.base_steps)
-    tasks = {"gsm8k": gsm8k, "alpaca": alpaca, "dpo": dpo, "step-time": step_time}
+    tasks = {"gsm8k": gsm8k, "alpaca": alpaca, "dpo": dpo, "step-time": step_time, "packing": packing}
     saved = args.root / "results.json"
     results = json.loads(saved.read_text()) if saved.is_file() else {}
     for task in args.tasks:

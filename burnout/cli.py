@@ -177,7 +177,9 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
                    help="encoding threads (default: one per core; 1: one thread)")
     p.add_argument("--tokenizer", metavar="SPEC",
                    help="your text's tokenizer: bpe (default, vocabulary sized to the corpus), bpe:8192, char, "
-                        "gpt2 (GPT-2's files from shared/data/gpt2_tokenizer) or gpt2:FOLDER")
+                        "gpt2 (GPT-2's files from shared/data/gpt2_tokenizer) or gpt2:FOLDER; or, for a recipe too, "
+                        "an existing tokenizer used as it is: a tokenizer.json or a folder holding one (a data "
+                        "folder, RUN/checkpoints/step_N: the tokenizer of a run you will continue with --init-from)")
     p.add_argument("--text-field", help="the field of .jsonl/.parquet records holding the text (default: text)")
     p.add_argument("--split-by", choices=["file", "paragraph", "line"],
                    help="your text's documents (default: split at lines holding only <|endoftext|> when there are "
@@ -193,15 +195,16 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
         if stray is not None:
             raise BurnoutError(f"several inputs given ('{args.recipe}', '{stray}', ...); the shell expanded a glob: "
                                "quote it ('*.jsonl') or give the folder")
-        from burnout.data.recipe import load_prepare_sections
+        from burnout.data.recipe import given_tokenizer, load_prepare_sections
 
-        data_cfg, tok_cfg = load_prepare_sections(args.recipe, overrides, tokenizer=args.tokenizer,
+        given = given_tokenizer(args.tokenizer)
+        data_cfg, tok_cfg = load_prepare_sections(args.recipe, overrides, tokenizer=None if given else args.tokenizer,
                                                   text_field=args.text_field, split_by=args.split_by,
                                                   separator=args.separator, drop=args.drop)
         from burnout.data.prepare import prepare_data
 
-        meta = prepare_data(data_cfg, tok_cfg, Path(args.out), progress=True, overwrite=args.overwrite,
-                            workers=args.workers)
+        meta = prepare_data(data_cfg, tok_cfg, Path(args.out), tokenizer_path=given, progress=True,
+                            overwrite=args.overwrite, workers=args.workers)
         splits = meta["splits"]
         dropped = meta.get("cleaning", {}).get("junk", {}).get("dropped_documents", 0)
         print(f"prepared {splits['train']['tokens']:,} train and {splits['val']['tokens']:,} val tokens "
@@ -386,7 +389,8 @@ def cmd_tokenizer_decode(p: argparse.ArgumentParser) -> Handler:
          description="Train from a run config (data from --data, data.prepared_dir, or prepared into "
                      "RUN/data from the config's sources), or with no config: --data DIR --model PRESET "
                      "trains a preset of burnout/configs/models/ on a prepared folder, its vocabulary "
-                     "the data's and the quickstart's train settings, changed by KEY=VALUE.")
+                     "the data's and the quickstart's train settings, changed by KEY=VALUE. --init-from RUN "
+                     "starts from another run's weights (continued pretraining, docs/USAGE.md).")
 def cmd_train(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("config", nargs="?", help="run config YAML or a built-in name (e.g. quickstart)")
     p.add_argument("--out", help="run folder to create")
@@ -401,16 +405,24 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
                         "of a spot machine")
     p.add_argument("--minutes", type=positive, metavar="N",
                    help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
+    p.add_argument("--dollars", type=positive, metavar="D",
+                   help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
+    p.add_argument("--init-from", metavar="RUN",
+                   help="continued pretraining: start from this run's newest good checkpoint (or RUN/checkpoints/"
+                        "step_N) with its model and tokenizer, a fresh optimizer (train.init_optimizer=carry keeps "
+                        "its moments) and this run's schedule and data; without CONFIG, the parent's config")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
-        if args.config and "=" in args.config and not Path(args.config).exists() and (args.resume or args.model):
+        if (args.config and "=" in args.config and not Path(args.config).exists()
+                and (args.resume or args.model or args.init_from)):
             # `train --resume RUN train.max_steps=800`: argparse hands the first override to CONFIG.
             overrides, args.config = [args.config, *overrides], None
         from burnout.runs import train
 
         return _stopped(train(args.config, args.out, args.resume, args.data, args.model, args.auto_batch,
-                              args.resume_if_exists, overrides, minutes=args.minutes))
+                              args.resume_if_exists, overrides, minutes=args.minutes, init_from=args.init_from,
+                              dollars=args.dollars))
     return run
 
 
@@ -443,13 +455,15 @@ def cmd_sft(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--layout", help="messages, sharegpt, alpaca, qa, oasst (default: auto)")
     p.add_argument("--minutes", type=positive, metavar="N",
                    help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
+    p.add_argument("--dollars", type=positive, metavar="D",
+                   help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
         from burnout.finetune.commands import sft
 
         return _stopped(sft(args.base, args.data, args.out, args.config, args.lora, args.layout, overrides,
-                            minutes=args.minutes))
+                            minutes=args.minutes, dollars=args.dollars))
     return run
 
 
@@ -468,13 +482,15 @@ def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--beta", type=positive, help="DPO's β (default 0.1)")
     p.add_argument("--minutes", type=positive, metavar="N",
                    help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
+    p.add_argument("--dollars", type=positive, metavar="D",
+                   help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
         from burnout.finetune.commands import dpo
 
         return _stopped(dpo(args.base, args.data, args.out, args.config, args.lora, args.beta, overrides,
-                            minutes=args.minutes))
+                            minutes=args.minutes, dollars=args.dollars))
     return run
 
 
@@ -747,7 +763,8 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
             one_off.append(one_off_task(name, path, **settings))
         tasks = args.tasks if args.tasks is not None else ("" if one_off else "val,hellaswag,arc_easy,lambada")
         from burnout.common import METRICS_FILE, next_steps
-        from burnout.eval.evaluate import evaluate, run_dir_of
+        from burnout.core.checkpoint import run_dir_of
+        from burnout.eval.evaluate import evaluate
 
         records = evaluate(args.target, tasks, all_checkpoints=args.all_checkpoints, limit=args.limit,
                            data_root=args.data_root, task_files=files, data_dir=args.data, batch_size=args.batch_size,
@@ -798,9 +815,13 @@ def cmd_export(p: argparse.ArgumentParser) -> Handler:
 
     def run(args, overrides):
         from burnout.core.model_files import export_hf
+        from burnout.report.model_card import write_model_card
 
         export_hf(args.checkpoint, args.to, overwrite=args.overwrite)
-        print("\n".join([f"wrote a Hugging Face model folder to {args.to}", *_after_export(args.checkpoint, args.to)]))
+        card = write_model_card(args.checkpoint, args.to)
+        about = "with its model card (README.md)" if card else "keeping the README.md there (not a card of ours)"
+        print("\n".join([f"wrote a Hugging Face model folder to {args.to}, {about}",
+                         *_after_export(args.checkpoint, args.to)]))
     return run
 
 
@@ -837,6 +858,31 @@ def cmd_import(p: argparse.ArgumentParser) -> Handler:
 
         path = import_hf(Path(args.hf_dir), Path(args.to))
         print(f"imported {args.hf_dir} as checkpoint {path} (use it with burnout generate/eval/chat {args.to})")
+    return run
+
+
+@command("grow", help="grow a run's model deeper or wider into a new run, its outputs unchanged",
+         description="Write NEW/checkpoints/step_0000000: RUN's newest checkpoint (or RUN/checkpoints/step_N) grown to "
+                     "the shape KEY=VALUE give (model.n_layer, model.d_model, model.n_head, model.n_kv_head, "
+                     "model.ffn_hidden), whose logits equal the original's: new blocks start as the identity, "
+                     "wider layers copy each channel. Train it with `burnout train --init-from NEW`.")
+def cmd_grow(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("source", metavar="RUN_OR_CKPT", help="the model to grow")
+    p.add_argument("--out", required=True, metavar="NEW", help="new run folder for the grown model")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the larger shape, e.g. model.n_layer=8")
+
+    def run(args, overrides):
+        from burnout.common import next_steps
+        from burnout.core.model_files import grow_run
+
+        written, record = grow_run(args.source, args.out, overrides)
+        shape = ", ".join(f"{key} {before} → {record['after'][key]}" for key, before in record["before"].items()
+                          if before != record["after"][key])
+        new, trained = shlex.quote(str(args.out)), shlex.quote(f"{args.out}-trained")
+        print("\n".join([f"grew {record['checkpoint']} (step {record['step']:,}) into {written}: {shape}; its "
+                         "outputs are the original's", *next_steps([
+                             ("train it", f"burnout train --init-from {new} --out {trained}"),
+                             ("check it", f"burnout eval {new} --tasks val")])]))
     return run
 
 
@@ -879,6 +925,28 @@ def cmd_playground(p: argparse.ArgumentParser) -> Handler:
 
         serve(args.sources, host=args.host, port=args.port, max_cache_mb=args.max_cache_mb,
               concurrency=args.concurrency, queue_size=args.queue_size)
+    return run
+
+
+@command("serve", help="an OpenAI-compatible API for a run's model: completions, chat, streaming",
+         description="Serve a run's newest checkpoint (or a checkpoint folder) at /v1/models, /v1/completions and "
+                     "/v1/chat/completions (chat models), for the openai client and the tools built on it.")
+def cmd_serve(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("run", metavar="RUN_OR_CKPT")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=number(integer=True, low=0, high=65535), default=8000, help="0: any free port")
+    p.add_argument("--api-key", default=os.environ.get("BURNOUT_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' (default: $BURNOUT_API_KEY, else no key)")
+    p.add_argument("--name", help="the model's name in the API (default: the run folder's name)")
+    p.add_argument("--concurrency", type=counting, default=1, help="generations running at once")
+    p.add_argument("--queue-size", type=number(integer=True, low=0), default=16,
+                   help="requests that may wait; more are refused with 429")
+
+    def run(args, overrides):
+        from burnout.serve.openai_api import serve
+
+        serve(args.run, host=args.host, port=args.port, api_key=args.api_key, concurrency=args.concurrency,
+              queue_size=args.queue_size, name=args.name)
     return run
 
 

@@ -256,6 +256,10 @@ class TrainConfig:
     memory_check: bool = True
     # Under torchrun: ddp replicates the model; fsdp shards weights, grads and optimizer state (FSDP2).
     distributed: Literal["ddp", "fsdp"] = "ddp"
+    # Under fsdp: keep each rank's shards of the weights, gradients and optimizer state in CPU memory
+    # (FSDP2's CPUOffloadPolicy); the optimizer steps on the CPU and each block's weights cross to the GPU
+    # in every forward and backward, so a step is slower.
+    cpu_offload: bool = False
     batch_size: int = 16
     grad_accum: int = 1
     # None means the model's context length.
@@ -272,12 +276,17 @@ class TrainConfig:
     # The seconds per step a time budget plans with; measured at a new run's start when not given, then kept in
     # config.yaml so that a resume keeps the plan.
     step_seconds: float | None = None
+    # A budget in dollars: the time budget it buys at the run's price (price_per_hour, else hardware.yaml's for its
+    # GPU) on all its devices, set as max_minutes at each session's start; refused where no price is known (a CPU).
+    max_dollars: float | None = None
     # Named legs of the run, cumulative step targets; training stops at each one's end.
     phases: list[PhaseConfig] = field(default_factory=list)
     # adamw: AdamW for every weight. muon: Muon (momentum, then each update orthogonalized) for the
     # blocks' attention and MLP matrices, with AdamW at lr for embeddings, head, norms and biases
     # (modded-nanogpt's split); the schedule scales muon_lr as it scales lr, weight_decay applies to both.
-    optimizer: Literal["adamw", "muon"] = "adamw"
+    # adamw8bit: torchao's AdamW8bit, AdamW with both moments quantized to 8 bits in blocks of 256 values
+    # (about 2 bytes per parameter of state instead of 8; needs torchao; not under fsdp).
+    optimizer: Literal["adamw", "muon", "adamw8bit"] = "adamw"
     muon_lr: float = 0.02
     muon_momentum: float = 0.95
     lr: float = 1e-3
@@ -322,6 +331,12 @@ class TrainConfig:
     eval_tasks: list[str] = field(default_factory=list)
     eval_task_items: int = 500
     eval_data_root: str | None = None
+    # Continued pretraining: a new run's weights at step 0 are this checkpoint's (a checkpoints/step_N folder, or a
+    # run folder: its newest good one); its model and tokenizer are the parent's, its schedule and data its own.
+    init_from: str | None = None
+    # fresh: a new optimizer state (the default: the parent's moments are its own data's gradient statistics, see
+    # docs/USAGE.md); carry: the parent checkpoint's optimizer moments, where it holds them.
+    init_optimizer: Literal["fresh", "carry"] = "fresh"
 
     def validate(self) -> None:
         _check_seed("train.seed", self.seed)
@@ -340,6 +355,14 @@ class TrainConfig:
             # torch.optim.Muon on FSDP's shards orthogonalizes each shard, not the matrix: wrong updates.
             raise BurnoutError("train.optimizer: muon orthogonalizes whole matrices, which FSDP shards; "
                                "use train.distributed=ddp or train.optimizer=adamw")
+        if self.optimizer == "adamw8bit" and self.distributed == "fsdp":
+            # FSDP's resume sends each rank its shards of the state, and torchao's 8-bit tensors have no broadcast.
+            raise BurnoutError("train.optimizer: adamw8bit's quantized state cannot be restored into FSDP's shards, "
+                               "so its run could not resume; use train.distributed=ddp or train.optimizer=adamw")
+        if self.cpu_offload and self.distributed != "fsdp":
+            raise BurnoutError("train.cpu_offload: offloads FSDP's shards to CPU memory, and this run uses "
+                               f"train.distributed={self.distributed}; add train.distributed=fsdp (under torchrun) "
+                               "or drop train.cpu_offload")
         if "val" in self.eval_tasks:
             raise BurnoutError("train.eval_tasks: val is measured at every evaluation already (val_loss); list "
                                "benchmarks only, e.g. [hellaswag]")
@@ -355,7 +378,8 @@ class TrainConfig:
             raise BurnoutError("train.weight_decay and train.grad_clip must be >= 0")
         if self.sample_tokens < 0:
             raise BurnoutError(f"train.sample_tokens: {self.sample_tokens} is negative")
-        for key in ("max_tokens", "max_epochs", "max_minutes", "step_seconds", "max_bad_steps", "price_per_hour"):
+        for key in ("max_tokens", "max_epochs", "max_minutes", "step_seconds", "max_dollars", "max_bad_steps",
+                    "price_per_hour"):
             if getattr(self, key) is not None:
                 _require_positive(f"train.{key}", getattr(self, key))
         if self.ckpt_minutes is not None and self.ckpt_minutes < 0:
@@ -377,6 +401,9 @@ class TrainConfig:
                                f"('{self.phases[-1].name}', {self.phases[-1].steps}); raise train.max_steps")
         if len({p.name for p in self.phases}) != len(self.phases):
             raise BurnoutError("train.phases: phase names must be unique")
+        if self.init_optimizer == "carry" and not self.init_from:
+            raise BurnoutError("train.init_optimizer: carry takes the optimizer state of the checkpoint a run starts "
+                               "from; give train.init_from (--init-from RUN) too, or drop it")
 
 
 @dataclass
@@ -432,6 +459,9 @@ class SFTConfig(FineTuneSource):
     train_on: Literal["assistant", "all"] = "assistant"
     # Chat tokens the fine-tune added to the base tokenizer (filled in by the run; recorded for its readers).
     added_tokens: list[str] = field(default_factory=list)
+    # Conversations packed into full rows (best fit), each attending only to itself with its positions from 0,
+    # instead of one right-padded conversation per row; the loss per assistant token is the same.
+    packing: bool = False
 
     def validate(self) -> None:
         self._check_source("sft", "name the base model (a run folder or checkpoint), e.g. sft.base=runs/base",
@@ -493,6 +523,9 @@ class RunConfig:
                 self.tokenizer.chat_template = CHATML
         if self.dpo is not None:
             self.dpo.validate()
+        if self.train.init_from and self.fine_tune is not None:
+            raise BurnoutError("train.init_from: a fine-tune starts from its base (sft.base / dpo.base); "
+                               "drop train.init_from")
         seq_len = self.train.seq_len or self.model.context_length
         if seq_len > self.model.context_length:
             raise BurnoutError(
@@ -546,9 +579,14 @@ def load_run_config(source: str | Path | dict, overrides: list[str] = ()) -> Run
     return cfg
 
 
-def with_minutes(overrides: list[str], minutes: float | None) -> list[str]:
-    """A training command's --minutes as the override it stands for (train.max_minutes), last so that it wins."""
-    return [*overrides, f"train.max_minutes={minutes!r}"] if minutes is not None else list(overrides)
+def with_budget(overrides: list[str], minutes: float | None = None, dollars: float | None = None) -> list[str]:
+    """A training command's --minutes or --dollars as the overrides they stand for, last so that they win: --minutes
+    is train.max_minutes, and ends a dollar budget the run had; --dollars is train.max_dollars."""
+    if minutes is not None and dollars is not None:
+        raise BurnoutError("--minutes and --dollars: give one budget (dollars buy minutes at the price per hour)")
+    if minutes is not None:
+        return [*overrides, f"train.max_minutes={minutes!r}", "train.max_dollars=null"]
+    return [*overrides, f"train.max_dollars={dollars!r}"] if dollars is not None else list(overrides)
 
 
 def resolve_config_path(source: str | Path) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from burnout.common import COMPARE_JSON, labelled, next_steps, plural
 from burnout.config import load_run_config
-from burnout.data.prepare import prepare_data
+from burnout.data.prepare import older_split_rule, prepare_data
 from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 from burnout.eval.compare import compare_checkpoints
@@ -39,13 +39,13 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     cfg = load_run_config("quickstart", overrides)
 
     data_dir = out_dir / "data"
-    if (data_dir / "meta.json").exists():
-        meta = read_meta(data_dir)
+    meta = read_meta(data_dir) if (data_dir / "meta.json").exists() else None
+    if meta is not None and not older_split_rule(meta):
         say(f"[1/4] data: reusing {data_dir}")
-    else:
+    else:  # none yet, or parted into train and val by an older rule: its own folder, prepared again
         say(f"[1/4] data: mixing the embedded corpus (Python's docs and stdlib source), training a "
             f"{cfg.tokenizer.vocab_size}-token BPE, writing token files to {data_dir}")
-        meta = prepare_data(cfg.data, cfg.tokenizer, data_dir, progress=True)
+        meta = prepare_data(cfg.data, cfg.tokenizer, data_dir, progress=True, overwrite=meta is not None)
     for name, src in meta["sources"]["per_source"].items():
         say(f"      source {name}: {plural(src['documents'], 'document')}, {src['chars']:,} characters "
             f"({src['share']:.0%} of the mix, weight {src['weight']:g})")

@@ -11,18 +11,19 @@ that can vanish) whichever of the two a run folder calls for.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from burnout.common import needs_package
-from burnout.config import RunConfig, load_run_config, with_minutes
+from burnout.common import RUN_CONFIG_FILE, needs_package
+from burnout.config import RunConfig, load_run_config, read_yaml, with_budget
 from burnout.data.recipe import data_run_config
 from burnout.errors import BurnoutError
 from burnout.finetune.recipes import DPO, SFT
 from burnout.train import run
 from burnout.train.loop import TrainResult
-from burnout.train.recipe import Pretraining, Recipe
+from burnout.train.recipe import Pretraining, Recipe, parent_checkpoint
 
 
 def recipe_for(cfg: RunConfig) -> Recipe:
@@ -54,13 +55,21 @@ def start_or_resume(cfg: RunConfig, run_dir: Path, overrides: Sequence[str] = ()
 
 def train(config: str | Path | None = None, out: str | Path | None = None, resume: str | Path | None = None,
           data: str | Path | None = None, model: str | None = None, auto_batch: bool = False,
-          resume_if_exists: bool = False, overrides: Sequence[str] = (), minutes: float | None = None) -> TrainResult:
+          resume_if_exists: bool = False, overrides: Sequence[str] = (), minutes: float | None = None,
+          init_from: str | Path | None = None, dollars: float | None = None) -> TrainResult:
     """`burnout train`: CONFIG --out RUN [--data DIR], or --data DIR --model PRESET --out RUN (a preset on a
-    prepared folder, no config file), or --resume RUN; `overrides` are KEY=VALUE strings; `minutes` is the
-    time budget (train.max_minutes)."""
-    overrides = with_minutes(list(overrides), minutes)
+    prepared folder, no config file), or --resume RUN; `overrides` are KEY=VALUE strings; `minutes` or `dollars`
+    is the budget (train.max_minutes, train.max_dollars). `init_from` (train.init_from) starts the new run from that
+    run's or checkpoint's weights; with no CONFIG and no --model its config is the parent's, changed by `overrides`."""
+    overrides = with_budget(list(overrides), minutes, dollars)
+    # --init-from is train.init_from, set before the config is checked (train.init_optimizer=carry needs it); a JSON
+    # string, which YAML reads as a string whatever the path looks like. Not among the overrides a resume gets.
+    settings = [*overrides, f"train.init_from={json.dumps(str(init_from))}"] if init_from else list(overrides)
     if resume and resume_if_exists:
         raise BurnoutError("--resume-if-exists goes with CONFIG --out RUN (it decides to resume); drop one of them")
+    if resume and init_from:
+        raise BurnoutError(f"--init-from starts a new run; --resume {resume} continues from its own checkpoints (its "
+                           "config.yaml keeps the train.init_from it started with); drop --init-from")
     if resume:
         if config or out or data or model:
             raise BurnoutError("--resume RUN takes no CONFIG, --out, --data or --model: the run folder holds them")
@@ -73,16 +82,28 @@ def train(config: str | Path | None = None, out: str | Path | None = None, resum
                                "(a config names its model in its model section)")
         if not data or not out:
             raise BurnoutError("--model PRESET needs --data DIR (a prepared folder) and --out RUN")
-        cfg = data_run_config(Path(data), model, list(overrides))
+        cfg = data_run_config(Path(data), model, settings)
+    elif init_from and out and not config:
+        cfg = load_run_config(parent_run_config(init_from), settings)
     else:
         if not config or not out:
-            raise BurnoutError("train needs a CONFIG and --out RUN_DIR, or --data DIR --model PRESET --out RUN_DIR "
-                               "(or --resume RUN_DIR)")
-        cfg = load_run_config(config, list(overrides))
+            raise BurnoutError("train needs a CONFIG and --out RUN_DIR, or --data DIR --model PRESET --out RUN_DIR, "
+                               "or --init-from RUN --out RUN_DIR (or --resume RUN_DIR)")
+        cfg = load_run_config(config, settings)
     data_dir = Path(data) if data else None
     if resume_if_exists:
         return start_or_resume(cfg, Path(out), overrides, data_dir=data_dir, auto_batch=auto_batch)
     return start_training(cfg, Path(out), data_dir=data_dir, auto_batch=auto_batch)
+
+
+def parent_run_config(init_from: str | Path) -> dict:
+    """The config a continued run with no CONFIG of its own starts from: its parent checkpoint's, as pretraining
+    (no fine-tune section) and without the parent's measured train.step_seconds (a time budget measures its own)."""
+    raw = read_yaml(parent_checkpoint(str(init_from), print) / RUN_CONFIG_FILE)
+    for fine_tune in ("sft", "dpo"):
+        raw.pop(fine_tune, None)
+    raw.get("train", {}).pop("step_seconds", None)
+    return raw
 
 
 def trained_run_steps(run_dir: str | Path, chat: bool, prompt: str = "", stop_reason: str = "done",

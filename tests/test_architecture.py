@@ -24,7 +24,7 @@ LAYERS = [
     {"finetune"},
     {"forensics", "runs"},
     {"bench", "report"},
-    {"playground", "quickstart"},
+    {"playground", "serve", "quickstart"},
     {"cli"},
     {"__main__"},
 ]

@@ -121,6 +121,19 @@ CASES = [
     Case("unfinished-data-folder", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{dir}/data"],
          ["no meta.json", "prepare the data again"],
          setup=lambda d, data, run: (_copy_data(d, data, run), (d / "data" / "meta.json").unlink(), _config(d, TINY))),
+    # meta.json without split_rule: as a folder parted into train and val before the rule of SPLIT_RULE wrote it.
+    Case("data-parted-by-an-older-split-rule", ["train", "--data", "{dir}/data", "--model", "llama-tiny", "--out",
+                                                "{dir}/run"],
+         ["'{dir}/data' was parted into train and val by an older rule",
+          "prepare it again (burnout data prepare SOURCE --out {dir}/data --overwrite)"],
+         setup=lambda d, data, run: (_copy_data(d, data, run), _edit_json(d / "data" / "meta.json",
+                                                                          lambda m: m.pop("split_rule")))),
+    Case("run-data-parted-by-an-older-split-rule", ["train", "{dir}/run.yaml", "--out", "{dir}/run"],
+         ["'{dir}/run/data' was parted into train and val by an older rule",
+          "remove it, and this command prepares it again"],
+         setup=lambda d, data, run: (shutil.copytree(data, d / "run" / "data"), _config(d, TINY), _edit_json(
+             d / "run" / "data" / "meta.json", lambda m: m.pop("split_rule")),
+             (d / "run" / ".burnout.json").write_text('{"kind": "run", "source": null}'))),  # an earlier start's
     Case("vocab-larger-than-dtype", ["data", "inspect", "{dir}/data"], ["70000", "uint16"],
          setup=lambda d, data, run: (_copy_data(d, data, run), _edit_json(
              d / "data" / "meta.json", lambda m: m.update(vocab_size=70000)))),
@@ -149,6 +162,17 @@ CASES = [
          ["train.grad_clip", "nan", "finite"], setup=lambda d, *_: _config(d, TINY)),
     Case("negative-ckpt-minutes", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.ckpt_minutes=-5"],
          ["train.ckpt_minutes", "-5", "negative"], setup=lambda d, *_: _config(d, TINY)),
+    Case("cpu-offload-without-fsdp", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.cpu_offload=true"],
+         ["train.cpu_offload", "train.distributed=ddp", "add train.distributed=fsdp"],
+         setup=lambda d, *_: _config(d, TINY)),
+    Case("adamw8bit-under-fsdp", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.optimizer=adamw8bit",
+                                  "train.distributed=fsdp"],
+         ["train.optimizer: adamw8bit", "FSDP's shards", "train.distributed=ddp"],
+         setup=lambda d, *_: _config(d, TINY)),
+    Case("cpu-offload-in-one-process", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{data}",
+                                        "train.distributed=fsdp", "train.cpu_offload=true"],
+         ["train.cpu_offload", "FSDP runs across processes", "torchrun --nproc_per_node 2"],
+         setup=lambda d, *_: _config(d, TINY)),
     Case("resume-and-resume-if-exists", ["train", "{dir}/run.yaml", "--out", "{dir}/run", "--resume", "{dir}/run",
                                          "--resume-if-exists"], ["--resume-if-exists", "--resume"]),
     Case("seq-len-beyond-context", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.seq_len=128"],
@@ -181,12 +205,62 @@ CASES = [
     Case("corrupted-state", ["export", "{dir}/run", "--to", "{dir}/hf"], ["unreadable", "state.pt"],
          setup=lambda d, data, run: (_copy_run(d, data, run), (_ckpt(d) / "state.pt").write_bytes(b"not a zip"))),
     Case("resume-a-folder-that-is-no-run", ["train", "--resume", "{dir}"], ["no config.yaml"]),
+    # -- continued pretraining: a new run from another run's checkpoint (train.init_from)
+    Case("init-from-a-run-not-there", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{data}",
+                                       "--init-from", "{dir}/no-such-run"],
+         ["train.init_from {dir}/no-such-run", "no such folder"], setup=lambda d, *_: _config(d, TINY)),
+    Case("init-from-a-folder-that-is-no-run", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data",
+                                               "{data}", "--init-from", "{dir}"],
+         ["train.init_from {dir}", "not a checkpoint"], setup=lambda d, *_: _config(d, TINY)),
+    Case("init-from-a-run-of-another-tokenizer", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data",
+                                                  "{dir}/data", "--init-from", "{run}"],
+         ["another tokenizer", "--tokenizer"],
+         setup=lambda d, data, run: (_copy_data(d, data, run), _bigger_tokenizer(d / "data" / "tokenizer.json"),
+                                     _config(d, TINY))),
+    Case("init-from-asking-another-shape", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{data}",
+                                            "--init-from", "{run}", "model.n_layer=4"],
+         ["model.n_layer=4", "the parent's is 2", "burnout grow"], setup=lambda d, *_: _config(d, TINY)),
+    Case("init-from-asking-another-family", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{data}",
+                                             "--init-from", "{run}", "model.family=gpt2", "model.n_kv_head=4"],
+         ["model.family='gpt2'", "the parent's is 'llama'"], setup=lambda d, *_: _config(d, TINY)),
+    Case("init-from-with-resume", ["train", "--resume", "{dir}/run", "--init-from", "{run}"],
+         ["--init-from starts a new run", "drop --init-from"], setup=_copy_run),
+    Case("resume-changing-init-from", ["train", "--resume", "{dir}/run", "train.init_from={dir}/run"],
+         ["'train.init_from' cannot change"], setup=_copy_run),
     # -- plans: a run config, a model preset or a run folder, and nothing else
     Case("plan-of-neither-config-preset-nor-run", ["plan", "llama-smal", "--gpu", "rtx-4090"],
          ["'llama-smal' is neither a run config, a model preset nor a run folder", "quickstart,", "llama-small,",
           "or a run folder"]),
     Case("plan-of-a-folder-that-is-no-run", ["plan", "{dir}", "--gpu", "rtx-4090"],
          ["'{dir}' is a folder without a config.yaml", "a model preset (gpt2-10m,"]),
+    # -- growth: `burnout grow`, and the start point it writes
+    Case("grow-to-a-smaller-shape", ["grow", "{run}", "--out", "{dir}/grown", "model.n_layer=1"],
+         ["model: growing needs a larger shape", "n_layer 2 → 1 is smaller"]),
+    Case("grow-to-the-same-shape", ["grow", "{run}", "--out", "{dir}/grown", "model.n_layer=2"],
+         ["is the same; give larger values, e.g. model.n_layer=4"]),
+    Case("grow-to-another-vocabulary", ["grow", "{run}", "--out", "{dir}/grown", "model.n_layer=4",
+                                        "model.vocab_size=1024"],
+         ["model.vocab_size: 1024 differs from the model's 512", "keeps its vocabulary"]),
+    Case("grow-into-another-family", ["grow", "{run}", "--out", "{dir}/grown", "model.family=gpt2"],
+         ["model.family: gpt2 differs from the model's llama", "within its family"]),
+    Case("grow-width-by-a-non-whole-factor", ["grow", "{run}", "--out", "{dir}/grown", "model.d_model=96"],
+         ["model.d_model: 96 is not a whole multiple of 64", "model.d_model=128"]),
+    Case("grow-with-a-train-setting", ["grow", "{run}", "--out", "{dir}/grown", "train.lr=1"],
+         ["'train.lr=1': grow changes keys of the model section", "--init-from"]),
+    Case("grow-a-checkpoint-that-is-not-there", ["grow", "{dir}/run/checkpoints/step_0000099", "--out",
+                                                 "{dir}/grown", "model.n_layer=4"],
+         ["checkpoint '{dir}/run/checkpoints/step_0000099' does not exist"], setup=_copy_run),
+    Case("grow-into-a-folder-of-yours", ["grow", "{run}", "--out", "{dir}/mine", "model.n_layer=4"],
+         ["--out {dir}/mine holds files that are not burnout's (config.json)"],
+         setup=lambda d, *_: _yours(d / "mine", "config.json")),
+    Case("grow-over-another-run", ["grow", "{run}", "--out", "{dir}/run", "model.n_layer=4"],
+         ["--out {dir}/run already holds a run"], setup=_copy_run),
+    Case("resume-a-grown-model", ["train", "--resume", "{dir}/grown"],
+         ["--resume: {dir}/grown is a start point (a grown model)", "burnout train --init-from {dir}/grown --out"],
+         setup=lambda d, data, run: _grow(run, d / "grown")),
+    Case("report-of-a-grown-model", ["report", "{dir}/grown"],
+         ["'{dir}/grown' holds a start point that nothing has trained yet",
+          "burnout train --init-from {dir}/grown --out NEW_RUN"], setup=lambda d, data, run: _grow(run, d / "grown")),
     # -- evaluation and generation
     Case("unknown-task", ["eval", "{run}", "--tasks", "val,hellaswagg"], ["hellaswagg"]),
     Case("prompt-longer-than-context", ["generate", "{run}", "--prompt", "word " * 200, "--max-new-tokens", "5"],
@@ -290,6 +364,12 @@ CASES = [
          setup=_copy_run, creates=True),  # resumes.jsonl records the attempted overrides, as above
     Case("train-minutes-not-positive", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
                                         "--minutes", "0"], ["--minutes", "0"]),
+    Case("train-dollars-without-a-price", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
+                                           "--dollars", "1", "train.device=cpu"],
+         ["train.max_dollars: no price per hour is known for a CPU", "train.price_per_hour=", "--minutes N"],
+         creates=True),  # the run folder, taken before the device is known
+    Case("train-minutes-and-dollars", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
+                                       "--minutes", "1", "--dollars", "1"], ["--minutes and --dollars", "one budget"]),
     Case("train-step-seconds-not-positive", ["train", "--data", "{data}", "--model", "llama-tiny", "--out",
                                              "{dir}/run", "--minutes", "1", "train.step_seconds=0"],
          ["train.step_seconds: 0", "must be positive"]),
@@ -352,6 +432,12 @@ def _export(run: Path, hf: Path) -> None:
     from burnout.core.model_files import export_hf
 
     export_hf(list_checkpoints(run)[0], hf)
+
+
+def _grow(run: Path, out: Path) -> None:
+    from burnout.core.model_files import grow_run
+
+    grow_run(run, out, ["model.n_layer=3"])
 
 
 def _retouch_yaml(path: Path, old: str, new: str) -> None:

@@ -120,3 +120,26 @@ def test_minutes_set_the_planned_steps(tiny_bpe_data, tmp_path, monkeypatch, cap
         assert f"→ {plan.max_steps} steps to fit {minutes:g} minutes" in capsys.readouterr().out
     short, long = (plan.max_steps for plan in plans)
     assert abs(long - 4 * short) <= 4
+
+
+def test_its_data_parted_by_an_older_split_rule_is_prepared_again(tiny_bpe_data, tmp_path, monkeypatch, capsys):
+    """The quickstart's own data folder, parted into train and val by an older rule (no split_rule in its
+    meta.json), is prepared again over itself rather than reused (red when it is reused as it is). Nothing is
+    prepared: Ctrl-C as the preparation starts."""
+    import shutil
+
+    prepared = []
+
+    def prepare_data(data_cfg, tok_cfg, out_dir, progress, overwrite=False):
+        prepared.append((Path(out_dir), overwrite))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("burnout.quickstart.prepare_data", prepare_data)
+    out = tmp_path / "qs"
+    shutil.copytree(tiny_bpe_data, out / "data")
+    meta = json.loads((out / "data" / "meta.json").read_text())
+    del meta["split_rule"]
+    (out / "data" / "meta.json").write_text(json.dumps(meta))
+    assert main(["quickstart", "--out", str(out), *SMALL]) == 130
+    assert prepared == [(out / "data", True)]
+    assert "data: reusing" not in capsys.readouterr().out

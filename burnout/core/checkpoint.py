@@ -56,6 +56,7 @@ from burnout.common import (
     write_atomic_with,
 )
 from burnout.config import RunConfig, load_run_config
+from burnout.core.device import lowbit_optim
 from burnout.errors import BurnoutError, StorageError
 from burnout.models import Transformer
 from burnout.models.memory import param_counts, static_bytes
@@ -306,6 +307,11 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def run_dir_of(checkpoint: Path) -> Path:
+    """The run folder holding RUN/checkpoints/step_N, or the checkpoint folder itself when it stands alone."""
+    return checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINT_DIR else checkpoint
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint folder, or a run folder (→ its latest checkpoint), or a file of a checkpoint (→ its folder)."""
     path = Path(path)
@@ -339,10 +345,15 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
             raise BurnoutError(f"checkpoint {path} does not match its config: {wrong}")
         missing, unexpected = safetensors.torch.load_model(model, str(path / name), strict=False)
         name = "state.pt"
-        # Tensors and plain containers only: a pickle that would build any other object is refused, unrun.
-        with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
-            warnings.simplefilter("ignore", UserWarning)
-            state = torch.load(path / name, map_location="cpu", weights_only=True)
+        state = {}
+        # A start point (`burnout grow`'s) may hold no training state: its sha256.json then lists no state.pt.
+        if (path / name).exists() or not (path / MANIFEST_FILE).is_file():
+            # Tensors and plain containers only: a pickle that would build any other object is refused, unrun.
+            if cfg.train.optimizer == "adamw8bit":
+                lowbit_optim()  # allows torchao's quantized moments, tensors of its own class
+            with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
+                warnings.simplefilter("ignore", UserWarning)
+                state = torch.load(path / name, map_location="cpu", weights_only=True)
         name = "info.json"
         info = json.loads((path / name).read_text())
     except (OSError, EOFError, RuntimeError, ValueError, json.JSONDecodeError, safetensors.SafetensorError,

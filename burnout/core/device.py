@@ -109,6 +109,16 @@ def check_fp8(device: torch.device) -> None:
         raise BurnoutError(f"train.precision=fp8 needs torchao: {install_extra('fp8')}") from None
 
 
+def lowbit_optim():
+    """torchao.optim (train.optimizer=adamw8bit), or a one-line error saying how to install it. Importing it also
+    adds its quantized state tensors to torch.load's weights_only allowlist, so a state.pt holding them loads."""
+    try:
+        import torchao.optim
+    except ImportError:
+        raise BurnoutError(f"train.optimizer=adamw8bit needs torchao: {install_extra('adamw8bit')}") from None
+    return torchao.optim
+
+
 def to_float8_training(model: torch.nn.Module) -> torch.nn.Module:
     """Swap the transformer blocks' linear layers for torchao's Float8Linear (tensorwise scaling: fp8 inputs,
     weights and output gradients, each scaled by its absolute max). The output head stays bf16: its

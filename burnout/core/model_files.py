@@ -1,6 +1,8 @@
 """A model in and out of files: `load_model`, the one way every command turns a checkpoint (or a run
-folder) into a model and its tokenizer; `import_hf` and `export_hf` between checkpoints and Hugging
-Face model folders; `writing_run`, the run folder a command writes, checked and locked."""
+folder) into a model and its tokenizer; `copy_weights`, a checkpoint's weights as a new run's step 0;
+`import_hf` and `export_hf` between checkpoints and Hugging Face model folders; `grow_run`, a checkpoint grown
+into a larger model of the same outputs (models/growth.py); `writing_run`, the run folder a command writes,
+checked and locked."""
 
 from __future__ import annotations
 
@@ -10,21 +12,27 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
+import yaml
 from tokenizers import Tokenizer
 
 from burnout.common import (
     EOT_TOKEN,
     LAUNCHES_FILE,
     METRICS_FILE,
+    RUN_CONFIG_FILE,
     TOKENIZER_FILE,
     check_output_folder,
     folder_owner,
+    unwrapped,
+    write_atomic,
     writing_into,
 )
-from burnout.config import load_run_config
+from burnout.config import apply_override, load_run_config
 from burnout.core.chat_template import CHAT_TEMPLATE, CHAT_TOKENS, chat_token_ids, is_chat_model
 from burnout.core.checkpoint import (
+    CHECKPOINT_DIR,
     Checkpoint,
+    holds_run,
     list_checkpoints,
     load_checkpoint,
     resolve_checkpoint,
@@ -34,6 +42,7 @@ from burnout.data.prepare import data_folder_owner
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
+from burnout.models.growth import GROWN_KEYS, grow_state_dict, grown_model_config
 from burnout.models.hf import load_hf, save_hf
 from burnout.models.lora import lora_layers, merge_lora
 
@@ -50,6 +59,17 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[Tr
         )
     ckpt.model.eval()
     return ckpt.model, tokenizer, ckpt
+
+
+def copy_weights(model: torch.nn.Module, source: torch.nn.Module, label: str) -> None:
+    """`source`'s weights into `model` (a run's model at step 0, built from its own config), every one of them:
+    LoRA adapters that `model` adds keep their own initialisation. Refused in one line (`label` names the source)
+    where the two do not fit."""
+    missing, unexpected = unwrapped(model).load_state_dict(source.state_dict(), strict=False)
+    missing = [k for k in missing if not k.endswith((".lora_A", ".lora_B"))]
+    if missing or unexpected:
+        raise BurnoutError(f"{label}: its weights do not fit this run's model (missing "
+                           f"{missing[:3]}, unexpected {unexpected[:3]}); start a new run from it")
 
 
 def writing_run(run_dir: str | Path, label: str, reads: Iterable[str | Path] = ()) -> AbstractContextManager[Path]:
@@ -95,6 +115,53 @@ def export_hf(checkpoint: str | Path, out_dir: str | Path, overwrite: bool = Fal
         return save_hf(model, Path(out_dir), tokenizer_path=ckpt.path / TOKENIZER_FILE,
                        eos_token_id=tokenizer.token_to_id(EOT_TOKEN), chat_template=CHAT_TEMPLATE if chat else None,
                        chat_tokens=CHAT_TOKENS if chat else None)
+
+
+def grow_run(source: str | Path, out_dir: str | Path, overrides: Iterable[str]) -> tuple[Path, dict]:
+    """`burnout grow`: the checkpoint `source` (a run folder: its newest) grown by `overrides` (model.KEY=VALUE) into
+    a new run folder `out_dir` whose outputs equal its own (burnout/models/growth.py), a start point for `burnout
+    train --init-from`: OUT/config.yaml (the parent's config, the new model section) and OUT/checkpoints/step_0000000
+    (the grown weights, the parent's tokenizer, no optimizer state; info.json's grown_from records the parent run,
+    checkpoint, step and both shapes). (the checkpoint written, that record)."""
+    path = resolve_checkpoint(source)
+    writing = writing_run(out_dir, "--out", reads=[path])
+    if holds_run(Path(out_dir)):
+        raise BurnoutError(f"--out {out_dir} already holds a run; choose a new folder for the grown model")
+    changes = _model_changes(list(overrides))
+    ckpt = load_checkpoint(path)
+    if ckpt.config.adapters is not None:
+        raise BurnoutError(f"{path}: a LoRA fine-tune ({ckpt.config.adapters[0]}); merge its adapters first "
+                           "(burnout lora merge) and grow the merged run")
+    old = ckpt.config.model
+    new = grown_model_config(old, changes)
+    # A start point: where the parent itself started from is the parent's record, not this folder's.
+    cfg = dataclasses.replace(ckpt.config, model=new,
+                              train=dataclasses.replace(ckpt.config.train, init_from=None, init_optimizer="fresh"))
+    with torch.device("meta"):  # no random init of weights about to be replaced
+        model = Transformer(new)
+    model.load_state_dict(grow_state_dict(old, ckpt.model.state_dict(), new, seed=cfg.train.seed), assign=True)
+    if new.tie_embeddings:
+        model.lm_head.weight = model.tok_emb.weight
+    record = {"run": str(path.parent.parent.resolve()) if path.parent.name == CHECKPOINT_DIR else None,
+              "checkpoint": str(path.resolve()), "step": ckpt.info.get("step", 0), "tokens": ckpt.info.get("tokens", 0),
+              "before": {key: getattr(old, key) for key in GROWN_KEYS},
+              "after": {key: getattr(new, key) for key in GROWN_KEYS}}
+    with writing:
+        written = save_checkpoint(out_dir, cfg, model, {"step": 0, "tokens": 0},
+                                  {"step": 0, "tokens": 0, "grown_from": record}, path / TOKENIZER_FILE, keep_last=1)
+        write_atomic(Path(out_dir) / RUN_CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    return written, record
+
+
+def _model_changes(overrides: list[str]) -> dict:
+    """`model.KEY=VALUE` strings as {KEY: value}; anything but the model section refused."""
+    raw: dict = {}
+    for item in overrides:
+        apply_override(raw, item)
+        if set(raw) - {"model"} or not isinstance(raw.get("model", {}), dict):
+            raise BurnoutError(f"'{item}': grow changes keys of the model section (e.g. model.n_layer=8); training "
+                               "settings go to the run that trains the grown model (burnout train --init-from)")
+    return raw.get("model", {})
 
 
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:

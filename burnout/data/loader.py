@@ -114,7 +114,7 @@ class Prefetcher:
         for _ in range(depth):
             self._read_ahead()
 
-    def get_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def get_batch(self, index: int) -> tuple[torch.Tensor, ...]:
         expected, batch = self._ahead.popleft()
         if expected != index:
             raise RuntimeError(f"prefetcher: batch {index} asked for, {expected} read ahead; "
@@ -129,9 +129,9 @@ class Prefetcher:
         index = next(self.indices)
         self._ahead.append((index, self._pool.submit(self._read, index)))
 
-    def _read(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.loader.get_batch(index)
-        return (x.pin_memory(), y.pin_memory()) if self.pin else (x, y)
+    def _read(self, index: int) -> tuple[torch.Tensor, ...]:
+        batch = self.loader.get_batch(index)  # (x, y), or (x, y, positions) packed
+        return tuple(t.pin_memory() for t in batch) if self.pin else batch
 
 
 class _ShardedTokens:

@@ -67,6 +67,11 @@ FAR_TOO_FEW_TOKENS_PER_PARAM = 0.01
 SMALLEST_PRESET_PARAMS = 421_504
 # Val's share of the tokens is far from data.val_fraction beyond this factor of it, either way.
 VAL_SHARE_FACTOR = 2
+# The rule that parts the documents into train and val, in meta.json and in an unfinished folder's fingerprint.
+# 2: a document larger than its source's share of val is cut (its end to val), and a text file's <|endoftext|>
+# lines end documents. A folder without it (rule 1) sent whole documents only: its val may be far from
+# val_fraction, so a new run refuses it (`older_split_rule`) and a resume of its preparation starts over.
+SPLIT_RULE = 2
 
 # Documents (or characters) read from one source before they are encoded together. Encoding a chunk
 # briefly holds Hugging Face Encoding objects, several values per token, which set prepare's peak memory:
@@ -155,6 +160,12 @@ def tokens_per_param_warning(train_tokens: int, params: int) -> str | None:
             f"its text; about {CHINCHILLA_TOKENS_PER_PARAM} is usual, Chinchilla): add text, or train a smaller model")
 
 
+def older_split_rule(meta: dict) -> bool:
+    """Whether the folder of `meta` was parted into train and val by a rule before SPLIT_RULE."""
+    rule = meta.get("split_rule", 1)
+    return not isinstance(rule, int) or rule < SPLIT_RULE
+
+
 def _prepare(data_cfg: DataConfig, tok_cfg: TokenizerConfig, out_dir: Path, tokenizer_path: str | Path | None,
              progress: bool, overwrite: bool, workers: int | None) -> dict:
     """prepare_data's work, in a folder this process holds."""
@@ -217,6 +228,7 @@ def _prepare(data_cfg: DataConfig, tok_cfg: TokenizerConfig, out_dir: Path, toke
 
     meta = {
         "format": shards.FORMAT,
+        "split_rule": SPLIT_RULE,
         "dtype": dtype.name,
         "vocab_size": vocab_size,
         "eot_id": eot,
@@ -626,6 +638,7 @@ def _fingerprint(data_cfg: DataConfig, tok_cfg: TokenizerConfig, given: Tokenize
     continues only with the same fingerprint (sources edited in between mean starting over)."""
     settings = {
         "format": shards.FORMAT,
+        "split_rule": SPLIT_RULE,
         "data": asdict(data_cfg),
         "sources": [source_signature(source) for source in data_cfg.sources if source.weight > 0],
         "tokenizer": asdict(tok_cfg),

@@ -26,7 +26,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from burnout.common import EOT_TOKEN, not_a_file_or_folder
+from burnout.common import EOT_TOKEN, TOKENIZER_FILE, not_a_file_or_folder
 from burnout.config import (
     CONFIG_DIR,
     DataConfig,
@@ -129,7 +129,8 @@ _SNIFF_FILES = 256
 _YAML_SUFFIXES = (".yaml", ".yml")
 _GLOB_CHARS = frozenset("*?[")
 _SECTION_LINE = re.compile(r"(?:description|data|tokenizer|model|train|sft|dpo)\s*:")
-TOKENIZER_SPECS = "bpe, bpe:VOCAB (e.g. bpe:8192), char, gpt2 or gpt2:FOLDER (holding vocab.json and merges.txt)"
+TOKENIZER_SPECS = ("bpe, bpe:VOCAB (e.g. bpe:8192), char, gpt2, gpt2:FOLDER (holding vocab.json and merges.txt), or "
+                   "an existing tokenizer.json (or a data or checkpoint folder holding one)")
 
 
 def load_prepare_sections(arg: str, overrides: list[str] = (), *, tokenizer: str | None = None,
@@ -388,6 +389,23 @@ def auto_split(files: list[Path]) -> dict:
         last = len(text) - 1 - text[::-1].index(True) if True in text else -1
         paragraphs = paragraphs or not all(text[first : last + 1])
     return {"split_by": "paragraph" if paragraphs else "line"}
+
+
+def given_tokenizer(spec: str | None) -> Path | None:
+    """The tokenizer file `--tokenizer SPEC` names when SPEC is an existing tokenizer.json or a folder holding one
+    (a data folder, a checkpoint: e.g. the run a continued run starts from), to encode with as it is; None when
+    SPEC is a kind to train (tokenizer_spec) or not given."""
+    if spec is None:
+        return None
+    path = Path(os.path.expanduser(spec))
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        return None
+    if not (path / TOKENIZER_FILE).is_file():
+        raise BurnoutError(f"--tokenizer {spec}: the folder holds no {TOKENIZER_FILE}; give a tokenizer.json, a "
+                           "prepared data folder or a checkpoint folder (RUN/checkpoints/step_N)")
+    return path / TOKENIZER_FILE
 
 
 def tokenizer_spec(spec: str, corpus_chars: int = 0) -> dict:

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from burnout.common import write_atomic
-from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint
+from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint, run_dir_of
 from burnout.core.device import autocast, configure_backends, resolve_device, resolve_precision
 from burnout.core.model_files import load_model
 from burnout.data.loader import TokenLoader
@@ -141,11 +141,6 @@ def score_plan(model: Transformer, tokenizer: Tokenizer, plan: Plan, limit: int 
             results.update(score_task(model, tokenizer, task, limit, batch_size, records, bar))
     core = suite_core(plan.suites, results, data_root) if plan.suites else None
     return results, core
-
-
-def run_dir_of(checkpoint: Path) -> Path:
-    """The run folder holding RUN/checkpoints/step_N, or the checkpoint folder itself when it stands alone."""
-    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> torch.Tensor:

@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from burnout.common import EOT_TOKEN, first_line, install_extra, write_atomic
 from burnout.core.chat_template import IM_END, is_chat_model
+from burnout.core.checkpoint import run_dir_of
 from burnout.core.device import resolve_device
 from burnout.core.model_files import load_model
 from burnout.errors import BurnoutError
@@ -366,8 +367,7 @@ def _run_one(path: Path, names: list[str], manager, limit, num_fewshot, batch_si
     step = ckpt.info.get("step")
     record = {"checkpoint": str(ckpt.path), "step": step, "tokens": ckpt.info.get("tokens"), "limit": limit,
               **{k: v for k, v in results.items() if k != "samples"}}
-    run_dir = ckpt.path.parent.parent if ckpt.path.parent.name == "checkpoints" else ckpt.path
-    out = run_dir / "eval" / f"harness_{ckpt.path.name}.json"
+    out = run_dir_of(ckpt.path) / "eval" / f"harness_{ckpt.path.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, json.dumps(record, indent=2, default=handle_non_serializable) + "\n")
     say(f"step {step}: lm-eval tasks {', '.join(names)}" + (f", first {limit} examples each" if limit else ""))

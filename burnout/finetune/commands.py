@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from burnout.config import RunConfig, load_run_config, read_yaml, resolve_config_path, with_minutes
+from burnout.config import RunConfig, load_run_config, read_yaml, resolve_config_path, with_budget
 from burnout.finetune.recipes import DPO, SFT
 from burnout.train.loop import TrainResult
 from burnout.train.run import start_run
@@ -15,21 +15,22 @@ from burnout.train.run import start_run
 
 def sft(base: str | Path, data: str, out: str | Path, config: str | Path | None = None, lora: bool = False,
         layout: str | None = None, overrides: Sequence[str] = (), on_event: Callable[[str], None] = print,
-        progress: bool | None = None, minutes: float | None = None) -> TrainResult:
+        progress: bool | None = None, minutes: float | None = None, dollars: float | None = None) -> TrainResult:
     """Fine-tune `base` (a run folder or checkpoint) on the conversations in `data` into the new run `out`:
-    full fine-tuning, or LoRA adapters with `lora` (sft.lora.r=… etc. shape them); `minutes`: the time budget
-    (train.max_minutes)."""
-    cfg = fine_tune_config("sft", base, data, config, lora, with_minutes(list(overrides), minutes), layout=layout)
+    full fine-tuning, or LoRA adapters with `lora` (sft.lora.r=… etc. shape them); `minutes` or `dollars`: the
+    budget (train.max_minutes, train.max_dollars)."""
+    cfg = fine_tune_config("sft", base, data, config, lora, with_budget(list(overrides), minutes, dollars),
+                           layout=layout)
     return start_run(cfg, Path(out), SFT(), on_event=on_event, progress=progress)
 
 
 def dpo(base: str | Path, data: str, out: str | Path, config: str | Path | None = None, lora: bool = False,
         beta: float | None = None, overrides: Sequence[str] = (), on_event: Callable[[str], None] = print,
-        progress: bool | None = None, minutes: float | None = None) -> TrainResult:
+        progress: bool | None = None, minutes: float | None = None, dollars: float | None = None) -> TrainResult:
     """Tune the chat model `base` with DPO on the preference pairs in `data` into the new run `out`; the starting
-    model is the reference (with `lora`, the same model with its adapters off); `minutes`: the time budget
-    (train.max_minutes)."""
-    cfg = fine_tune_config("dpo", base, data, config, lora, with_minutes(list(overrides), minutes), beta=beta)
+    model is the reference (with `lora`, the same model with its adapters off); `minutes` or `dollars`: the budget
+    (train.max_minutes, train.max_dollars)."""
+    cfg = fine_tune_config("dpo", base, data, config, lora, with_budget(list(overrides), minutes, dollars), beta=beta)
     return start_run(cfg, Path(out), DPO(cfg.dpo), on_event=on_event, progress=progress)
 
 

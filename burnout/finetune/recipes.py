@@ -23,12 +23,11 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from burnout.common import unwrapped
 from burnout.config import CHATML, DPOConfig, FineTuneSource, RunConfig, TrainConfig
 from burnout.core.chat_template import CHAT_TOKENS, ensure_chat_tokens, is_chat_model
 from burnout.core.checkpoint import Checkpoint
 from burnout.core.device import autocast
-from burnout.core.model_files import load_model
+from burnout.core.model_files import copy_weights, load_model
 from burnout.errors import BurnoutError
 from burnout.finetune.adapters import lora_token_rows, save_run_adapter, trainable_line
 from burnout.finetune.conversations import read_conversations, read_pairs
@@ -36,6 +35,7 @@ from burnout.finetune.dpo import DPOObjective, StalledDPO, evaluate_pairs
 from burnout.finetune.tokenized import (
     PAIRS_FORMAT,
     SFT_FORMAT,
+    PackedSFTBatches,
     PairBatches,
     SFTBatches,
     format_report,
@@ -109,13 +109,18 @@ class FineTune(Recipe):
             raise BurnoutError(f"{data_dir} was prepared for seq_len {meta['seq_len']}, shorter than this run's "
                                f"{seq_len}; prepare it again or lower train.seq_len")
         train = meta["splits"]["train"]
-        train["tokens"] = train.get("examples", train.get("pairs", 0)) * seq_len
+        examples = train.get("examples", train.get("pairs", 0))
+        train["tokens"] = self.train_rows(cfg, data_dir, seq_len, examples) * seq_len
         return meta
 
     def loaders(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
         pad = self.section(cfg).pad_to_longest
         return {split: self.batches(data_dir, split, cfg.train.batch_size, seq_len, cfg.train.seed, pad_to_longest=pad)
                 for split in ("train", "val")}
+
+    def train_rows(self, cfg: RunConfig, data_dir: Path, seq_len: int, examples: int) -> int:
+        """Rows of seq_len one pass over the train examples takes."""
+        return examples
 
     def init_weights(self, model: torch.nn.Module, cfg: RunConfig, resuming: bool, say: Say) -> None:
         if not resuming:
@@ -145,6 +150,19 @@ class SFT(FineTune):
 
     def prepare_examples(self, cfg: RunConfig, examples, tokenizer: Tokenizer, data_dir: Path, **options) -> dict:
         return prepare_sft(examples, tokenizer, data_dir, train_on=cfg.sft.train_on, **options)
+
+    def loaders(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
+        """With sft.packing, the train batches packed (the val loss, a mean per assistant token, is the same either
+        way, and padded rows need no mask)."""
+        loaders = super().loaders(cfg, data_dir, seq_len)
+        if cfg.sft.packing:
+            loaders["train"] = PackedSFTBatches(data_dir, "train", cfg.train.batch_size, seq_len, cfg.train.seed)
+        return loaders
+
+    def train_rows(self, cfg: RunConfig, data_dir: Path, seq_len: int, examples: int) -> int:
+        if not cfg.sft.packing:
+            return examples
+        return len(PackedSFTBatches(data_dir, "train", cfg.train.batch_size, seq_len, cfg.train.seed).rows)
 
     def build_model(self, cfg: RunConfig, device: torch.device) -> torch.nn.Module:
         """A LoRA run's model also trains the embedding rows of the tokens it added (adapters.lora_token_rows)."""
@@ -244,11 +262,7 @@ def init_from_base(model: torch.nn.Module, cfg: RunConfig) -> None:
     run's config, which has the grown shape; LoRA adapters keep their own initialisation)."""
     base = cfg.fine_tune.base
     weights, _, _, _ = load_base(base)
-    missing, unexpected = unwrapped(model).load_state_dict(weights.state_dict(), strict=False)
-    missing = [k for k in missing if not k.endswith((".lora_A", ".lora_B"))]
-    if missing or unexpected:
-        raise BurnoutError(f"base {base}: its weights do not fit this run's model (missing "
-                           f"{missing[:3]}, unexpected {unexpected[:3]}); start a new run from it")
+    copy_weights(model, weights, f"base {base}")
 
 
 class _Limited:

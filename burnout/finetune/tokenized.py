@@ -24,16 +24,17 @@ last target). overflow="truncate" (default) keeps its first seq_len + 1 tokens (
 loses its <|im_end|>, but the prompt and most of the answer still teach); "drop" leaves it out. Either
 way an example with no training target left inside the window is dropped. The report counts both.
 
-No packing: one example per row, right-padded. The training forward (Transformer.forward(x, y)) attends
-causally along the whole row, so conversations packed into one row would attend to each other and their
-positions would run on from one to the next; keeping them apart needs a per-row (T, T) block mask,
-which the training path does not take and SDPA cannot run on its flash kernel. Padding sits after the
-last real token, so under the causal mask no real position attends to it, and its targets are -1.
-pad_to_longest trims a batch to its longest row to spend less compute on padding.
+Rows: by default one example per row, right-padded. Padding sits after the last real token, so under the causal
+mask no real position attends to it, and its targets are -1; pad_to_longest trims a batch to its longest row to
+spend less compute on padding. With sft.packing, PackedSFTBatches packs examples into full rows (pack_rows) and
+gives each token's position within its own example: Transformer.forward turns those into a block-diagonal causal
+mask (models/transformer.py: packed_mask), so no example attends to another and each sees the positions it would
+alone; a row's last target of one example is never the next one's first token.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import json
@@ -45,7 +46,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from burnout.common import EOT_TOKEN, TOKENIZER_FILE, write_atomic
-from burnout.core.chat_template import TRAIN_ON, Conversation, chat_token_ids, encode_conversations
+from burnout.core.chat_template import IM_END, IM_START, TRAIN_ON, Conversation, chat_token_ids, encode_conversations
 from burnout.data.shards import token_dtype
 from burnout.data.tokenizer import tokenizer_sha256
 from burnout.errors import BurnoutError
@@ -61,7 +62,7 @@ _ENCODE_CHUNK = 512
 # With pad_to_longest, batch widths are rounded up to this, so a compiled model sees few shapes.
 _WIDTH_MULTIPLE = 64
 # Distinct seed sequences for the held-out split and the epochs' orders.
-_SPLIT_STREAM, _EPOCH_STREAM = 0, 1
+_SPLIT_STREAM, _EPOCH_STREAM, _PACKING_STREAM = 0, 1, 2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -287,6 +288,29 @@ def read_sft_meta(data_dir: str | Path, fmt: str = SFT_FORMAT) -> dict:
     return meta
 
 
+def held_out_questions(data_dir: str | Path, count: int) -> list[str]:
+    """The first user message of each of the first `count` held-out (val) examples of an SFT or pairs folder, among
+    its first 10 × `count`: questions of the kind its run learnt to answer, never seen answered."""
+    data_dir = Path(data_dir)
+    group = {SFT_FORMAT: "val", PAIRS_FORMAT: "val_prompt"}.get(
+        json.loads((data_dir / META_FILE).read_text(encoding="utf-8")).get("format"))
+    if group is None:
+        return []
+    rows = _Ragged(data_dir, group, with_mask=False)
+    tokenizer = Tokenizer.from_file(str(data_dir / TOKENIZER_FILE))
+    header, questions = f"{IM_START}user\n", []
+    for i in range(min(len(rows), 10 * count)):
+        text = tokenizer.decode(rows.row(i)[0].tolist(), skip_special_tokens=False)
+        start = text.find(header)
+        end = text.find(IM_END, start + len(header))
+        question = text[start + len(header) : end].strip() if start >= 0 and end >= 0 else ""
+        if question:
+            questions.append(question)
+        if len(questions) == count:
+            break
+    return questions
+
+
 class _Ragged:
     """Variable-length rows stored as {name}_ids/_mask/_offsets.npy: row i is ids[offsets[i]:offsets[i + 1]]."""
 
@@ -365,11 +389,39 @@ class _Batches:
         x = np.full((len(rows), width), pad_id, dtype=np.int64)
         y = np.full((len(rows), width), -1, dtype=np.int64)
         for r, (ids, mask) in enumerate(rows):
-            length = min(len(ids), width + 1)
-            ids = ids[:length].astype(np.int64)  # unsigned ids would turn the -1 below into 65535
-            x[r, : length - 1] = ids[:-1]
-            y[r, : length - 1] = np.where(mask[1:length].astype(bool), ids[1:], -1)
+            inputs, targets = _inputs_and_targets(ids, mask, width)
+            x[r, : len(inputs)], y[r, : len(inputs)] = inputs, targets
         return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def _inputs_and_targets(ids: np.ndarray, mask: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """An example's first min(len, width + 1) tokens as a row's inputs and their targets: the next token where the
+    mask marks it a target, else -1."""
+    length = min(len(ids), width + 1)
+    ids = ids[:length].astype(np.int64)  # unsigned ids would turn the -1 below into 65535
+    return ids[:-1], np.where(mask[1:length].astype(bool), ids[1:], -1)
+
+
+def pack_rows(examples: np.ndarray, lengths: np.ndarray, capacity: int, seed: int) -> list[np.ndarray]:
+    """`examples` (their `lengths` in positions) packed into rows of at most `capacity` positions, best fit
+    decreasing: longest first (equal lengths in a seeded order), each into the open row whose space left is the
+    least that holds it, else a new row. A function of its arguments alone, so every epoch and resume packs alike."""
+    order = np.random.default_rng([seed, _PACKING_STREAM]).permutation(len(examples))
+    order = order[np.argsort(-lengths[order], kind="stable")]
+    rows: list[list[int]] = []
+    spaces: list[tuple[int, int]] = []  # (space left, row), sorted: the open rows
+    for i in order:
+        need = int(lengths[i])
+        at = bisect.bisect_left(spaces, (need, -1))
+        if at < len(spaces):
+            space, row = spaces.pop(at)
+        else:
+            space, row = capacity, len(rows)
+            rows.append([])
+        rows[row].append(int(examples[i]))
+        if space - need > 0:
+            bisect.insort(spaces, (space - need, row))
+    return [np.array(row, dtype=np.int64) for row in rows]
 
 
 def _first_targets(ragged: _Ragged, prefix_lengths: np.ndarray | None = None) -> np.ndarray:
@@ -408,6 +460,38 @@ class SFTBatches(_Batches):
         for start in range(0, min(len(self.usable), num_batches * self.batch_size), self.batch_size):
             yield self._xy([self.data.row(e) for e in self.usable[start : start + self.batch_size]],
                            self.meta["pad_id"])
+
+
+class PackedSFTBatches(_Batches):
+    """(x, y, positions) batches of one split of a prepare_sft folder, conversations packed into full rows
+    (pack_rows): each keeps its own positions from 0, so that Transformer.forward lets it attend only to itself,
+    and the padding left at a row's end has targets -1. Batch i is a pure function of (seed, i), a pass over the
+    rows being a pass over the conversations."""
+
+    def __init__(self, data_dir: str | Path, split: str, batch_size: int, seq_len: int, seed: int) -> None:
+        self.meta = read_sft_meta(data_dir)
+        if split not in self.meta["splits"]:
+            raise BurnoutError(f"'{data_dir}' has no split '{split}'; it has {', '.join(self.meta['splits'])}")
+        self.data = _Ragged(Path(data_dir), split)
+        examples = np.flatnonzero(_first_targets(self.data) <= seq_len)
+        positions = np.minimum(np.diff(self.data.offsets)[examples], seq_len + 1) - 1  # a row's inputs per example
+        self.rows = pack_rows(examples, positions, seq_len, seed)
+        super().__init__(batch_size, seq_len, seed, np.arange(len(self.rows)), False, f"'{data_dir}' split {split}")
+
+    def get_batch(self, index: int):
+        import torch
+
+        x = np.full((self.batch_size, self.seq_len), self.meta["pad_id"], dtype=np.int64)
+        y = np.full((self.batch_size, self.seq_len), -1, dtype=np.int64)
+        positions = np.zeros((self.batch_size, self.seq_len), dtype=np.int64)  # a pad is a sequence of its own
+        for r, row in enumerate(self.examples_of(index)):
+            at = 0
+            for example in self.rows[row]:
+                inputs, targets = _inputs_and_targets(*self.data.row(example), self.seq_len)
+                end = at + len(inputs)
+                x[r, at:end], y[r, at:end], positions[r, at:end] = inputs, targets, np.arange(len(inputs))
+                at = end
+        return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(positions)
 
 
 class PairBatches(_Batches):

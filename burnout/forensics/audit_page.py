@@ -11,6 +11,8 @@ import html
 import io
 import re
 
+from burnout.common import plural
+
 _CSS = """body{font-family:system-ui,sans-serif;max-width:96rem;margin:2rem auto;padding:0 1rem;color:#222}
 table{border-collapse:collapse;margin:.8rem 0;font-size:.9rem}td,th{border:1px solid #ccc;padding:.25rem .5rem;
 vertical-align:top;text-align:left}th{background:#f3f3f3}td.text{white-space:pre-wrap;font-family:ui-monospace,monospace;
@@ -29,8 +31,8 @@ def render_page(report: dict) -> str:
     title = f"Data audit: {target.get('kind', '')} {target.get('path', '')}".strip()
     totals = report["totals"]
     body = [f"<h1>{_e(title)}</h1>",
-            f"<p>{totals['documents']:,} documents, {totals['chars']:,} characters in "
-            f"{len(report['sources'])} source(s); audited in {totals['elapsed_s']:.1f} s. "
+            f"<p>{plural(totals['documents'], 'document')}, {plural(totals['chars'], 'character')} in "
+            f"{plural(len(report['sources']), 'source')}; audited in {totals['elapsed_s']:.1f} s. "
             f"Documents are {_e(target.get('documents', 'numbered by their place in their source'))}.</p>",
             _HOW_TO_READ, _overview(report)]
     for i, src in enumerate(report["sources"]):
@@ -79,7 +81,8 @@ def _overview(report: dict) -> str:
 
 def _source_section(i: int, src: dict) -> str:
     parts = [f'<section id="source-{i}"><h2>Source {_e(src["name"])} ({_e(src["kind"])})</h2>',
-             f"<p>{src['documents']:,} documents, {src['chars']:,} characters, {src['tokens']:,} words; "
+             f"<p>{plural(src['documents'], 'document')}, {plural(src['chars'], 'character')}, "
+             f"{plural(src['tokens'], 'word')}; "
              f"{src['code_share']:.2%} of its words look like code. Counts are short by at most "
              f"{max(src['count_error_bound'].values())} (0: exact).</p>"]
     parts.append(f"<h3>Suspicious strings</h3>{_strings_table(src['suspicious_terms'], f'terms-{i}')}")
@@ -129,15 +132,17 @@ def _outliers(i: int, src: dict) -> str:
 def _duplicates_section(report: dict) -> str:
     exact, near = report["exact_duplicates"], report["near_duplicates"]
     parts = ['<section id="duplicates"><h2>Duplicates (all sources)</h2>',
-             f"<p>Exact duplicates: {exact['groups']:,} texts held by {exact['documents']:,} documents, "
+             f"<p>Exact duplicates: {plural(exact['groups'], 'text')} held by "
+             f"{plural(exact['documents'], 'document')}, "
              f"{exact['redundant_documents']:,} of them redundant.</p>"]
     rows = [[g["copies"], _counts(g["documents"]), f"{g['first'][0]} #{g['first'][1]}", g["example"]]
             for g in exact["top"]]
     parts.append(_table(["copies", "per source", "first", "text"], rows, "exact-duplicates", text_columns={3})
                  if rows else "<p>none</p>")
     parts.append(f"<p>Near duplicates (MinHash LSH over {near['shingle_words']}-word shingles, {near['num_perm']} "
-                 f"permutations, estimated Jaccard ≥ {near['threshold']}): {near['clusters']:,} clusters holding "
-                 f"{near['documents']:,} of {near['indexed_documents']:,} distinct documents indexed "
+                 f"permutations, estimated Jaccard ≥ {near['threshold']}): {plural(near['clusters'], 'cluster')} "
+                 "holding "
+                 f"{near['documents']:,} of {plural(near['indexed_documents'], 'distinct document')} indexed "
                  f"({near['too_short_documents']:,} too short to compare).</p>")
     rows = [[c["size"], _counts(c["documents"]), c["min_similarity"],
              ", ".join(f"{s} #{d}" for s, d in c["members"][:8]) + (" …" if c["size"] > 8 else ""), c["example"]]

@@ -251,12 +251,14 @@ def stream_text(model: Transformer, tokenizer, prompt: str, max_new_tokens: int,
 
 def stream_continuation(model: Transformer, tokenizer, prompt_ids: list[int], max_new_tokens: int,
                         stop: Sequence[str] = (), stop_ids: Collection[int] | None = None,
-                        **sampling) -> Iterator[str]:
+                        new_ids: list[int] | None = None, **sampling) -> Iterator[str]:
     """The text of the tokens sampled after `prompt_ids` as printable pieces, up to a stop id (default:
-    <|endoftext|>'s; none of them printed) or before the first stop sequence (see stream_text)."""
+    <|endoftext|>'s; none of them printed) or before the first stop sequence (see stream_text). The sampled ids
+    are appended to `new_ids` when given (for a caller that counts them)."""
     if stop_ids is None:
         stop_ids = [tokenizer.token_to_id(EOT_TOKEN)]
-    new_ids: list[int] = []
+    if new_ids is None:
+        new_ids = []
     printed = 0
     for token in stream_tokens(model, prompt_ids, max_new_tokens, stop_id=[i for i in stop_ids if i is not None],
                                **sampling):

@@ -57,6 +57,12 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 FP32 = 4
 ADAMW_STATE_BYTES = 2 * FP32
 MUON_STATE_BYTES = FP32
+# torchao's AdamW8bit (train.optimizer=adamw8bit) as torchao.optim lays it out: a moment of a tensor of at least
+# ADAMW8BIT_MIN_VALUES values, a multiple of the block, is one uint8 code per value, an fp32 scale per block of
+# ADAMW8BIT_BLOCK values and its own 256-entry fp32 lookup table; a smaller tensor's moments stay fp32.
+ADAMW8BIT_BLOCK = 256
+ADAMW8BIT_MIN_VALUES = 4096
+ADAMW8BIT_TABLE_BYTES = 256 * FP32
 # Blocks told apart at each end of a traced model (see the module docstring).
 EDGE_BLOCKS = 2
 
@@ -67,6 +73,7 @@ class ParamCounts:
     muon: int  # the blocks' 2-D weights: Muon's share under train.optimizer=muon (burnout/train/optim.py)
     per_block: int
     outside_blocks: int  # embeddings, an untied head, the final norm: FSDP's root module
+    tensor_sizes: tuple[int, ...]  # values in each parameter tensor (a tied one once), every block's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,17 +105,26 @@ def param_counts(cfg: ModelConfig) -> ParamCounts:
         model = Transformer(dataclasses.replace(cfg, n_layer=1))
     block = list(model.blocks.parameters())
     per_block = sum(p.numel() for p in block)
-    outside = sum(p.numel() for p in model.parameters()) - per_block
+    outside = [p.numel() for p in model.parameters() if all(p is not q for q in block)]
     muon = cfg.n_layer * sum(p.numel() for p in block if p.dim() == 2)
-    return ParamCounts(outside + cfg.n_layer * per_block, muon, per_block, outside)
+    sizes = tuple(outside) + cfg.n_layer * tuple(p.numel() for p in block)
+    return ParamCounts(sum(outside) + cfg.n_layer * per_block, muon, per_block, sum(outside), sizes)
+
+
+def adamw8bit_state_bytes(values: int) -> int:
+    """The two moments torchao's AdamW8bit keeps for a tensor of `values` values (see ADAMW8BIT_BLOCK)."""
+    if values >= ADAMW8BIT_MIN_VALUES and values % ADAMW8BIT_BLOCK == 0:
+        return 2 * (values + FP32 * (values // ADAMW8BIT_BLOCK) + ADAMW8BIT_TABLE_BYTES)
+    return ADAMW_STATE_BYTES * values
 
 
 def static_bytes(counts: ParamCounts, optimizer: str = "adamw") -> dict[str, int]:
-    """fp32 weights and gradients, and the optimizer's state: AdamW's two moments, or Muon's momentum for
-    the blocks' matrices beside AdamW for the rest."""
+    """fp32 weights and gradients, and the optimizer's state: AdamW's two moments, in fp32 or in 8 bits
+    (adamw8bit), or Muon's momentum for the blocks' matrices beside AdamW for the rest."""
     muon = counts.muon if optimizer == "muon" else 0
-    return {"weights": FP32 * counts.total, "gradients": FP32 * counts.total,
-            "optimizer": ADAMW_STATE_BYTES * (counts.total - muon) + MUON_STATE_BYTES * muon}
+    state = (sum(map(adamw8bit_state_bytes, counts.tensor_sizes)) if optimizer == "adamw8bit"
+             else ADAMW_STATE_BYTES * (counts.total - muon) + MUON_STATE_BYTES * muon)
+    return {"weights": FP32 * counts.total, "gradients": FP32 * counts.total, "optimizer": state}
 
 
 class LiveBytes(TorchDispatchMode):

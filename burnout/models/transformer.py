@@ -75,6 +75,14 @@ def causal_mask(n_query: int, n_key: int, device) -> torch.Tensor:
     return torch.ones(n_query, n_key, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
+def packed_mask(positions: torch.Tensor) -> torch.Tensor:
+    """(B, T) positions of sequences packed into rows, restarting at 0 with each → (B, T, T) mask, True where
+    query t may attend to key s: s ≤ t, in t's own sequence."""
+    sequence = (positions == 0).cumsum(dim=1)  # (B, T): which sequence of its row each token is in
+    T = positions.size(1)
+    return causal_mask(T, T, positions.device) & (sequence[:, :, None] == sequence[:, None, :])
+
+
 def explicit_attention(q, k, v, p: float = 0.0, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Attention written out in full: the reference that the fused SDPA kernels are checked against.
     `mask` (True = may attend) replaces the causal mask when given."""
@@ -280,12 +288,16 @@ class Transformer(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                positions: torch.Tensor | None = None):
         """idx (B, T) token ids → logits (B, T, V); with targets (B, T) → mean cross-entropy loss.
 
-        Targets equal to -1 are ignored. With a cache, idx continues the cached tokens.
+        Targets equal to -1 are ignored. With a cache, idx continues the cached tokens. With positions (B, T),
+        each row holds several sequences packed end to end, each one's positions restarting at 0: each attends
+        only to itself (packed_mask).
         """
-        hidden = self.hidden_states(idx, cache)  # (B, T, C)
+        mask = packed_mask(positions) if positions is not None else None
+        hidden = self.hidden_states(idx, cache, positions, mask)  # (B, T, C)
         if targets is None:
             return self.lm_head(hidden)  # (B, T, V)
         weight, hidden, targets = self.lm_head.weight, hidden.flatten(0, 1), targets.reshape(-1)  # (B·T, C), (B·T,)

@@ -32,6 +32,7 @@ from burnout.playground.catalog import (  # noqa: E402
     MAX_PROMPT_CHARS,
     Entry,
     ModelCache,
+    chat_questions,
     discover,
     example_prompts,
     sampling_settings,
@@ -39,8 +40,8 @@ from burnout.playground.catalog import (  # noqa: E402
     stream_text,
 )
 
-# A question is for a chat model: with chat checkpoints served it is an example of the Chat tab; without, the first
-# is one of the Generate tab's, for a base model to continue rather than answer.
+# A question is for a chat model: the Chat tab's examples when the chat runs' own data give none (chat_questions);
+# with no chat checkpoint served, the first is one of the Generate tab's, for a base model to continue.
 CHAT_EXAMPLES = ["What is the capital of France?", "Give me three tips for staying focused.",
                  "Explain what a GPU does in one sentence."]
 MAX_SIDE_BY_SIDE = 3
@@ -181,7 +182,7 @@ def _chat_tab(entries: dict[str, Entry], cache: ModelCache, sampling: list) -> N
             chat_bot = gr.Chatbot(label="chat model", elem_id="chat-bot", height=360)
             base_bot = gr.Chatbot(label="base model", elem_id="base-bot", height=360, visible=bool(base_labels))
         message = gr.Textbox(label="message (Enter sends)", max_length=MAX_PROMPT_CHARS, elem_id="chat-message")
-        gr.Examples(CHAT_EXAMPLES, inputs=message)
+        gr.Examples(chat_questions(entries) or CHAT_EXAMPLES, inputs=message)
         with gr.Row():
             send = gr.Button("Send", variant="primary", elem_id="chat-send")
             clear = gr.Button("Clear conversation", elem_id="chat-clear")

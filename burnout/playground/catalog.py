@@ -25,6 +25,7 @@ from burnout.core.model_files import load_model
 from burnout.data.documents import iter_documents
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
+from burnout.finetune.tokenized import held_out_questions
 from burnout.generate.chat import TRANSCRIPT_STOP, chat_prompt, fit_messages, plain_transcript, reply_room, stream_reply
 from burnout.generate.sampling import stream_text as sampling_stream_text
 
@@ -32,7 +33,8 @@ MAX_PROMPT_CHARS = 2000
 MAX_NEW_TOKENS = 500
 MAX_HISTORY_CHARS = 20_000  # of a conversation sent back by the browser; older messages are left out
 # The Generate tab's examples from a run's own data: the opening words (at most EXAMPLE_WORDS) of its val split's
-# first EXAMPLE_DOCUMENTS documents with words in their first line, looked for among its first SCANNED_DOCUMENTS.
+# first EXAMPLE_DOCUMENTS documents with words in their first line, looked for among its first SCANNED_DOCUMENTS;
+# the Chat tab's: the questions of a chat run's first EXAMPLE_DOCUMENTS held-out conversations.
 EXAMPLE_DOCUMENTS, EXAMPLE_WORDS, SCANNED_DOCUMENTS = 3, 6, 20
 
 
@@ -84,6 +86,22 @@ def example_prompts(entries: dict[str, Entry]) -> list[str]:
     for data_dir in data_dirs:
         prompts.update(dict.fromkeys(document_openings(Path(data_dir))))
     return list(prompts) or ["The "]
+
+
+def chat_questions(entries: dict[str, Entry]) -> list[str]:
+    """Questions for the served chat models, from their own runs: the first user message of the first
+    EXAMPLE_DOCUMENTS held-out conversations of each one's fine-tuning data (the kind it learnt to answer, never seen
+    answered); none for a run whose data folder can no longer be read."""
+    questions: dict[str, None] = {}
+    data_dirs = dict.fromkeys(load_run_config(entry.path / RUN_CONFIG_FILE).data.prepared_dir
+                              for entry in entries.values() if entry.chat)
+    for data_dir in filter(None, data_dirs):
+        try:
+            found = held_out_questions(Path(data_dir), EXAMPLE_DOCUMENTS)
+        except (BurnoutError, OSError, ValueError):
+            continue
+        questions.update(dict.fromkeys(q for q in found if len(q) <= MAX_PROMPT_CHARS))
+    return list(questions)
 
 
 def document_openings(data_dir: Path) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import matplotlib
 
@@ -10,18 +11,47 @@ matplotlib.use("Agg")  # headless: CI machines and SSH sessions have no display
 
 import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
 
+from burnout.common import is_finite_number  # noqa: E402
 from burnout.report.runlog import RunLog  # noqa: E402
 
 
 def loss_plot(run: RunLog, x: str, log_scale: bool) -> bytes:
-    """Train and val loss against `x` ("step" or "tokens")."""
+    """Train and val loss against `x` ("step" or "tokens"); a continued run's parent's first (loss_curves)."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for label, xs, ys, style in loss_curves(run, x):
+        ax.plot(xs, ys, style, label=label, markersize=4, **({"color": "grey"} if label.startswith("parent") else {}))
+    if run.parent_records:
+        ax.axvline(_parent_offset(run, x), linestyle=":", color="black", label=f"continued from "
+                   f"{Path(run.lineage['parent_run']).name} step {run.lineage['parent_step']:,}")
+    title = f"{run.name}: loss vs {x}" + (" (after its parent's)" if run.parent_records else "")
+    _finish(ax, x, "loss", title, log_scale)
+    return _png(fig)
+
+
+def loss_curves(run: RunLog, x: str) -> list[tuple[str, list[float], list[float], str]]:
+    """(label, xs, losses, line style) of each loss curve against `x` ("step" or "tokens"). A continued run's
+    parent's train and val loss come first, up to the checkpoint the run started from, and the run's own follow,
+    offset by the parent's steps (tokens) there."""
+    curves, offset = [], _parent_offset(run, x)
+    for key, style in (("train_loss", "-"), ("val_loss", "o-")):
+        rows = [r for r in run.parent_records if is_finite_number(r.get(key))]
+        if rows:
+            curves.append((f"parent {key.replace('_', ' ')}", [r["step" if x == "step" else "tokens"] for r in rows],
+                           [r[key] for r in rows], style))
     for key, style in (("train_loss", "-"), ("val_loss", "o-")):
         steps, tokens, values = run.series(key)
         if values:
-            ax.plot(steps if x == "step" else tokens, values, style, label=key.replace("_", " "), markersize=4)
-    _finish(ax, x, "loss", f"{run.name}: loss vs {x}", log_scale)
-    return _png(fig)
+            curves.append((key.replace("_", " "), [offset + v for v in (steps if x == "step" else tokens)], values,
+                           style))
+    return curves
+
+
+def _parent_offset(run: RunLog, x: str) -> int:
+    """Where a continued run's own curve starts on the x axis: its parent's step (tokens) at the checkpoint it
+    loaded; 0 where the parent's log is not shown."""
+    if not run.parent_records:
+        return 0
+    return run.lineage["parent_step" if x == "step" else "parent_tokens"]
 
 
 def lr_plot(run: RunLog) -> bytes:

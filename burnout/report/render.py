@@ -102,6 +102,7 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         Block("p", f"Run folder `{run.path}`. Every number below comes from its config.yaml, metrics.jsonl, "
                    "checkpoints and eval files."),
         Block("table", columns=["", "value"], rows=summary),
+        *lineage_blocks(run),
         *fine_tune_blocks(run),
         Block("h2", "Loss and learning rate"),
         Block("image", "loss_vs_steps", png=plots.loss_plot(run, "step", log_scale)),
@@ -149,6 +150,24 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
                                                                        "throughput drop, val loss above a uniform "
                                                                        "guess or far above train in the log"])]
     return f"Run report: {run.name}", blocks
+
+
+def lineage_blocks(run: RunLog) -> list[Block]:
+    """A continued run's section (train.init_from): the checkpoint its step 0 loaded, the parent's data and its own."""
+    lineage = run.lineage
+    if lineage is None:
+        return []
+    curve = ("its loss curve comes first in the loss plots" if run.parent_records else
+             "its metrics.jsonl is not there, so the loss plots show this run alone")
+    rows = [["started from", f"`{lineage['init_from']}` (step {lineage['parent_step']:,}, "
+                             f"{lineage.get('parent_tokens', 0):,} tokens)"],
+            ["parent run", f"`{lineage['parent_run']}`: {curve}"],
+            ["parent's data", f"`{lineage['parent_data']}`"],
+            ["this run's data", f"`{lineage['data']}`"],
+            ["weights loaded", f"sha256 {lineage['weights_sha256']} (model.safetensors)"],
+            ["optimizer", "the parent's moments carried" if run.config.get("train", {}).get("init_optimizer")
+             == "carry" else "fresh"]]
+    return [Block("h2", "Continued from"), Block("table", columns=["", "value"], rows=rows)]
 
 
 def fine_tune_blocks(run: RunLog) -> list[Block]:

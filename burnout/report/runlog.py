@@ -6,7 +6,8 @@
     RUN/checkpoints/*/info.json   the kept checkpoints
     RUN/eval/*.json        evaluation results, one file per evaluation
     RUN/compare.md         the samples-per-checkpoint table from `burnout compare`
-    RUN/launches.jsonl     each start and resume: command line, git commit, versions, device
+    RUN/launches.jsonl     each start and resume: command line, git commit, versions, device; a continued run's
+                           lineage (train.init_from), whose parent's metrics.jsonl gives the curve before it
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
-from burnout.train.provenance import read_launches
+from burnout.train.provenance import lineage_of, read_launches
 
 # A logged tokens/s below this share of the run's median is reported as a throughput drop.
 THROUGHPUT_DROP = 0.5
@@ -57,6 +58,8 @@ class RunLog:
     phases: list[dict] = field(default_factory=list)  # RUN/phases.jsonl: a summary at each phase's end
     launches: list[dict] = field(default_factory=list)  # RUN/launches.jsonl: each start and resume
     left_out: list[str] = field(default_factory=list)  # a line for each metrics.jsonl record the report cannot use
+    lineage: dict | None = None  # a continued run's: what its step 0 was (train/provenance.py: lineage_of)
+    parent_records: list[dict] = field(default_factory=list)  # the parent's logged steps up to that checkpoint
 
     def series(self, key: str) -> tuple[list[int], list[int], list[float]]:
         """(steps, tokens, values) of the records that logged a finite `key`."""
@@ -75,6 +78,10 @@ class RunLog:
 def load_run(path: str | Path) -> RunLog:
     path = Path(path)
     config_path = path / RUN_CONFIG_FILE
+    if config_path.is_file() and list_checkpoints(path) and not (path / METRICS_FILE).exists():
+        raise BurnoutError(f"'{path}' holds a start point that nothing has trained yet (no {METRICS_FILE}: a model "
+                           f"from `burnout grow`); train it (burnout train --init-from {path} --out NEW_RUN) and "
+                           "report that run")
     if not config_path.is_file() or not (path / METRICS_FILE).is_file():
         raise BurnoutError(f"'{path}' is not a run folder (no config.yaml and metrics.jsonl); give the --out of "
                            "`burnout train` or `burnout quickstart`")
@@ -95,10 +102,21 @@ def load_run(path: str | Path) -> RunLog:
     evals = [(p.stem, json.loads(p.read_text())) for p in sorted((path / "eval").glob("*.json"))]
     compare = path / COMPARE_MD
     phases = read_jsonl(path / PHASES_FILE)
+    lineage = lineage_of(path)
     return RunLog(path=path, name=path.resolve().name, config=raw_config, config_hash=config_hash, model=model,
                   records=records, checkpoints=checkpoints, evals=evals,
                   compare_md=compare.read_text() if compare.is_file() else None, phases=phases,
-                  launches=read_launches(path), left_out=left_out)
+                  launches=read_launches(path), left_out=left_out, lineage=lineage,
+                  parent_records=parent_records(lineage))
+
+
+def parent_records(lineage: dict | None) -> list[dict]:
+    """A continued run's parent's logged steps up to the checkpoint it started from; [] for a run that started
+    afresh, or where the parent's metrics.jsonl is not there (moved, or a start point `burnout grow` wrote)."""
+    if lineage is None or not (Path(lineage["parent_run"]) / METRICS_FILE).is_file():
+        return []
+    records, _ = step_records(Path(lineage["parent_run"]) / METRICS_FILE)
+    return [record for record in records if record["step"] <= lineage["parent_step"]]
 
 
 def step_records(path: Path) -> tuple[list[dict], list[str]]:

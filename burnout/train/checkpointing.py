@@ -65,6 +65,11 @@ def load_for_resume(checkpoint: Path, cfg: RunConfig, tokenizer_path: Path, dist
     mmap = dist.enabled and not dist.is_main and cfg.train.distributed == "fsdp"
     with serialization_config.patch("load.mmap", mmap):
         ckpt = load_checkpoint(checkpoint, "cpu", verify=False)
+    if "optimizer" not in ckpt.state:  # `burnout grow`'s output or an import: weights to start from, no training
+        run, what = ckpt.path.parent.parent, "a grown model" if "grown_from" in ckpt.info else "imported weights"
+        raise BurnoutError(f"--resume: {run} is a start point ({what}), not a run that trained: its checkpoint holds "
+                           f"no optimizer state to continue; train it in a new run: burnout train --init-from {run} "
+                           "--out NEW_RUN")
     if ckpt.config.model != cfg.model:
         raise BurnoutError(f"--resume: the model in {ckpt.path} differs from this config's model section")
     if (ckpt.path / TOKENIZER_FILE).read_bytes() != tokenizer_path.read_bytes():
@@ -73,9 +78,9 @@ def load_for_resume(checkpoint: Path, cfg: RunConfig, tokenizer_path: Path, dist
     return ckpt
 
 
-def newest_good_checkpoint(run_dir: Path, emit: Callable[[str], None]) -> Path:
+def newest_good_checkpoint(run_dir: Path, emit: Callable[[str], None], label: str = "--resume") -> Path:
     """The newest checkpoint whose files match the sha256 recorded when it was saved; each newer one is
-    skipped with one line naming it and its first bad file."""
+    skipped with one line naming it and its first bad file (`label`: what looks, --resume or train.init_from)."""
     found = list_checkpoints(run_dir)
     first_problem = None
     for path in reversed(found):
@@ -83,8 +88,8 @@ def newest_good_checkpoint(run_dir: Path, emit: Callable[[str], None]) -> Path:
         if problem is None:
             return path
         first_problem = first_problem or f"{path.name}: {problem}"
-        emit(f"--resume: skipping checkpoint {path.name}: {problem}; trying the one before it")
-    raise BurnoutError(f"--resume: no checkpoint in {Path(run_dir) / CHECKPOINT_DIR} matches its recorded sha256 "
+        emit(f"{label}: skipping checkpoint {path.name}: {problem}; trying the one before it")
+    raise BurnoutError(f"{label}: no checkpoint in {Path(run_dir) / CHECKPOINT_DIR} matches its recorded sha256 "
                        f"(the newest, {first_problem}); copy a good one back from train.mirror_dir, "
                        "or move the run folder away and train again")
 

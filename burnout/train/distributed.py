@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from burnout.core.device import LOW_PRECISION_DTYPES, compute_precision
+from burnout.errors import BurnoutError
 from burnout.train.optim import Optimizers
 
 # How long a collective waits for the slowest rank. Rank 0 alone evaluates and writes each checkpoint
@@ -70,12 +71,17 @@ def shutdown(ctx: DistContext) -> None:
 
 
 def wrap_model(model: torch.nn.Module, ctx: DistContext, strategy: str, device: torch.device,
-               precision: str) -> torch.nn.Module:
-    """DDP or FSDP2 around `model` (FSDP shards each block, then the rest); unchanged at world size 1."""
+               precision: str, cpu_offload: bool = False) -> torch.nn.Module:
+    """DDP or FSDP2 around `model` (FSDP shards each block, then the rest; with `cpu_offload` its shards live in
+    CPU memory); unchanged at world size 1."""
     if not ctx.enabled:
+        if cpu_offload:  # no FSDP in one process, so nothing to offload: the run would not get the memory it planned
+            raise BurnoutError("train.cpu_offload: offloads FSDP's shards, and FSDP runs across processes; start "
+                               "the run under torchrun with 2 or more (torchrun --nproc_per_node 2 -m burnout "
+                               "train ...) or drop train.cpu_offload")
         return model
     if strategy == "fsdp":
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
         # Gather bf16/fp16 weights (half the traffic) and compute in them; without this autocast's casts
         # of the gathered weights, kept for backward, add up to a full low-precision replica on every
@@ -83,9 +89,12 @@ def wrap_model(model: torch.nn.Module, ctx: DistContext, strategy: str, device: 
         # weights, so the optimizer and fp16's grad scaler see fp32 gradients, as under autocast alone.
         low = LOW_PRECISION_DTYPES.get(compute_precision(precision))
         policy = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32 if low else None)
+        # Offloaded, the shards, their gradients and so the optimizer's state live on the CPU, where the
+        # optimizer steps; pinned pages (CUDA only) let each block's copy to the GPU run asynchronously.
+        offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if cpu_offload else OffloadPolicy()
         for block in model.blocks:
-            fully_shard(block, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
+            fully_shard(block, mp_policy=policy, offload_policy=offload)
+        fully_shard(model, mp_policy=policy, offload_policy=offload)
         return model
     from torch.nn.parallel import DistributedDataParallel
 

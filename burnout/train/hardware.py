@@ -73,21 +73,45 @@ def get_hardware(key: str, precision: str, price_per_hour: float | None = None,
     return hw
 
 
+def hardware_price(key: str, given: float | None, device: torch.device | None) -> tuple[float | None, str]:
+    """(the price per device-hour of a run on `device` with train.hardware `key`: `given` (train.price_per_hour), else
+    the table's; None where none is known, what the run's hardware is), without measuring any peak."""
+    if given is not None:
+        return given, "train.price_per_hour"
+    table = hardware_table()
+    if key == "auto":
+        key = match_gpu(table, torch.cuda.get_device_name(device)) if _is_gpu(device) else "cpu"
+        if key is None:
+            return None, f"the GPU '{torch.cuda.get_device_name(device)}', which {HARDWARE_FILE} does not list"
+    if key == "cpu":
+        return None, "a CPU"
+    entry = _table_entry(table, key)
+    return _table_price(entry)[0], f"hardware '{key}' ({entry['name']})"
+
+
 def _table_hardware(table: dict[str, dict], key: str, precision: str) -> Hardware:
-    if key not in table:
-        raise BurnoutError(f"hardware '{key}' is not in {HARDWARE_FILE}; choose one of: cpu, "
-                           f"{', '.join(table)} (or add an entry there)")
-    entry = table[key]
+    entry = _table_entry(table, key)
     peaks = entry["peak_tflops"]
     if precision not in peaks:
         # A card without bf16 tensor cores (T4, V100) lists no bf16 peak: bf16 would run emulated there.
         raise BurnoutError(f"hardware '{key}' ({entry['name']}) has no {precision} peak in {HARDWARE_FILE}; "
                            f"use {' or '.join(peaks)} (train.precision, or burnout plan --precision)")
-    price, note = entry.get("price_per_hour"), "table"
-    if price is None and "units_per_hour" in entry:
-        price = entry["units_per_hour"] * entry["dollars_per_unit"]
-        note = f"{entry['units_per_hour']:g} units/h × ${entry['dollars_per_unit']:g}/unit"
-    return Hardware(key, entry["name"], float(peaks[precision]) * 1e12, price, note)
+    return Hardware(key, entry["name"], float(peaks[precision]) * 1e12, *_table_price(entry))
+
+
+def _table_entry(table: dict[str, dict], key: str) -> dict:
+    if key not in table:
+        raise BurnoutError(f"hardware '{key}' is not in {HARDWARE_FILE}; choose one of: cpu, "
+                           f"{', '.join(table)} (or add an entry there)")
+    return table[key]
+
+
+def _table_price(entry: dict) -> tuple[float | None, str]:
+    """(An entry's price per device-hour, how it was arrived at): its price_per_hour, or compute units' price."""
+    if entry.get("price_per_hour") is None and "units_per_hour" in entry:
+        return (entry["units_per_hour"] * entry["dollars_per_unit"],
+                f"{entry['units_per_hour']:g} units/h × ${entry['dollars_per_unit']:g}/unit")
+    return entry.get("price_per_hour"), "table"
 
 
 def match_gpu(table: dict[str, dict], name: str) -> str | None:

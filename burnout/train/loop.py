@@ -57,7 +57,7 @@ from burnout.train.distributed import (
     shutdown,
     wrap_model,
 )
-from burnout.train.hardware import get_hardware, training_precision
+from burnout.train.hardware import get_hardware, hardware_price, training_precision
 from burnout.train.metrics import MetricsLog, StepLogger
 from burnout.train.phases import current_phase, phase_summary
 from burnout.train.plan import check_fits
@@ -112,12 +112,18 @@ def _past_the_end(run_dir: Path, step: int, end: int, tc: TrainConfig) -> str:
             f"give a limit past step {step} (config.yaml is left as it was)")
 
 
-def _budget_spent(run_dir: Path, elapsed: float, tc: TrainConfig) -> str:
-    """The refusal of a resume of a run whose next step would end past its time budget."""
-    return (f"--resume: {run_dir} has trained {format_duration(elapsed)} of its time budget (train.max_minutes="
-            f"{tc.max_minutes:g}, which counts every session), and a step takes {tc.step_seconds:.3g} s; to train on, "
-            f"give a larger budget, e.g. --minutes {math.ceil(elapsed / 60) + tc.max_minutes:g}, and its LR schedule "
-            "stretches to it (config.yaml is left as it was)")
+def _budget_spent(run_dir: Path, elapsed: float, tc: TrainConfig, price: float | None) -> str:
+    """The refusal of a resume of a run whose next step would end past its time budget (a dollar budget's at
+    `price` per hour)."""
+    if tc.max_dollars is None:
+        budget = f"train.max_minutes={tc.max_minutes:g}"
+        larger = f"--minutes {math.ceil(elapsed / 60) + tc.max_minutes:g}"
+    else:
+        budget = f"train.max_dollars={tc.max_dollars:g}: {tc.max_minutes:g} min at ${price:.2f}/h"
+        larger = f"--dollars {math.ceil(elapsed / 3600 * price * 100) / 100 + tc.max_dollars:g}"
+    return (f"--resume: {run_dir} has trained {format_duration(elapsed)} of its time budget ({budget}, which counts "
+            f"every session), and a step takes {tc.step_seconds:.3g} s; to train on, give a larger budget, e.g. "
+            f"{larger}, and its LR schedule stretches to it (config.yaml is left as it was)")
 
 
 def train(
@@ -244,6 +250,7 @@ class Trainer:
             # On every rank: the prediction is deterministic, so all ranks refuse together.
             check_fits(cfg, device, dist.world_size, self.precision)
         self.tokens_per_step = self.tc.batch_size * self.tc.grad_accum * self.seq_len * dist.world_size
+        self.budget_price = self._dollars_to_minutes() if self.tc.max_dollars is not None else None
         self.step_measured = self.tc.max_minutes is not None and self.tc.step_seconds is None
         if self.step_measured:
             self._measure_step_for_budget()
@@ -277,11 +284,32 @@ class Trainer:
         self.cfg = dataclasses.replace(self.cfg, train=dataclasses.replace(self.tc, step_seconds=seconds))
         self.tc = self.cfg.train
 
+    def _dollars_to_minutes(self) -> float:
+        """A dollar budget is the time budget it buys at the run's price per hour, every device's: set as
+        train.max_minutes for this session (config.yaml records it), the price returned; refused in one line where
+        no price is known. The same on every rank: rank 0's price."""
+        price, what = hardware_price(self.tc.hardware, self.tc.price_per_hour, self.device)
+        price = from_main(price * self.dist.world_size if price is not None else None, self.dist)
+        if price is None:
+            raise BurnoutError(f"train.max_dollars: no price per hour is known for {what}; give one "
+                               "(train.price_per_hour=0.5, dollars per device-hour) or a time budget (--minutes N)")
+        minutes = float(f"{self.tc.max_dollars / price * 60:.4g}")
+        self.cfg = dataclasses.replace(self.cfg, train=dataclasses.replace(self.tc, max_minutes=minutes))
+        self.tc = self.cfg.train
+        return price
+
+    def _budget_words(self) -> str:
+        """The budget as the lines say it: '3 min', or '$0.5 (42.9 min at $0.70/h)'."""
+        minutes = f"{self.tc.max_minutes:g} min"
+        if self.tc.max_dollars is None:
+            return minutes
+        return f"${self.tc.max_dollars:g} ({minutes} at ${self.budget_price:.2f}/h)"
+
     def _budget_plan(self) -> str:
         """The line that says what a time budget plans: its steps, and where the LR schedule ends."""
         tc, planned = self.tc, budget_steps(self.tc.max_minutes, self.tc.step_seconds)
         how = "measured" if self.step_measured else "train.step_seconds"
-        line = f"budget {tc.max_minutes:g} min: {how} {tc.step_seconds:.3g} s/step → "
+        line = f"budget {self._budget_words()}: {how} {tc.step_seconds:.3g} s/step → "
         if planned == self.end_of_run:
             line += f"planning {planned:,} steps; the LR schedule ends at the budget"
         else:
@@ -296,7 +324,7 @@ class Trainer:
         """What a time-budgeted session reached: its minutes and steps against the plan, and the LR of its last step
         against the schedule's last."""
         final = lr_at(self.end_of_run - 1, self.tc, self.end_of_run)
-        return (f"budget {self.tc.max_minutes:g} min: {format_duration(self.elapsed)} trained, step {self.step:,} of "
+        return (f"budget {self._budget_words()}: {format_duration(self.elapsed)} trained, step {self.step:,} of "
                 f"{self.end_of_run:,} planned; the last step's LR {lr:.2e} (the schedule's final value {final:.2e})")
 
     def _setup_model(self, from_checkpoint: bool) -> None:
@@ -325,12 +353,14 @@ class Trainer:
             # would end past it, where it could only repeat the final LR.
             spent = tc.max_minutes is not None and self.elapsed_before + tc.step_seconds >= tc.max_minutes * 60
             if spent and self.step != self.end_of_run:
-                raise BurnoutError(_budget_spent(self.run_dir, self.elapsed_before, tc))
+                raise BurnoutError(_budget_spent(self.run_dir, self.elapsed_before, tc, self.budget_price))
             if self.step > self.end_of_run:
                 raise BurnoutError(_past_the_end(self.run_dir, self.step, self.end_of_run, tc))
         self.elapsed = self.elapsed_before
-        wrapped = wrap_model(objective, self.dist, tc.distributed, self.device, self.precision)
+        wrapped = wrap_model(objective, self.dist, tc.distributed, self.device, self.precision, tc.cpu_offload)
         self.train_step = TrainStep(wrapped, tc, self.device, self.precision, self.end_of_run, self.dist)
+        if ckpt is None:
+            recipe.init_optimizer(self.train_step, cfg, self.dist, self.emit)
         # Before anything in the run folder is written: a disk too small for the kept checkpoints is refused here.
         self.checkpointer = Checkpointer(self.run_dir, cfg, model, self.train_step, self.dist, tokenizer_path,
                                          self.tokens_per_step, self._say, self.step, self.end_of_run)
@@ -357,7 +387,7 @@ class Trainer:
             if resume:
                 MetricsLog(self.run_dir).truncate_after(self.step)
             write_atomic(self.run_dir / RUN_CONFIG_FILE, yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
-            record_launch(self.run_dir, self.step, self.device, dist.world_size)
+            record_launch(self.run_dir, self.step, self.device, dist.world_size, self.recipe.lineage)
         show_bar = dist.is_main and (sys.stderr.isatty() if self.progress is None else self.progress)
         self.bar = tqdm(total=self.stop_at, initial=self.step, disable=not show_bar, unit="step", dynamic_ncols=True)
         measure_again = hw.measure_again if hw else None

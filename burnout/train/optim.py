@@ -1,4 +1,5 @@
-"""The run's optimizers: AdamW alone, or Muon for the blocks' matrices beside AdamW for the rest.
+"""The run's optimizers: AdamW alone, AdamW with 8-bit moments (torchao), or Muon for the blocks' matrices
+beside AdamW for the rest.
 
 Muon (torch.optim.Muon: momentum, then each update orthogonalized by a Newton–Schulz iteration, here in
 the step's matmul precision) is meant for the hidden 2-D weights only; embeddings, the output head, norms
@@ -10,6 +11,12 @@ AdamW the whole embedding matrix (and untied head) with every other row's gradie
 group without weight decay, since decay would shrink the frozen rows too. With a zero gradient and no
 decay, AdamW's update of a row is exactly zero (its moments stay 0, the step 0 / (0 + eps)), so those
 rows stay bitwise the base's.
+
+torchao's AdamW8bit (train.optimizer=adamw8bit) keeps each moment of a tensor of at least 4096 values as
+uint8 codes with an fp32 scale per block of 256 (smaller tensors keep fp32 moments), and updates each tensor in
+a function it torch.compiles, once per shape: the first step of a run compiles for a while. Its state dict holds
+those quantized tensors, which torch.load(weights_only=True) reads once torchao is imported
+(core/device.py:lowbit_optim).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import torch
 from torch.optim._muon import _adjust_lr
 
 from burnout.config import TrainConfig
-from burnout.core.device import compute_precision
+from burnout.core.device import compute_precision, lowbit_optim
 
 
 class Optimizers:
@@ -30,7 +37,7 @@ class Optimizers:
 
     def __init__(self, *optimizers: torch.optim.Optimizer):
         self.optimizers = optimizers
-        self.peak_lrs = [group["lr"] for group in self.param_groups]
+        self.peak_lrs = [float(group["lr"]) for group in self.param_groups]
 
     @property
     def param_groups(self) -> list[dict]:
@@ -39,7 +46,10 @@ class Optimizers:
     def scale_lr(self, factor: float) -> None:
         """Set every group's LR to `factor` × its peak LR (the schedule's value divided by train.lr)."""
         for group, peak in zip(self.param_groups, self.peak_lrs):
-            group["lr"] = peak * factor
+            if isinstance(group["lr"], torch.Tensor):  # torchao's AdamW8bit refuses a float LR
+                group["lr"].fill_(peak * factor)
+            else:
+                group["lr"] = peak * factor
 
     def unscale(self, scaler: torch.amp.GradScaler) -> None:
         for opt in self.optimizers:
@@ -139,6 +149,8 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, precision: str = "f
         {"params": [p for p, decay in zip(params, decays) if decay], "weight_decay": cfg.weight_decay},
         {"params": [p for p, decay in zip(params, decays) if not decay], "weight_decay": 0.0},
     ]
+    if cfg.optimizer == "adamw8bit":
+        return Optimizers(lowbit_optim().AdamW8bit(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2)))
     # Fused (one kernel over all tensors) on every device: on the CPU it updates as foreach does
     # (tests/train/test_compile.py) and faster than the per-tensor loop PyTorch picks there by default
     # (docs/PERFORMANCE.md).

@@ -10,6 +10,13 @@ saved for backward, autocast's weight copies and backward's working memory, meas
 forward and backward on fake tensors (burnout/models/memory.py); under FSDP the sharded part divided by the
 GPUs plus the unsharded blocks; and on CUDA an assumed constant and margin for what PyTorch's allocator does
 not see. The verdict compares the total with the GPU's memory (`memory_gb` in hardware.yaml, read as GiB).
+
+torchao's 8-bit AdamW states (train.optimizer=adamw8bit) count about 2 bytes per parameter instead of 8
+(models/memory.py:adamw8bit_state_bytes). Under FSDP with train.cpu_offload the shards of the weights, gradients
+and optimizer state are in CPU memory: the GPU holds the gathered blocks and the activations (the shards'
+passing copies to the GPU, a block's at a time, are left to the allocator margin). What does not fit is fixed
+by the smallest change set: one setting where one suffices, else checkpointing with AdamW's states in 8 bits,
+else FSDP, and FSDP with CPU offload last.
 """
 
 from __future__ import annotations
@@ -42,6 +49,14 @@ ALLOCATOR_MARGIN = 0.05
 # unsharded gradients in backward (burnout/train/distributed.py gathers in the autocast dtype, reduces in fp32).
 FSDP_GATHERED_BLOCKS = 2
 FSDP_SIZES = (2, 4, 8, 16, 32, 64)  # GPUs tried when FSDP is the fix
+# What a fix's settings cost in speed, said beside it; "not measured" until a GPU has measured it.
+SPEED_COSTS = {
+    "train.activation_checkpointing=true": "checkpointing runs each block's forward again in backward, about a "
+                                           "third more FLOPs, not measured",
+    "train.optimizer=adamw8bit": "8-bit AdamW not measured",
+    "train.cpu_offload=true": "CPU offload steps the optimizer on the CPU and sends every block's weights and "
+                              "gradients over PCIe each step, not measured",
+}
 LINES = {  # key: (label, how the figure is known)
     "weights": ("weights, fp32", "derived"),
     "gradients": ("gradients, fp32", "derived"),
@@ -229,8 +244,20 @@ def predict_memory(cfg: RunConfig, precision: str, target: str, devices: int, ba
 
 
 def static_memory(cfg: RunConfig, devices: int) -> dict[str, int]:
-    """Weights, gradients and optimizer state per GPU (LINES), divided among the GPUs under FSDP: what a step holds
-    at every micro-batch and in every variant."""
+    """Weights, gradients and optimizer state per GPU (LINES), divided among the GPUs under FSDP (none on the GPU
+    when FSDP offloads them: offloaded_memory): what a step holds at every micro-batch and in every variant."""
+    offloaded = offloaded_memory(cfg, devices)
+    return {key: 0 if offloaded else n for key, n in _static_per_process(cfg, devices).items()}
+
+
+def offloaded_memory(cfg: RunConfig, devices: int) -> int:
+    """Bytes of CPU memory per process that hold FSDP's offloaded shards (train.cpu_offload); 0 without it."""
+    if not (devices > 1 and cfg.train.distributed == "fsdp" and cfg.train.cpu_offload):
+        return 0
+    return sum(_static_per_process(cfg, devices).values())
+
+
+def _static_per_process(cfg: RunConfig, devices: int) -> dict[str, int]:
     fsdp = devices > 1 and cfg.train.distributed == "fsdp"
     # DDP keeps a whole replica; its gradient buckets are the gradients (gradient_as_bucket_view=True).
     return {key: -(-n // devices) if fsdp else n
@@ -268,7 +295,8 @@ def largest_fitting_batch(cfg: RunConfig, precision: str, target: str, devices: 
 def memory_fixes(cfg: RunConfig, precision: str, target: str, devices: int, capacity: int,
                  largest: int | None) -> list[tuple[str, int]]:
     """Changes that make a plan fit, each with its predicted total: checkpointing, compiling, a smaller
-    micro-batch (checkpointed if need be), FSDP over more GPUs."""
+    micro-batch (checkpointed if need be), AdamW's states in 8 bits (checkpointed if need be), FSDP over more GPUs,
+    else FSDP with CPU offload."""
     tc = cfg.train
     b, seqs = tc.batch_size, tc.batch_size * tc.grad_accum
     configured = Variant(tc.compile, tc.activation_checkpointing)
@@ -289,17 +317,45 @@ def memory_fixes(cfg: RunConfig, precision: str, target: str, devices: int, capa
     if largest is not None:
         consider(f"train.batch_size={largest} train.grad_accum={seqs // largest}", cfg, devices, largest, configured)
     elif not tc.activation_checkpointing:
-        ckpt = Variant(tc.compile, True)
-        smaller = largest_fitting_batch(cfg, precision, target, devices, capacity, ckpt, start_fits=False)
-        if smaller is not None:
-            consider(f"train.activation_checkpointing=true train.batch_size={smaller} "
-                     f"train.grad_accum={seqs // smaller}", cfg, devices, smaller, ckpt)
-    if tc.optimizer != "muon" and target != "cpu":  # the config refuses Muon under FSDP
+        _checkpointed_smaller_batch(consider, cfg, precision, target, devices, capacity, "")
+    if tc.optimizer == "adamw":  # the same updates from quantized moments; Muon's settings would not carry over
+        lowbit = dataclasses.replace(cfg, train=dataclasses.replace(tc, optimizer="adamw8bit"))
+        if sum(static_memory(lowbit, devices).values()) <= capacity:
+            consider("train.optimizer=adamw8bit", lowbit, devices, b, configured)
+            if not found and not tc.activation_checkpointing:  # no change fits alone: both, a smaller batch if need be
+                if not consider("train.activation_checkpointing=true train.optimizer=adamw8bit", lowbit, devices, b,
+                                Variant(tc.compile, True)):
+                    _checkpointed_smaller_batch(consider, lowbit, precision, target, devices, capacity,
+                                                "train.optimizer=adamw8bit ")
+    if tc.optimizer == "adamw" and target != "cpu":  # the config refuses Muon and adamw8bit under FSDP
         fsdp = dataclasses.replace(cfg, train=dataclasses.replace(tc, distributed="fsdp"))
-        for n in (n for n in FSDP_SIZES if n > devices or (n == devices and tc.distributed != "fsdp")):
-            if consider(f"--gpus {n} train.distributed=fsdp", fsdp, n, b, configured):
-                break
+        more = [n for n in FSDP_SIZES if n > devices or (n == devices and tc.distributed != "fsdp")]
+        if not _fewest_gpus(consider, fsdp, more, b, configured, "train.distributed=fsdp") and not tc.cpu_offload:
+            offload = dataclasses.replace(fsdp, train=dataclasses.replace(fsdp.train, cpu_offload=True))
+            _fewest_gpus(consider, offload, [n for n in FSDP_SIZES if n >= devices], b, configured,
+                         "train.distributed=fsdp train.cpu_offload=true")
     return found
+
+
+def _checkpointed_smaller_batch(consider: Callable[..., bool], cfg: RunConfig, precision: str, target: str,
+                                devices: int, capacity: int, change: str) -> None:
+    """Activation checkpointing at the largest micro-batch below the configured one that fits, with `change`
+    (settings already made in `cfg`, each followed by a space)."""
+    tc = cfg.train
+    ckpt = Variant(tc.compile, True)
+    smaller = largest_fitting_batch(cfg, precision, target, devices, capacity, ckpt, start_fits=False)
+    if smaller is not None:
+        consider(f"train.activation_checkpointing=true {change}train.batch_size={smaller} "
+                 f"train.grad_accum={tc.batch_size * tc.grad_accum // smaller}", cfg, devices, smaller, ckpt)
+
+
+def _fewest_gpus(consider: Callable[..., bool], cfg: RunConfig, sizes: list[int], batch: int, variant: Variant,
+                 settings: str) -> bool:
+    """Whether `cfg` fits on one of `sizes` GPUs; the fewest that fit are the fix."""
+    for n in sizes:
+        if consider(f"--gpus {n} {settings}", cfg, n, batch, variant):
+            return True
+    return False
 
 
 def memory_plan(cfg: RunConfig, hardware: str, precision: str, devices: int) -> dict:
@@ -324,8 +380,8 @@ def memory_plan(cfg: RunConfig, hardware: str, precision: str, devices: int) -> 
     return {"target": target, "capacity_bytes": capacity, "micro_batch": tc.batch_size, "grad_accum": tc.grad_accum,
             "seq_len": tc.seq_len or cfg.model.context_length, "precision": precision, "devices": devices,
             "distributed": tc.distributed if devices > 1 else None, "optimizer": tc.optimizer,
-            "configured": configured.name, "variants": variants, "fits": fits, "largest_micro_batch": largest,
-            "fixes": fixes}
+            "offloaded_bytes": offloaded_memory(cfg, devices), "configured": configured.name, "variants": variants,
+            "fits": fits, "largest_micro_batch": largest, "fixes": fixes}
 
 
 def _impossible(cfg: RunConfig, hardware: str, entry: dict, total: int, capacity: int) -> str:
@@ -367,6 +423,7 @@ def format_memory(memory: dict, hardware_name: str) -> str:
     """The memory table (GiB per GPU; the configured variant starred), the verdict and what would fit."""
     m, names = memory, list(memory["variants"])
     setup = f"{m['devices']} GPUs, {m['distributed'].upper()}" if m["distributed"] else "1 device"
+    setup += " + CPU offload" if m["offloaded_bytes"] else ""
     lines = [f"peak memory per device at micro-batch {m['micro_batch']} × {m['seq_len']} tokens, {m['precision']}"
              f"{'' if m['precision'] == 'fp32' else ' autocast'}, {m['optimizer']}, {setup} (GiB)",
              f"{'':<32}{'':<10}" + "".join(f"{name + ('*' if name == m['configured'] else ''):>16}" for name in names)]
@@ -377,6 +434,9 @@ def format_memory(memory: dict, hardware_name: str) -> str:
     lines.append("derived: parameter counts × bytes; measured: the model's forward and backward traced on fake tensors "
                  "(compiled: what torch.compile's partitioner keeps, with eager's working memory); assumed: "
                  f"{CUDA_CONTEXT_BYTES / GIB:g} GiB CUDA context + {ALLOCATOR_MARGIN:.0%} allocator margin")
+    if m["offloaded_bytes"]:
+        lines.append(f"train.cpu_offload: the weights', gradients' and optimizer state's shards, "
+                     f"{m['offloaded_bytes'] / GIB:.2f} GiB per process, are in CPU memory, not counted above")
     total = m["variants"][m["configured"]]["total"]
     if m["capacity_bytes"] is None:
         lines.append(f"{m['configured']}: {total / GIB:.1f} GiB; a CPU has no fixed memory budget to check it against")
@@ -391,5 +451,7 @@ def format_memory(memory: dict, hardware_name: str) -> str:
     lines.append(f"largest micro-batch that fits: {largest} × accumulation {seqs // largest} (same tokens per step)"
                  if largest else "largest micro-batch that fits: none at this setting")
     for change, fix_total in m["fixes"]:
-        lines.append(f"  fits with {change}: {fix_total / GIB:.1f} GiB")
+        costs = [SPEED_COSTS[setting] for setting in change.split() if setting in SPEED_COSTS]
+        lines.append(f"  fits with {change}: {fix_total / GIB:.1f} GiB"
+                     + (f" (speed: {'; '.join(costs)})" if costs else ""))
     return "\n".join(lines)

@@ -8,6 +8,8 @@ which command, code and machine produced its numbers.
     versions          burnout, torch, python
     device            what the steps ran on: the GPU's name, or the CPU's model and thread count
     world_size        processes under torchrun (1 otherwise)
+    lineage           a continued run's first launch (train.init_from): the checkpoint its step 0 loaded, its
+                      run and step, the parent's data folder and this run's, the loaded weights' sha256
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from burnout.common import LAUNCHES_FILE, append_jsonl, read_jsonl
 from burnout.core.device import describe_device
 
 
-def record_launch(run_dir: Path, step: int, device: torch.device, world_size: int) -> None:
+def record_launch(run_dir: Path, step: int, device: torch.device, world_size: int,
+                  lineage: dict | None = None) -> None:
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "step": step,
@@ -37,7 +40,14 @@ def record_launch(run_dir: Path, step: int, device: torch.device, world_size: in
         "device": describe_device(device),
         "world_size": world_size,
     }
+    if lineage is not None:
+        entry["lineage"] = lineage
     append_jsonl(run_dir / LAUNCHES_FILE, entry)
+
+
+def lineage_of(run_dir: Path) -> dict | None:
+    """What a continued run started from (its first launch's lineage), or None for a run that started afresh."""
+    return next((launch["lineage"] for launch in read_launches(run_dir) if "lineage" in launch), None)
 
 
 def read_launches(run_dir: Path) -> list[dict]:

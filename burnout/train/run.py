@@ -28,7 +28,8 @@ from burnout.train.recipe import Recipe
 # Changing these mid-run would change which tokens the resumed run sees (or, for the optimizer, which
 # state the checkpoint must hold): every section but train (the model, the data, the recipe's own), and these.
 _RESUME_FIXED = (*(f.name for f in dataclasses.fields(RunConfig) if f.name != "train"), "train.seed",
-                 "train.batch_size", "train.grad_accum", "train.seq_len", "train.optimizer")
+                 "train.batch_size", "train.grad_accum", "train.seq_len", "train.optimizer",
+                 "train.init_from", "train.init_optimizer")
 
 # The recipe a run config runs (burnout/runs.py: recipe_for).
 RecipeFor = Callable[[RunConfig], Recipe]

@@ -78,13 +78,15 @@ def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torc
     batches = [loader.get_batch(batch_index(step, micro, grad_accum, dist)) for micro in range(grad_accum)]
     # A loss that is a mean over rows (e.g. over preference pairs) rather than over target tokens: plain 1/A.
     per_row = getattr(unwrapped(model), "loss_per_row", False)
-    weights = None if per_row else target_weights([y for _, y in batches])
-    for micro, (x, y) in enumerate(batches):
+    weights = None if per_row else target_weights([batch[1] for batch in batches])
+    for micro, (x, y, *packed) in enumerate(batches):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        # A packed batch also gives each token's position in its own sequence (finetune/tokenized.py).
+        packing = {"positions": packed[0].to(device, non_blocking=True)} if packed else {}
         clock("data")
         with grad_sync(model, micro == grad_accum - 1):
             with autocast(device, precision):
-                loss = model(x, y)
+                loss = model(x, y, **packing)
                 # The model's loss is the mean over its micro-batch's targets (y != -1); the step's loss is the
                 # mean over all the step's targets, so each micro-batch weighs by its share of them. Where
                 # every micro-batch has as many targets (pretraining: all of them) this is the plain 1/A.
@@ -93,7 +95,7 @@ def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torc
             (scaler.scale(loss) if scaler is not None else loss).backward()
             clock("backward")
         loss_sum += loss.detach()
-    return loss_sum, sum(x.numel() for x, _ in batches)
+    return loss_sum, sum(batch[0].numel() for batch in batches)
 
 
 def target_weights(targets: list[torch.Tensor]) -> list[float] | None:

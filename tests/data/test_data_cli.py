@@ -49,3 +49,22 @@ def test_unknown_recipe_is_one_line(capsys):
     assert main(["data", "prepare", "no-such-recipe", "--out", "x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not found" in err[0]
+
+
+def test_prepare_with_an_existing_tokenizer_encodes_with_it_as_it_is(tiny_bpe_data, tmp_path, capsys):
+    # A tokenizer.json or a folder holding one (a data folder, a checkpoint): the tokenizer of a run continued with
+    # `burnout train --init-from`, for your text and for a recipe alike.
+    from burnout.data.shards import read_meta
+    from burnout.data.tokenizer import tokenizer_sha256
+
+    given = load_tokenizer(tiny_bpe_data)
+    text = tmp_path / "mine.txt"
+    text.write_text("\n\n".join(f"Paragraph {i}: the quick brown fox, again and again." for i in range(300)))
+    for source, spec, out in ((str(text), str(tiny_bpe_data), tmp_path / "own"),
+                              ("default", str(tiny_bpe_data / "tokenizer.json"), tmp_path / "recipe")):
+        assert main(["data", "prepare", source, "--out", str(out), "--tokenizer", spec, "data.max_chars=60000"]) == 0
+        assert tokenizer_sha256(load_tokenizer(out)) == tokenizer_sha256(given)
+        assert read_meta(out)["vocab_size"] == given.get_vocab_size()
+    capsys.readouterr()
+    assert main(["data", "prepare", str(text), "--out", str(tmp_path / "none"), "--tokenizer", str(tmp_path)]) == 2
+    assert "holds no tokenizer.json" in capsys.readouterr().err

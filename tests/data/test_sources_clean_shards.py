@@ -480,6 +480,27 @@ def test_another_given_tokenizer_means_starting_over(tmp_path, monkeypatch):
         assert np.array_equal(read_tokens(tmp_path / "out", split), read_tokens(tmp_path / "fresh", split))
 
 
+def test_a_preparation_begun_under_an_older_split_rule_starts_over(tmp_path, monkeypatch):
+    """An unfinished folder whose manifest an older rule of parting train and val wrote is not gone on with: its
+    documents went to val by that rule, so every one is encoded again (red when the fingerprint leaves the rule
+    out: the resume would encode only those not handed out yet)."""
+    import burnout.data.prepare as prepare_module
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(_jsonl_bytes({"text": f"document {i} " + "words " * (i % 40)} for i in range(3000)))
+    cfg = DataConfig(sources=[SourceConfig(name="c", kind="jsonl", path=str(corpus))], max_chars=100_000,
+                     max_tokens=30_000, shard_tokens=2_000)
+    with monkeypatch.context() as older:
+        older.setattr(prepare_module, "SPLIT_RULE", prepare_module.SPLIT_RULE - 1)
+        _interrupt_after_resume_point(older, cfg, tmp_path / "out")
+    assert sum(json.loads((tmp_path / "out" / MANIFEST_FILE).read_text())["resume"]["taken_docs"]) > 0
+    encoded = _count_encoded(monkeypatch)
+    resumed = prepare_data(cfg, TOK, tmp_path / "out")
+    encoded_resuming, encoded[0] = encoded[0], 0
+    assert resumed == prepare_data(cfg, TOK, tmp_path / "fresh") and resumed["split_rule"] == prepare_module.SPLIT_RULE
+    assert encoded_resuming == encoded[0]  # every document encoded again, as in a fresh preparation
+
+
 def test_a_source_that_shrank_unseen_is_refused_on_resume(tmp_path, monkeypatch):
     corpus, records, cfg = _interrupted_prepare(tmp_path, monkeypatch)
     stat = corpus.stat()

@@ -61,3 +61,20 @@ def test_audit_page_in_chromium(chromium, audit_page):
     widths = images.evaluate_all("imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
     assert all(w > 300 for w in widths), widths
     chromium.keep_screenshot(page, "audit.png")
+
+
+def test_the_page_of_a_one_document_text_counts_in_the_singular(tmp_path, capsys):
+    """A text of one line is one document of one source: the page says "1 document … in 1 source", as the terminal
+    summary does (red when the page writes "1 documents" or "source(s)")."""
+    from burnout.cli import main
+    from burnout.common import AUDIT_JSON
+
+    one = tmp_path / "one.txt"
+    one.write_text("One line, the one document.\n")
+    assert main(["data", "audit", str(one), "--out", str(tmp_path / "audit")]) == 0
+    capsys.readouterr()
+    report = json.loads((tmp_path / "audit" / AUDIT_JSON).read_text())
+    assert report["totals"]["documents"] == 1 and len(report["sources"]) == 1
+    page = (tmp_path / "audit" / "audit.html").read_text(encoding="utf-8")
+    assert "<p>1 document, " in page and " in 1 source; " in page
+    assert not [wrong for wrong in ("1 documents", "1 sources", "source(s)", "1 characters") if wrong in page]

@@ -71,19 +71,21 @@ def test_bad_chat_requests_are_one_line(cache, message, max_new, system, match):
     assert "\n" not in str(excinfo.value)
 
 
+def examples(app, tab: str) -> list[str]:
+    """The examples (gr.Examples) that the app shows on its tab `tab`."""
+    found = []
+    for block in app.blocks.values():
+        if type(block).__name__ == "Dataset":  # gr.Examples' table
+            parent = block.parent
+            while parent is not None and getattr(parent, "label", None) not in ("Generate", "Chat"):
+                parent = parent.parent
+            if parent is not None and parent.label == tab:
+                found += [row[0] for row in block.samples]
+    return found
+
+
 def test_the_france_example_is_on_the_chat_tab_when_a_chat_model_is_served(cache, sampled_runs):
     from burnout.playground.app import CHAT_EXAMPLES, build_app
-
-    def examples(app, tab):
-        found = []
-        for block in app.blocks.values():
-            if type(block).__name__ == "Dataset":  # gr.Examples' table
-                parent = block.parent
-                while parent is not None and getattr(parent, "label", None) not in ("Generate", "Chat"):
-                    parent = parent.parent
-                if parent is not None and parent.label == tab:
-                    found += [row[0] for row in block.samples]
-        return found
 
     with_chat = build_app(cache.entries, cache)
     assert "What is the capital of France?" in examples(with_chat, "Chat")
@@ -91,3 +93,21 @@ def test_the_france_example_is_on_the_chat_tab_when_a_chat_model_is_served(cache
     base_entries = discover(sampled_runs[:1])
     base_only = build_app(base_entries, ModelCache(base_entries, 10**9))
     assert examples(base_only, "Chat") == [] and CHAT_EXAMPLES[0] in examples(base_only, "Generate")
+
+
+def test_the_chat_tabs_examples_are_the_chat_runs_held_out_questions(chat_run, sampled_runs, fine_tune_data):
+    """A chat run fine-tuned on conversations offers the questions of its first held-out ones, found again in the
+    conversations file by their place in it (red when the Chat tab shows the general questions instead)."""
+    import json
+
+    import numpy as np
+
+    from burnout.playground.app import build_app
+    from burnout.playground.catalog import EXAMPLE_DOCUMENTS
+
+    entries = discover([chat_run, sampled_runs[0]])
+    held_out = np.load(chat_run / "data" / "val_index.npy")[:EXAMPLE_DOCUMENTS]
+    conversations = [json.loads(line)["messages"] for line in fine_tune_data.chats.read_text().splitlines()]
+    assert len(held_out) > 0
+    chat_examples = examples(build_app(entries, ModelCache(entries, 10**9)), "Chat")
+    assert chat_examples == [conversations[i][0]["content"] for i in held_out]

@@ -281,3 +281,35 @@ def test_val_loss_above_a_uniform_guess_and_far_above_train_are_anomalies(sample
         found = report(uniform - 1.0, val, train)
         assert "uniform guess" not in found and "memorises" not in found
 
+
+
+def test_a_continued_run_shows_its_lineage_and_its_parents_curve_first(sampled_runs, tiny_bpe_data, tmp_path):
+    from burnout.common import sha256_file
+    from burnout.core.checkpoint import list_checkpoints
+    from burnout.report.plots import loss_curves
+    from burnout.report.runlog import load_run
+
+    parent = sampled_runs[0]
+    config = tmp_path / "child.yaml"
+    config.write_text(yaml.safe_dump({"train": {"device": "cpu", "precision": "fp32", "batch_size": 2,
+                                                "seq_len": 32, "max_steps": 4, "log_interval": 1,
+                                                "eval_interval": 2, "eval_batches": 1, "ckpt_interval": 4}}))
+    child = tmp_path / "child"
+    assert main(["train", str(config), "--out", str(child), "--init-from", str(parent), "--data",
+                 str(tiny_bpe_data)]) == 0
+    assert main(["report", str(child)]) == 0
+    md = (child / "report" / "report.md").read_text()
+    checkpoint = list_checkpoints(parent)[-1]
+    section = md[md.index("## Continued from"):]
+    for fragment in (f"`{checkpoint.resolve()}` (step 24", f"`{parent.resolve()}`: its loss curve comes first",
+                     f"sha256 {sha256_file(checkpoint / 'model.safetensors')}", "| optimizer | fresh |"):
+        assert fragment in section, fragment
+
+    run, parent_log = load_run(child), read_metrics(parent)
+    curves = {label: (xs, ys) for label, xs, ys, _ in loss_curves(run, "step")}
+    parent_train = [r for r in parent_log if "train_loss" in r and r["step"] <= 24]
+    assert curves["parent train loss"] == ([r["step"] for r in parent_train], [r["train_loss"] for r in parent_train])
+    own = [r for r in read_metrics(child) if "train_loss" in r]
+    assert curves["train loss"] == ([24 + r["step"] for r in own], [r["train_loss"] for r in own])
+    tokens = {label: xs for label, xs, _, _ in loss_curves(run, "tokens")}
+    assert tokens["train loss"] == [parent_train[-1]["tokens"] + r["tokens"] for r in own]

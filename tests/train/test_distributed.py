@@ -98,10 +98,12 @@ def _assert_matches(run, reference):
 # 2 ranks on gloo equal 1 process: DDP, FSDP, two nodes
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_ranks_match_one_process_with_the_same_global_batch(tiny_run, tmp_path, strategy):
-    """2 gloo ranks × batch 4 × accumulation 1 = tiny_run's 1 process × batch 4 × accumulation 2."""
-    config = _config(tmp_path, tiny_run.cfg, strategy, grad_accum=1, distributed=strategy)
+@pytest.mark.parametrize("strategy, cpu_offload", [("ddp", False), ("fsdp", False), ("fsdp", True)],
+                         ids=["ddp", "fsdp", "fsdp-cpu-offload"])
+def test_two_ranks_match_one_process_with_the_same_global_batch(tiny_run, tmp_path, strategy, cpu_offload):
+    """2 gloo ranks × batch 4 × accumulation 1 = tiny_run's 1 process × batch 4 × accumulation 2; with FSDP's
+    shards offloaded too (on a CPU they stay where they are, but the run goes through FSDP's offload path)."""
+    config = _config(tmp_path, tiny_run.cfg, strategy, grad_accum=1, distributed=strategy, cpu_offload=cpu_offload)
     run = tmp_path / strategy
     proc = _torchrun(["-m", "burnout", "train", config, "--out", run, "--data", tiny_run.data_dir], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -387,6 +389,20 @@ def test_fsdp_gathers_and_computes_in_the_run_precision_and_reduces_in_fp32(two_
     assert model.blocks[0]._get_fsdp_state()._mp_policy == MixedPrecisionPolicy(
         param_dtype=low, reduce_dtype=torch.float32 if low else None)
     assert model.blocks[0].attn.qkv.weight.grad.dtype == torch.float32  # the fp32 shards stay the master weights
+
+
+def test_fsdp_cpu_offload_puts_every_sharded_module_under_the_offload_policy(two_ranks, tiny_run_config):
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    cfg = tiny_run_config(distributed="fsdp", cpu_offload=True)
+    model = wrap_model(Transformer(cfg.model), two_ranks, "fsdp", CPU, "fp32", cpu_offload=True)
+    for module in (*model.blocks, model):
+        # Pinned pages only where there is a GPU to copy them to.
+        assert module._get_fsdp_state()._fsdp_param_group.offload_policy == CPUOffloadPolicy(pin_memory=False)
+    step = TrainStep(model, cfg.train, CPU, "fp32", end_of_run=2)
+    before = next(model.parameters()).full_tensor().clone()
+    result = step(RandomBatches(512, 2, 16, CPU), 0)
+    assert result.applied and not torch.equal(next(model.parameters()).full_tensor(), before)
 
 
 @pytest.fixture

@@ -378,3 +378,21 @@ def test_a_run_whose_cpu_peak_was_measured_busy_measures_it_again_and_logs_no_mf
     start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=lambda line: None, progress=False)
     mfu = [r.get("mfu") for r in read_metrics(tmp_path / "run") if "tokens_per_s" in r]
     assert figures == [] and len(mfu) == 3 and all(0 < m < 1e-3 for m in mfu), mfu
+
+
+def test_the_price_a_dollar_budget_buys_its_minutes_at():
+    """hardware_price, what --dollars divides by: train.price_per_hour when given, else the table entry's price (a
+    price in compute units at its dollars per unit), and none for a CPU, said as such (red when the table's price,
+    or the compute units', is not read)."""
+    cpu = torch.device("cpu")
+    assert hardware.hardware_price("auto", None, cpu) == (None, "a CPU")
+    assert hardware.hardware_price("auto", 0.42, cpu) == (0.42, "train.price_per_hour")
+    table = hardware_table()
+    for key, entry in table.items():
+        price, what = hardware.hardware_price(key, None, cpu)
+        listed = entry.get("price_per_hour")
+        assert price == (listed if listed is not None else entry["units_per_hour"] * entry["dollars_per_unit"]), key
+        assert price > 0 and what == f"hardware '{key}' ({entry['name']})"
+    assert any("units_per_hour" in entry for entry in table.values())
+    with pytest.raises(BurnoutError, match="hardware 'no-such-gpu' is not in"):
+        hardware.hardware_price("no-such-gpu", None, cpu)

@@ -6,6 +6,8 @@ import dataclasses
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -321,20 +323,53 @@ def test_muon_lowers_the_loss(muon_run):
     assert records[-1]["val_loss"] < math.log(512) - 0.5
 
 
-def test_a_muon_run_resumes_bitwise(muon_run, tmp_path):
-    run_b = _copy_run(muon_run, tmp_path / "b")
+def _resumes_bitwise_after_step_12(run_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the 24-step `run_dir` that crashed after step 12, resumed: the same weights and metrics."""
+    run_b = _copy_run(run_dir, tmp_path / "b")
     shutil.rmtree(run_b / "checkpoints" / "step_0000024")  # a crash after step 12
     result = resume_training(run_b, [], on_event=_quiet, progress=False)
     assert result.step == 24
     name = "checkpoints/step_0000024/model.safetensors"
-    a, b = safetensors.torch.load_file(muon_run / name), safetensors.torch.load_file(run_b / name)
+    a, b = safetensors.torch.load_file(run_dir / name), safetensors.torch.load_file(run_b / name)
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
-    assert _metrics_without_timing(run_b) == _metrics_without_timing(muon_run)
+    assert _metrics_without_timing(run_b) == _metrics_without_timing(run_dir)
+    return run_b
+
+
+def test_a_muon_run_resumes_bitwise(muon_run, tmp_path):
+    run_b = _resumes_bitwise_after_step_12(muon_run, tmp_path)
     muon_state, adamw_state = torch.load(run_b / "checkpoints/step_0000024/state.pt", weights_only=True)["optimizer"]
     assert all("momentum_buffer" in s for s in muon_state["state"].values())
     assert all("exp_avg" in s for s in adamw_state["state"].values())
+
+
+@pytest.fixture(scope="module")
+def adamw8bit_run(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> Path:
+    """24 steps of the tiny llama with torchao's 8-bit AdamW, checkpoints at 12 and 24."""
+    cfg = tiny_run_config(optimizer="adamw8bit", max_steps=24, ckpt_interval=12)
+    run_dir = tmp_path_factory.mktemp("adamw8bit_run") / "run"
+    start_training(cfg, run_dir, data_dir=tiny_bpe_data, on_event=_quiet, progress=False)
+    return run_dir
+
+
+def test_an_adamw8bit_run_follows_the_schedule_and_resumes_bitwise(adamw8bit_run, tmp_path):
+    records = read_metrics(adamw8bit_run)
+    tc = load_run_config(adamw8bit_run / "config.yaml").train
+    assert [r["lr"] for r in records] == pytest.approx([lr_at(r["step"] - 1, tc) for r in records])
+    assert records[-1]["train_loss"] < records[0]["train_loss"] - 0.5, records
+    _resumes_bitwise_after_step_12(adamw8bit_run, tmp_path)
+
+
+def test_an_adamw8bit_checkpoint_loads_in_a_new_process(adamw8bit_run):
+    """state.pt holds torchao's quantized moments, which torch.load(weights_only=True) builds only once torchao is
+    imported: a command that loads the checkpoint in a fresh interpreter reads it."""
+    (adamw,) = torch.load(adamw8bit_run / "checkpoints/step_0000024/state.pt", weights_only=True)["optimizer"]
+    assert {type(s["exp_avg"]).__name__ for s in adamw["state"].values()} == {"OptimState8bit", "Tensor"}
+    proc = subprocess.run([sys.executable, "-m", "burnout", "generate", str(adamw8bit_run), "--prompt", "The ",
+                           "--max-new-tokens", "4"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_muon_under_fp16_steps_through_the_grad_scaler(tiny_run_config, tiny_bpe_data, tmp_path):

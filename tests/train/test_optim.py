@@ -1,12 +1,18 @@
-"""burnout/train/optim.py: Muon with its Newton–Schulz iteration in the step's precision."""
+"""burnout/train/optim.py: Muon with its Newton–Schulz iteration in the step's precision; torchao's 8-bit AdamW
+keeps the state the planner counts."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
+from benchmarks.bench_optimizer_state import tensor_bytes
+from burnout.errors import BurnoutError
 from burnout.models import Transformer
+from burnout.models.memory import param_counts, static_bytes
 from burnout.train.optim import Muon, make_optimizer, orthogonalize
 
 COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -77,3 +83,45 @@ def test_muon_orthogonalizes_in_the_steps_precision(tiny_run_config, precision, 
     with _MatmulDtypes() as matmuls:
         muon.step()
     assert matmuls.seen == {dtype}
+
+
+def test_adamw8bit_keeps_the_state_bytes_the_planner_counts(tiny_run_config):
+    """After a step, torchao's moments (uint8 codes, block scales and lookup tables; fp32 for the norms) take
+    what models/memory.py predicts, about a quarter of AdamW's."""
+    cfg = tiny_run_config(optimizer="adamw8bit")
+    model = Transformer(cfg.model)
+    x = torch.randint(0, cfg.model.vocab_size, (2, 16))
+    model(x, x).backward()
+    (adamw8bit,) = make_optimizer(model, cfg.train).optimizers
+    adamw8bit.step()
+    moments = [t for state in adamw8bit.state.values() for key, t in state.items() if key != "step"]
+    assert any(is_traceable_wrapper_subclass(t) for t in moments) and len(moments) == 2 * len(adamw8bit.state)
+    counts = param_counts(cfg.model)
+    assert sum(map(tensor_bytes, moments)) == static_bytes(counts, "adamw8bit")["optimizer"]
+    assert static_bytes(counts, "adamw8bit")["optimizer"] < 0.4 * static_bytes(counts, "adamw")["optimizer"]
+
+
+def test_adamw8bit_steps_at_the_lr_the_schedule_sets(tiny_run_config):
+    """torchao keeps each group's LR as a tensor: scaled to 0 the step leaves every weight as it was (no update, no
+    decay); scaled back, it moves them."""
+    cfg = tiny_run_config(optimizer="adamw8bit")
+    model = Transformer(cfg.model)
+    x = torch.randint(0, cfg.model.vocab_size, (2, 16))
+    optimizer = make_optimizer(model, cfg.train)
+    before = [p.detach().clone() for p in model.parameters()]
+    for factor, moved in ((0.0, False), (0.5, True)):
+        model(x, x).backward()
+        optimizer.scale_lr(factor)
+        assert [float(g["lr"]) for g in optimizer.param_groups] == pytest.approx([factor * cfg.train.lr] * 2)
+        optimizer.step()
+        optimizer.zero_grad()
+        assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), before)) == moved
+
+
+def test_adamw8bit_without_torchao_is_one_line_saying_how_to_install_it(tiny_run_config, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchao.optim", None)  # import torchao.optim now fails as if not installed
+    cfg = tiny_run_config(optimizer="adamw8bit")
+    with pytest.raises(BurnoutError) as info:
+        make_optimizer(Transformer(cfg.model), cfg.train)
+    assert str(info.value) == ("train.optimizer=adamw8bit needs torchao: pip install 'gpuburnout[adamw8bit]' "
+                               "(from a clone: pip install -e '.[adamw8bit]')")

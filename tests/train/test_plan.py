@@ -222,3 +222,74 @@ def test_plan_takes_a_model_preset_a_run_config_or_a_run_folder_and_says_small_r
         total = next(line for line in out.splitlines() if line.startswith("total")).split()
         assert re.fullmatch(r"[\d.]+[KM]", total[1]) and total[3] == "s" and total[4] in ("<$0.01", "$0.01"), total
         assert "0.00B" not in out and "$0.00" not in out and "0.0 " not in out.split("peak memory")[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# 8-bit optimizer states and FSDP's CPU offload: fitting llama-2b and llama-3b on one GPU
+
+
+def test_adamw8bit_shrinks_the_optimizer_line_alone():
+    adamw, lowbit = (predict_memory(small(optimizer=name), "bf16", "cuda", 1, 256, EAGER) for name in ("adamw",
+                                                                                                      "adamw8bit"))
+    n = param_counts(small().model).total
+    assert 2 * n < lowbit["optimizer"] < 2.1 * n  # one byte per moment and value, plus block scales and norms
+    assert {k: v for k, v in lowbit.items() if k not in ("optimizer", "overhead", "total")} == \
+        {k: v for k, v in adamw.items() if k not in ("optimizer", "overhead", "total")}
+
+
+def test_llama_3b_on_one_a100_80gb_names_checkpointing_and_its_speed_cost(capsys):
+    """The preset's plan: eager does not fit one A100 80GB; activation checkpointing alone does, said with
+    what it costs in speed (not measured yet)."""
+    assert main(["plan", "llama-3b", "--gpu", "a100-80gb"]) == 0
+    out = capsys.readouterr().out
+    assert "eager (configured):" in out and "does not fit" in out
+    fix = next(line for line in out.splitlines() if line.startswith("  fits with train.activation_checkpointing=true:"))
+    assert "(speed: checkpointing runs each block's forward again in backward" in fix and "not measured" in fix
+
+
+def test_the_smallest_change_set_that_fits_combines_checkpointing_and_8bit_states(capsys):
+    """llama-3b with AdamW on an A100 40GB: fp32 weights, gradients and AdamW's moments alone exceed it, so no
+    checkpointing or micro-batch fits without 8-bit states, and 8-bit states fit only checkpointed: the plan names
+    the three settings together, and that config is predicted to fit where each part alone is not."""
+    cfg = load_run_config({"model": "llama-3b", "train": {"precision": "bf16", "batch_size": 8}})
+    capacity = 40 * GIB
+    assert sum(plan_mod.static_memory(cfg, 1).values()) > capacity
+    memory = plan_run(cfg, "a100-40gb")["memory"]
+    (fix, total), = memory["fixes"]
+    settings = fix.split()
+    assert settings[:2] == ["train.activation_checkpointing=true", "train.optimizer=adamw8bit"]
+    fixed = load_run_config({"model": "llama-3b", "train": {"precision": "bf16", "batch_size": 8}}, settings)
+    assert total == predict_memory(fixed, "bf16", "cuda", 1, fixed.train.batch_size, Variant(False, True))["total"]
+    assert total <= capacity < predict_memory(fixed, "bf16", "cuda", 1, 8, Variant(False, False))["total"]
+    assert fixed.train.batch_size * fixed.train.grad_accum == 8  # the same tokens per step
+    assert main(["plan", "llama-3b", "--gpu", "a100-40gb", "train.optimizer=adamw"]) == 0
+    assert f"fits with {fix}: {total / GIB:.1f} GiB (speed: checkpointing" in capsys.readouterr().out
+
+
+def test_fsdp_cpu_offload_keeps_the_shards_in_cpu_memory():
+    plain = predict_memory(small(distributed="fsdp"), "bf16", "cuda", 4, 256, EAGER)
+    offloaded = predict_memory(small(distributed="fsdp", cpu_offload=True), "bf16", "cuda", 4, 256, EAGER)
+    assert offloaded["weights"] == offloaded["gradients"] == offloaded["optimizer"] == 0
+    for key in ("activations", "working", "fsdp_unsharded"):  # the GPU still gathers blocks and computes
+        assert offloaded[key] == plain[key] > 0
+    cfg = small(distributed="fsdp", cpu_offload=True)
+    assert plan_mod.offloaded_memory(cfg, 4) == plain["weights"] + plain["gradients"] + plain["optimizer"]
+    assert plan_mod.offloaded_memory(cfg, 1) == 0  # one process: no FSDP, nothing offloaded
+
+
+def test_cpu_offload_is_the_fix_when_fsdp_alone_fits_on_no_number_of_gpus(capsys):
+    """4,000 blocks at a tiny micro-batch: their sharded fp32 state exceeds an 80 GB GPU even over 64 GPUs, while
+    the checkpointed activations are small: FSDP with CPU offload on the fewest GPUs is the one fix. (In fp32: under
+    bf16 the trace's working memory keeps autocast's cache of every block's weight copy, which FSDP's bf16 gathering
+    never makes.)"""
+    overrides = ["model.n_layer=4000", "train.batch_size=1", "train.seq_len=128", "train.activation_checkpointing=true",
+                 "train.optimizer=adamw", "train.precision=fp32"]
+    memory = plan_run(plan_mod.plan_config("llama-3b", overrides), "a100-80gb")["memory"]
+    (fix, total), = memory["fixes"]
+    assert fix == "--gpus 2 train.distributed=fsdp train.cpu_offload=true" and total <= 80 * GIB
+    assert main(["plan", "llama-3b", "--gpu", "a100-80gb", "--gpus", "2", *overrides, "train.distributed=fsdp",
+                 "train.cpu_offload=true"]) == 0
+    out = capsys.readouterr().out
+    assert "2 GPUs, FSDP + CPU offload (GiB)" in out and "fits," in out
+    assert re.search(r"train.cpu_offload: the weights', gradients' and optimizer state's shards, [\d.]+ GiB per "
+                     r"process, are in CPU memory", out)

@@ -85,6 +85,31 @@ def test_a_run_whose_steps_slow_down_still_ends_its_schedule_at_the_budget(tiny_
     assert "has trained 1m02s of its time budget (train.max_minutes=1" in err and "--minutes 3" in err, err
 
 
+def test_a_dollar_budget_is_the_time_budget_it_buys_at_the_price_per_hour(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                         monkeypatch, capsys):
+    """--dollars at train.price_per_hour buys its minutes, planned as --minutes plans them (the probe's 1 s a step),
+    and ends its LR schedule at the budget when the steps slow to 3 s; config.yaml keeps the dollars and the
+    minutes they bought (red when the dollars are not turned into minutes at the price). Spent, a resume says so
+    in dollars."""
+    StepClock(monkeypatch, lambda step: 1.0 if step < 20 else 3.0)
+    dollars, price = 0.01, 0.6
+    run = tmp_path / "run"
+    assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run), "--data",
+                 str(tiny_bpe_data), "--dollars", str(dollars), f"train.price_per_hour={price}"]) == 0
+    out = capsys.readouterr().out
+    tc = load_run_config(run / "config.yaml").train
+    final, planned = _final_lr(run)
+    assert tc.max_dollars == dollars and tc.max_minutes == pytest.approx(dollars / price * 60)
+    assert planned == int(dollars / price * 3600 / tc.step_seconds)
+    assert (f"budget ${dollars:g} ({tc.max_minutes:g} min at ${price:.2f}/h): measured 1 s/step → planning "
+            f"{planned} steps; the LR schedule ends at the budget") in out
+    lrs = _lrs(run)
+    assert len(lrs) < planned and lrs[-1] == final
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"(train.max_dollars={dollars:g}: " in err and "e.g. --dollars " in err, err
+
+
 def test_a_resumed_budget_goes_on_where_the_elapsed_time_puts_its_schedule(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                           monkeypatch, capsys):
     """Steps take 2 s where 1 s was measured, so the budget's clock, not the step, places each step. A run split
