@@ -121,19 +121,6 @@ CASES = [
     Case("unfinished-data-folder", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data", "{dir}/data"],
          ["no meta.json", "prepare the data again"],
          setup=lambda d, data, run: (_copy_data(d, data, run), (d / "data" / "meta.json").unlink(), _config(d, TINY))),
-    # meta.json without split_rule: as a folder parted into train and val before the rule of SPLIT_RULE wrote it.
-    Case("data-parted-by-an-older-split-rule", ["train", "--data", "{dir}/data", "--model", "llama-tiny", "--out",
-                                                "{dir}/run"],
-         ["'{dir}/data' was parted into train and val by an older rule",
-          "prepare it again (burnout data prepare SOURCE --out {dir}/data --overwrite)"],
-         setup=lambda d, data, run: (_copy_data(d, data, run), _edit_json(d / "data" / "meta.json",
-                                                                          lambda m: m.pop("split_rule")))),
-    Case("run-data-parted-by-an-older-split-rule", ["train", "{dir}/run.yaml", "--out", "{dir}/run"],
-         ["'{dir}/run/data' was parted into train and val by an older rule",
-          "remove it, and this command prepares it again"],
-         setup=lambda d, data, run: (shutil.copytree(data, d / "run" / "data"), _config(d, TINY), _edit_json(
-             d / "run" / "data" / "meta.json", lambda m: m.pop("split_rule")),
-             (d / "run" / ".burnout.json").write_text('{"kind": "run", "source": null}'))),  # an earlier start's
     Case("vocab-larger-than-dtype", ["data", "inspect", "{dir}/data"], ["70000", "uint16"],
          setup=lambda d, data, run: (_copy_data(d, data, run), _edit_json(
              d / "data" / "meta.json", lambda m: m.update(vocab_size=70000)))),

@@ -145,9 +145,12 @@ def val_share_warning(meta: dict) -> str | None:
     total = val + meta["splits"]["train"]["tokens"]
     if not fraction or fraction / VAL_SHARE_FACTOR <= val / total <= fraction * VAL_SHARE_FACTOR:
         return None
+    remedy = ("it was parted by an older rule of burnout's, which sent long documents whole: prepare it again "
+              "(burnout data prepare SOURCE --out DIR --overwrite)" if older_split_rule(meta) else
+              "prepare more documents, or cut each one (data.split=contiguous)")
     return (f"warning: the val split holds {val / total:.0%} of the tokens ({val:,} of {total:,}), far from "
             f"data.val_fraction {fraction:g}: its loss says little of how the model does on text it has not seen; "
-            "prepare more documents, or cut each one (data.split=contiguous)")
+            f"{remedy}")
 
 
 def tokens_per_param_warning(train_tokens: int, params: int) -> str | None:
@@ -161,7 +164,9 @@ def tokens_per_param_warning(train_tokens: int, params: int) -> str | None:
 
 
 def older_split_rule(meta: dict) -> bool:
-    """Whether the folder of `meta` was parted into train and val by a rule before SPLIT_RULE."""
+    """Whether the folder of `meta` was parted into train and val by a rule before SPLIT_RULE. Such a folder is still
+    used as it is (re-preparing a large corpus costs hours, and most splits came out near val_fraction anyway); where
+    its val share is far off, val_share_warning says to prepare it again."""
     rule = meta.get("split_rule", 1)
     return not isinstance(rule, int) or rule < SPLIT_RULE
 

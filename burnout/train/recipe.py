@@ -40,7 +40,7 @@ from burnout.config import ModelConfig, RunConfig, TrainConfig, load_run_config
 from burnout.core.checkpoint import CHECKPOINT_DIR, checkpoint_problem, list_checkpoints, run_dir_of
 from burnout.core.model_files import copy_weights, load_model
 from burnout.data.loader import TokenLoader, loader_mode
-from burnout.data.prepare import older_split_rule, prepare_data, tokens_per_param_warning, val_share_warning
+from burnout.data.prepare import prepare_data, tokens_per_param_warning, val_share_warning
 from burnout.data.shards import META_FILE, read_meta
 from burnout.data.tokenizer import load_tokenizer, tokenizer_sha256
 from burnout.errors import BurnoutError
@@ -134,11 +134,6 @@ class Pretraining(Recipe):
                 prepare_on_rank_0(cfg, data_dir, say, progress, rank, int(os.environ.get("WORLD_SIZE", "1")),
                                   tokenizer_path=parent / TOKENIZER_FILE if parent is not None else None)
         meta = read_meta(data_dir)
-        if older_split_rule(meta):
-            redo = ("remove it, and this command prepares it again" if Path(data_dir) == Path(run_dir) / "data" else
-                    f"prepare it again (burnout data prepare SOURCE --out {data_dir} --overwrite)")
-            raise BurnoutError(f"'{data_dir}' was parted into train and val by an older rule of burnout's, whose val "
-                               f"can be far from data.val_fraction (a long document went whole); {redo}")
         if parent is not None:
             check_parent_tokenizer(parent, Path(data_dir))
         if rank == 0:

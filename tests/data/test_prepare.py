@@ -331,6 +331,15 @@ def test_a_val_share_far_from_val_fraction_is_said_at_prepare_and_at_train(tmp_p
                  "train.max_steps=1", "train.batch_size=2", "train.seq_len=8", "train.eval_batches=1",
                  "train.device=cpu", "train.precision=fp32", "train.sample_tokens=0"]) == 0
     assert said in capsys.readouterr().out
+    # The same folder as an older rule of parting train and val left it (no split_rule): still used, the warning
+    # saying to prepare it again.
+    meta_path = out / "meta.json"
+    meta_path.write_text(json.dumps({k: v for k, v in json.loads(meta_path.read_text()).items() if k != "split_rule"}))
+    assert main(["train", "--data", str(out), "--model", "shakespeare-char", "--out", str(tmp_path / "run-2"),
+                 "train.max_steps=1", "train.batch_size=2", "train.seq_len=8", "train.eval_batches=1",
+                 "train.device=cpu", "train.precision=fp32", "train.sample_tokens=0"]) == 0
+    out_text = capsys.readouterr().out
+    assert said in out_text and "it was parted by an older rule of burnout's" in out_text
 
 
 def test_the_smallest_preset_a_prepared_folder_is_measured_against_is_the_smallest_preset():
