@@ -5,19 +5,21 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import time
 from pathlib import Path
 
 import torch
 
-from burnout.common import install_extra
+from burnout.common import install_extra, plural
 from burnout.errors import BurnoutError
 
 
 def resolve_device(name: str, setting: str = "train.device") -> torch.device:
     """The device `name` (auto, cpu, cuda, cuda:N) asks for; a refusal names `setting`, where the user gave it (a
-    config key, or a command's --device)."""
+    config key, or a command's --device). On the CPU, torch's threads are first set to the cores other programs
+    leave idle (use_idle_cores)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -25,14 +27,57 @@ def resolve_device(name: str, setting: str = "train.device") -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         cpu = f"{setting}=cpu" if "." in setting else f"{setting} cpu"  # a config key, or a flag
         raise BurnoutError(f"{setting}: CUDA was asked for but this machine has none; use {cpu}")
+    if device.type == "cpu":
+        use_idle_cores()
     return device
+
+
+_threads_chosen = False
+
+
+def use_idle_cores() -> None:
+    """Once per process, torch's CPU threads set to the cores other programs leave idle now: every core torch would
+    use on an idle machine, fewer beside busy programs, at least one. torch's threads meet at every parallel region,
+    so a thread whose core another program holds stalls the others; a step beside busy programs is faster on fewer
+    threads (docs/PERFORMANCE.md, "The quickstart"). OMP_NUM_THREADS, when set, decides instead. The weights a
+    step computes came out the same on 1 and 2 threads, so an exact resume does not depend on the choice."""
+    global _threads_chosen
+    if _threads_chosen or "OMP_NUM_THREADS" in os.environ:
+        return
+    _threads_chosen = True
+    idle = idle_cores()
+    if idle is not None:
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), round(idle))))
+
+
+def idle_cores(interval: float = 0.2) -> float | None:
+    """The cores idle over the next `interval` seconds, this process's own use counted as idle (/proc/stat and
+    /proc/self/stat); None where those are not there."""
+    try:
+        before = _cpu_times()
+        time.sleep(interval)
+        after = _cpu_times()
+    except (OSError, ValueError, IndexError):
+        return None
+    idle, total, own = (b - a for a, b in zip(before, after))
+    cores = os.cpu_count()
+    if total <= 0 or not cores:
+        return None
+    return min(cores, (idle + own) / total * cores)
+
+
+def _cpu_times() -> tuple[int, int, int]:
+    """(idle, total) clock ticks of all cores since boot, and this process's own (user + system)."""
+    cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return cpu[3] + cpu[4], sum(cpu), int(own[11]) + int(own[12])
 
 
 def describe_device(device: torch.device) -> str:
     """What the steps run on: the GPU's name, or the CPU's model and thread count."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{cpu_model()}, {torch.get_num_threads()} threads"
+    return f"{cpu_model()}, {plural(torch.get_num_threads(), 'thread')}"
 
 
 def cpu_model() -> str:

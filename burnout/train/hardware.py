@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import is_finite_number, user_cache_dir, write_atomic
+from burnout.common import is_finite_number, plural, user_cache_dir, write_atomic
 from burnout.config import CONFIG_DIR, read_yaml
 from burnout.core.device import compute_precision, cpu_instructions, cpu_model, resolve_precision
 from burnout.errors import BurnoutError
@@ -64,7 +64,7 @@ def get_hardware(key: str, precision: str, price_per_hour: float | None = None,
                 f"now ({hw.peak_flops / 1e12:,.1f} TFLOP/s)"
                 + ("" if price_per_hour is not None else " and no price is known (set train.price_per_hour)"))
     elif key == "cpu":
-        hw = Hardware("cpu", f"CPU ({torch.get_num_threads()} threads)", cpu_peak(precision), None, "",
+        hw = Hardware("cpu", f"CPU ({plural(torch.get_num_threads(), 'thread')})", cpu_peak(precision), None, "",
                       functools.partial(cpu_peak, precision, measure_again=True))
     else:
         hw = _table_hardware(table, key, precision)
@@ -227,7 +227,7 @@ def training_precision(name: str, device: torch.device, say: Callable[[str], Non
     if name != "auto" or device.type != "cpu":
         return resolve_precision(name, device)
     entry, cached = cpu_precision_entry()
-    say(f"precision auto on this CPU ({entry['cpu']}, {entry['instructions']}, {entry['threads']} threads): "
+    say(f"precision auto on this CPU ({entry['cpu']}, {entry['instructions']}, {plural(entry['threads'], 'thread')}): "
         f"{entry['choice']}; a matmul peak of {entry['bf16_gflops']:.3g} GFLOP/s in bf16 vs "
         f"{entry['fp32_gflops']:.3g} in fp32 "
         f"({'measured earlier' if cached else 'measured now'}, cached in {precision_cache_path()}; "

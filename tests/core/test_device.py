@@ -5,13 +5,16 @@ No GPU is needed: a GPU's capability and name are faked (torch.device("cuda", 0)
 autocast paths run on CPU with the resolved precision forced to bf16, hooks recording where autocast was on.
 """
 
+import os
+import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
 from burnout.config import ModelConfig
-from burnout.core.device import autocast, resolve_precision
+from burnout.core.device import autocast, idle_cores, resolve_precision
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.eval import evaluate, scoring
@@ -224,3 +227,33 @@ def test_a_run_config_asking_for_cuda_names_train_device(monkeypatch):
     with pytest.raises(BurnoutError) as refused:
         resolve_device("cuda")
     assert str(refused.value) == "train.device: CUDA was asked for but this machine has none; use train.device=cpu"
+
+
+_THREADS = ("import torch; from burnout.core.device import resolve_device; resolve_device('cpu'); "
+            "print(torch.get_num_threads())")
+
+
+def _threads_chosen(env: dict) -> int:
+    done = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True, env=env, timeout=120,
+                          check=True)
+    return int(done.stdout)
+
+
+def test_beside_programs_busy_on_every_core_the_cpu_work_runs_on_one_thread():
+    """Busy processes on every core leave none idle: one thread, not one per core waiting on each other."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count())]
+    try:
+        time.sleep(0.5)  # scheduled and spinning before the measurement
+        assert _threads_chosen(env) == 1
+        # OMP_NUM_THREADS, set, decides.
+        assert _threads_chosen({**env, "OMP_NUM_THREADS": "2"}) == 2
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_idle_cores_are_measured_between_none_and_every_core():
+    idle = idle_cores(0.1)
+    assert idle is not None and 0 <= idle <= os.cpu_count()

@@ -8,6 +8,7 @@ import threading
 import pytest
 import torch
 
+from burnout.common import plural
 from burnout.config import TrainConfig
 from burnout.errors import BurnoutError
 from burnout.train import hardware
@@ -146,7 +147,7 @@ def test_the_cpu_entry_is_named_by_its_threads_and_has_no_price(monkeypatch):
     monkeypatch.setattr(hardware, "measure_cpu_peak", lambda precision: {"fp32": 1.5e11, "bf16": 4e11}[precision])
     cpu = get_hardware("cpu", "bf16")
     assert (cpu.key, cpu.name, cpu.peak_flops, cpu.price_per_hour, cpu.price_note) == (
-        "cpu", f"CPU ({torch.get_num_threads()} threads)", 4e11, None, "")
+        "cpu", f"CPU ({plural(torch.get_num_threads(), 'thread')})", 4e11, None, "")
 
 
 def test_detect_names_the_entry_and_refuses_an_unlisted_gpu(monkeypatch):
