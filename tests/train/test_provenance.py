@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import LAUNCHES_FILE
+from burnout.common import LAUNCHES_FILE, plural
 from burnout.runs import resume_training
 from burnout.train.provenance import git_commit, read_launches
 
@@ -19,7 +19,7 @@ def test_start_and_resume_each_record_a_launch(tiny_run, tmp_path, monkeypatch):
     [start] = read_launches(run)
     assert start["step"] == 0 and start["argv"] == sys.argv and start["world_size"] == 1
     assert start["versions"]["torch"] == torch.__version__
-    assert start["device"].endswith(f", {torch.get_num_threads()} threads")
+    assert start["device"].endswith(f", {plural(torch.get_num_threads(), 'thread')}")
 
     monkeypatch.setattr(sys, "argv", ["burnout", "train", "--resume", str(run), "train.max_steps=30"])
     resume_training(run, ["train.max_steps=30"], on_event=lambda line: None, progress=False)
