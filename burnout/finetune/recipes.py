@@ -139,6 +139,10 @@ class SFT(FineTune):
     data_format, batches = SFT_FORMAT, SFTBatches
     val_of = "assistant tokens"
 
+    def __init__(self) -> None:
+        self._packed_key: tuple | None = None  # what _packed_batches were packed for
+        self._packed_batches: PackedSFTBatches | None = None
+
     def section(self, cfg: RunConfig) -> FineTuneSource:
         return cfg.sft
 
@@ -156,13 +160,19 @@ class SFT(FineTune):
         way, and padded rows need no mask)."""
         loaders = super().loaders(cfg, data_dir, seq_len)
         if cfg.sft.packing:
-            loaders["train"] = PackedSFTBatches(data_dir, "train", cfg.train.batch_size, seq_len, cfg.train.seed)
+            loaders["train"] = self._packed(cfg, data_dir, seq_len)
         return loaders
 
     def train_rows(self, cfg: RunConfig, data_dir: Path, seq_len: int, examples: int) -> int:
-        if not cfg.sft.packing:
-            return examples
-        return len(PackedSFTBatches(data_dir, "train", cfg.train.batch_size, seq_len, cfg.train.seed).rows)
+        return len(self._packed(cfg, data_dir, seq_len).rows) if cfg.sft.packing else examples
+
+    def _packed(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> PackedSFTBatches:
+        """The packed train batches, packed once per run (data_meta counts their rows, loaders hands them out)."""
+        key = (Path(data_dir), seq_len, cfg.train.batch_size, cfg.train.seed)
+        if self._packed_key != key:
+            self._packed_key = key
+            self._packed_batches = PackedSFTBatches(data_dir, "train", cfg.train.batch_size, seq_len, cfg.train.seed)
+        return self._packed_batches
 
     def build_model(self, cfg: RunConfig, device: torch.device) -> torch.nn.Module:
         """A LoRA run's model also trains the embedding rows of the tokens it added (adapters.lora_token_rows)."""

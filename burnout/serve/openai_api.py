@@ -223,10 +223,6 @@ def _usage(prompts_ids: list[list[int]], choices: list[Choice]) -> dict:
 # The queue
 
 
-class Busy(Exception):
-    pass
-
-
 class Gate:
     """At most `running` generations at once and `waiting` more queued behind them; any more are refused."""
 
