@@ -1,7 +1,7 @@
 """Training throughput on one CUDA GPU against transformers' own model of the same shape, side by side.
 
     python -m benchmarks.bench_gpu [--shapes llama-1b gpt2-134m] [--steps 10] [--fp8] [--profile]
-                                   [--memory] [--curve DATA_DIR] [--peer ../shared/peers/hf_peer_step.py]
+                                   [--memory [SHAPE ...]] [--curve DATA_DIR] [--peer ../shared/peers/hf_peer_step.py]
 
 For each shape, `TrainStep` (the step `burnout train` runs: bf16 autocast, torch.compile, fused AdamW, SDPA,
 grad clipping) and the peer (`hf_peer_step.py`: LlamaForCausalLM / GPT2LMHeadModel, the same settings) run
@@ -12,8 +12,9 @@ step. Printed: tokens/s (median step after two warm-up steps), MFU over the GPU'
 
     --fp8      also our step with train.precision=fp8 (torchao Float8Linear), and its ratio to our bf16
     --profile  a torch.profiler kernel breakdown of our step (where the time goes, by kernel family)
-    --memory   the memory planner's prediction (`burnout plan`) against max_memory_allocated, eager and
-               with activation checkpointing, two micro-batches per shape
+    --memory [SHAPE ...]  the memory planner's prediction (`burnout plan`) against max_memory_allocated, eager
+               and with activation checkpointing, and the step's tokens/s (the mean of steps 2 and 3), for the
+               cases of MEMORY_CASES (llama-1b, gpt2-134m, and llama-2b/3b at the fixes that fit them on 80 GB)
     --curve    bf16 and fp8 loss curves of llama-1b on prepared data: mean loss over the last 50 steps each
 
 Every figure comes from this invocation on this machine; nothing is typed in.
@@ -34,8 +35,12 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PEER = REPO.parent / "shared" / "peers" / "hf_peer_step.py"
 # (micro-batch, sequence length) per shape: llama-1b at the blog's 16 × 2048, gpt2-134m at its context.
 SHAPES = {"llama-1b": (16, 2048), "gpt2-134m": (64, 512)}
+# (shape, micro-batch, checkpointing) at the shape's sequence length; llama-2b/3b at the two fixes `burnout plan`
+# names for one 80 GB GPU: activation checkpointing at micro-batch 8, or micro-batch 2 eager (3b).
 MEMORY_CASES = [("llama-1b", 4, False), ("llama-1b", 8, False), ("llama-1b", 8, True), ("llama-1b", 16, True),
-                ("gpt2-134m", 16, False), ("gpt2-134m", 32, False), ("gpt2-134m", 32, True), ("gpt2-134m", 64, True)]
+                ("gpt2-134m", 16, False), ("gpt2-134m", 32, False), ("gpt2-134m", 32, True), ("gpt2-134m", 64, True),
+                ("llama-2b", 8, True), ("llama-3b", 8, True), ("llama-3b", 2, False)]
+MEMORY_SEQ = {"llama-2b": 2048, "llama-3b": 2048, **{shape: seq for shape, (_, seq) in SHAPES.items()}}
 CURVE = {"batch": 8, "seq": 1024, "steps": 300, "tail": 50}
 GIB = 2**30
 
@@ -153,8 +158,11 @@ def worker_memory(shape: str, batch: int, seq: int, checkpointing: bool) -> dict
     predicted = predict_memory(cfg, "bf16", "cuda", 1, batch, Variant(False, checkpointing))
     step = TrainStep(build_model(cfg, device), cfg.train, device, "bf16", end_of_run=cfg.train.max_steps)
     batches = RandomBatches(cfg.model.vocab_size, batch, seq, device)
+    times = []
     for i in range(3):
-        step(batches, i)
+        t0 = time.perf_counter()
+        step(batches, i)  # ends in a host sync
+        times.append(time.perf_counter() - t0)
     # torch.cuda.max_memory_allocated counts the allocator's tensors only: compare with the prediction less
     # its CUDA context and allocator margin (the "overhead" line, which no allocator figure shows).
     allocated = predicted["total"] - predicted.get("overhead", 0)
@@ -162,7 +170,8 @@ def worker_memory(shape: str, batch: int, seq: int, checkpointing: bool) -> dict
     return {"shape": shape, "batch": batch, "seq": seq, "checkpointing": checkpointing,
             "predicted_gib": allocated / GIB, "predicted_total_gib": predicted["total"] / GIB,
             "measured_gib": measured / GIB, "error": allocated / measured - 1,
-            "reserved_gib": torch.cuda.max_memory_reserved() / GIB}
+            "reserved_gib": torch.cuda.max_memory_reserved() / GIB,
+            "tokens_per_s": batch * seq / statistics.mean(times[1:])}
 
 
 def worker_curve(data_dir: str, precision: str) -> dict:
@@ -263,18 +272,19 @@ def _print_shape(row: dict) -> None:
         print(f"fp8 / bf16 (ours) = {fp8['tokens_per_s'] / bf16['tokens_per_s']:.2f}x")
 
 
-def memory_table() -> list[dict]:
+def memory_table(shapes: list[str]) -> list[dict]:
     rows = []
     print("\n== memory plan vs torch.cuda.max_memory_allocated (bf16, eager; 3 steps) ==")
-    print(f"{'shape':10s} {'micro-batch':>11s} {'ckpt':>5s} {'predicted':>10s} {'measured':>9s} {'error':>7s}")
-    for shape, batch, ckpt in MEMORY_CASES:
-        r = _spawn(["--worker", "memory", shape, str(batch), str(SHAPES[shape][1]), *(["--ckpt"] if ckpt else [])])
+    print(f"{'shape':10s} {'micro-batch':>11s} {'ckpt':>5s} {'predicted':>10s} {'measured':>9s} {'error':>7s} "
+          f"{'tokens/s':>9s}")
+    for shape, batch, ckpt in [case for case in MEMORY_CASES if not shapes or case[0] in shapes]:
+        r = _spawn(["--worker", "memory", shape, str(batch), str(MEMORY_SEQ[shape]), *(["--ckpt"] if ckpt else [])])
         rows.append(r if isinstance(r, dict) else {"shape": shape, "batch": batch, "checkpointing": ckpt, "failed": r})
         if isinstance(r, str):
             print(f"{shape:10s} {batch:>11d} {str(ckpt):>5s} FAILED: {r}")
         else:
             print(f"{shape:10s} {batch:>11d} {str(ckpt):>5s} {r['predicted_gib']:>9.1f}G {r['measured_gib']:>8.1f}G "
-                  f"{r['error']:>+7.1%}")
+                  f"{r['error']:>+7.1%} {r['tokens_per_s']:>9,.0f}")
     return rows
 
 
@@ -307,7 +317,7 @@ def main() -> None:
     parser.add_argument("--peer", type=Path, default=DEFAULT_PEER)
     parser.add_argument("--fp8", action="store_true")
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--memory", nargs="*", choices=sorted(MEMORY_SEQ), help="these shapes' cases (none named: all)")
     parser.add_argument("--curve", metavar="DATA_DIR")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
@@ -318,8 +328,8 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, load {os.getloadavg()}")
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "shapes": bench_shapes(args) if args.shapes else []}
-    if args.memory:
-        results["memory"] = memory_table()
+    if args.memory is not None:
+        results["memory"] = memory_table(args.memory)
     if args.curve:
         results["curves"] = curves(args.curve)
     if args.json:

@@ -3,11 +3,14 @@
 A small llama trains on real text (the embedded Python docs corpus) in bf16 autocast with torch.compile,
 fused AdamW and SDPA; the tests then check which kernels ran, that the loss fell, that a resumed run
 equals the uninterrupted one, that cached decoding equals recomputation, that the export matches
-transformers, and the fp16 (grad scaler), fp8 and out-of-memory paths.
+transformers, and the fp16 (grad scaler), fp8 and out-of-memory paths. From it, SFT (full, LoRA, packed) and
+DPO learn on the GPU, and a packed batch (SDPA's masked path) gives the loss of the same conversations padded
+(the flash kernel).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -16,10 +19,15 @@ import pytest
 import safetensors.torch
 import torch
 
+from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.device import FP8_CAPABILITY
+from burnout.core.model_files import load_model
+from burnout.finetune.dpo import LN2
+from burnout.finetune.tokenized import PackedSFTBatches, SFTBatches
 from burnout.runs import resume_training, start_training
 from burnout.train.metrics import read_metrics
+from burnout.train.step import accumulate_gradients
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -135,8 +143,6 @@ def test_resume_without_deterministic_kernels_stays_within_tolerance(gpu_config,
 
 
 def test_cached_decoding_equals_recompute(gpu_run):
-    from burnout.core.model_files import load_model
-
     model, _, _ = load_model(gpu_run, "cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     prompt = torch.randint(0, 512, (2, 40), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
@@ -151,7 +157,7 @@ def test_cached_decoding_equals_recompute(gpu_run):
 
 def test_export_of_a_gpu_trained_checkpoint_matches_transformers(gpu_run, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from burnout.core.model_files import export_hf, load_model
+    from burnout.core.model_files import export_hf
 
     export_hf(gpu_run, tmp_path / "hf")
     ours, _, _ = load_model(gpu_run, "cuda")
@@ -179,7 +185,6 @@ def test_fp8_learns_like_bf16(gpu_config, gpu_run, tiny_bpe_data, tmp_path):
     over the last ten), so this asks only that fp8 learns as far; benchmarks/bench_gpu.py --curve compares
     the 1B's curves over 300 steps."""
     float8 = pytest.importorskip("torchao.float8.float8_linear")
-    from burnout.core.model_files import load_model
 
     _train(gpu_config(precision="fp8"), tmp_path / "fp8", tiny_bpe_data)
     fp8, bf16 = _losses(tmp_path / "fp8"), _losses(gpu_run)
@@ -202,3 +207,77 @@ def test_out_of_gpu_memory_is_one_line(tiny_bpe_data, tmp_path):
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if "out of GPU memory" in line]
     assert len(errors) == 1 and "train.batch_size=8192" in errors[0], done.stderr[-2000:]
+
+
+# Fine-tuning from gpu_run: SFT full, LoRA and packed, and DPO, compiled in bf16 autocast.
+
+SFT_SEQ = 128
+SFT_TRAIN = {"device": "cuda", "precision": "bf16", "compile": True, "batch_size": 8, "seq_len": SFT_SEQ,
+             "max_steps": 20, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 2, "log_interval": 1, "eval_interval": 10,
+             "eval_batches": 2, "ckpt_interval": 10, "keep_last": 5}
+
+
+@pytest.fixture(scope="module")
+def chats(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gpu_chats") / "chats.jsonl"
+    path.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": f"What is {i} plus {i % 7}?"},
+        {"role": "assistant", "content": f"It is {i + i % 7}." + " Sure." * (i % 5)}]}) + "\n" for i in range(200)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def packed_sft(gpu_run, chats, tmp_path_factory):
+    run = tmp_path_factory.mktemp("gpu_sft") / "packed"
+    cfg = load_run_config({"sft": {"base": str(gpu_run), "source": str(chats), "packing": True}, "train": SFT_TRAIN})
+    start_training(cfg, run, on_event=_quiet, progress=False)
+    return run
+
+
+@pytest.mark.parametrize("sft", [{}, {"lora": {"r": 8}}], ids=["full", "lora"])
+def test_sft_learns_on_the_gpu(gpu_run, chats, sft, tmp_path):
+    cfg = load_run_config({"sft": {"base": str(gpu_run), "source": str(chats), **sft}, "train": SFT_TRAIN})
+    start_training(cfg, tmp_path / "sft", on_event=_quiet, progress=False)
+    losses = _losses(tmp_path / "sft")
+    assert len(losses) == SFT_TRAIN["max_steps"] and losses[SFT_TRAIN["max_steps"]] < losses[1] - 0.5, losses
+
+
+def test_packed_sft_learns_on_the_gpu(packed_sft):
+    losses = _losses(packed_sft)
+    assert len(losses) == SFT_TRAIN["max_steps"] and losses[SFT_TRAIN["max_steps"]] < losses[1] - 0.5, losses
+
+
+def test_a_packed_batch_gives_the_padded_loss_on_the_gpu(packed_sft):
+    model, _, _ = load_model(packed_sft, "cuda")
+    packed = PackedSFTBatches(packed_sft / "data", "train", 4, SFT_SEQ, seed=3)
+    padded = SFTBatches(packed_sft / "data", "train", 4, SFT_SEQ, seed=3)
+    examples = [int(e) for row in packed.examples_of(0) for e in packed.rows[row]]
+    assert len(examples) > 4, "rows must hold several conversations each for this test to mean anything"
+    px, py = padded._xy([padded.data.row(e) for e in examples], padded.meta["pad_id"])
+
+    class Padded:  # a loader whose batch 0 is those conversations, padded
+        def get_batch(self, index):
+            return px.cuda(), py.cuda()
+
+    class OnGPU:
+        def get_batch(self, index):
+            return tuple(t.cuda() for t in packed.get_batch(index))
+
+    losses = {}
+    for name, loader in (("packed", OnGPU()), ("padded", Padded())):
+        model.zero_grad()
+        losses[name], _ = accumulate_gradients(model, loader, 0, 1, torch.device("cuda"), "bf16")
+    assert torch.allclose(losses["packed"].float(), losses["padded"].float(), rtol=2e-2), losses
+
+
+def test_dpo_learns_on_the_gpu(packed_sft, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({
+        "prompt": f"What is {i} plus {i % 7}?", "chosen": f"It is {i + i % 7}.",
+        "rejected": f"It is {i + i % 7 + 3}. Sure. Sure."}) + "\n" for i in range(200, 360)))
+    cfg = load_run_config({"dpo": {"base": str(packed_sft), "source": str(pairs)},
+                           "train": {**SFT_TRAIN, "lr": 3e-4, "min_lr": 3e-5}})
+    start_training(cfg, tmp_path / "dpo", on_event=_quiet, progress=False)
+    metrics = [r for r in read_metrics(tmp_path / "dpo") if "train_loss" in r]
+    assert abs(metrics[0]["train_loss"] - LN2) < 1e-3, metrics[0]  # policy = reference at step 1
+    assert metrics[-1]["train_loss"] < LN2 - 0.05 and metrics[-1]["accuracy"] > 0.5, metrics[-1]
