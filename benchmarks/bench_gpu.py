@@ -1,7 +1,8 @@
 """Training throughput on one CUDA GPU against transformers' own model of the same shape, side by side.
 
     python -m benchmarks.bench_gpu [--shapes llama-1b gpt2-134m] [--steps 10] [--fp8] [--profile]
-                                   [--memory [SHAPE ...]] [--curve DATA_DIR] [--peer ../shared/peers/hf_peer_step.py]
+                                   [--memory [SHAPE ...]] [--curve DATA_DIR]
+                                   [--packing SFT_DATA_DIR] [--peer ../shared/peers/hf_peer_step.py]
 
 For each shape, `TrainStep` (the step `burnout train` runs: bf16 autocast, torch.compile, fused AdamW, SDPA,
 grad clipping) and the peer (`hf_peer_step.py`: LlamaForCausalLM / GPT2LMHeadModel, the same settings) run
@@ -16,6 +17,8 @@ step. Printed: tokens/s (median step after two warm-up steps), MFU over the GPU'
                and with activation checkpointing, and the step's tokens/s (the mean of steps 2 and 3), for the
                cases of MEMORY_CASES (llama-1b, gpt2-134m, and llama-2b/3b at the fixes that fit them on 80 GB)
     --curve    bf16 and fp8 loss curves of llama-1b on prepared data: mean loss over the last 50 steps each
+    --packing SFT_DATA_DIR  llama-1b fine-tuning steps on a prepared SFT data folder (a `burnout sft` run's data/),
+               padded to the batch's longest (sft.pad_to_longest) and packed (sft.packing): assistant targets/s
 
 Every figure comes from this invocation on this machine; nothing is typed in.
 """
@@ -42,6 +45,7 @@ MEMORY_CASES = [("llama-1b", 4, False), ("llama-1b", 8, False), ("llama-1b", 8, 
                 ("llama-2b", 8, True), ("llama-3b", 8, True), ("llama-3b", 2, False)]
 MEMORY_SEQ = {"llama-2b": 2048, "llama-3b": 2048, **{shape: seq for shape, (_, seq) in SHAPES.items()}}
 CURVE = {"batch": 8, "seq": 1024, "steps": 300, "tail": 50}
+PACKING = {"batch": 8, "warmup": 6}
 GIB = 2**30
 
 
@@ -202,6 +206,38 @@ def worker_curve(data_dir: str, precision: str) -> dict:
             "tokens_per_s": CURVE["batch"] * CURVE["seq"] / statistics.median(times[5:])}
 
 
+def worker_packing(data_dir: str, packed: bool, steps: int) -> dict:
+    import json as json_
+
+    import torch
+
+    from burnout.core.device import configure_backends
+    from burnout.finetune.tokenized import PackedSFTBatches, SFTBatches
+    from burnout.train.step import TrainStep, build_model
+
+    meta = json_.loads((Path(data_dir) / "meta.json").read_text())
+    batch, seq = PACKING["batch"], meta["seq_len"]
+    cfg = _config("llama-1b", batch, seq, "bf16", True, vocab=-(-meta["vocab_size"] // 64) * 64)
+    device = torch.device("cuda")
+    configure_backends(device)
+    torch.manual_seed(0)
+    step = TrainStep(build_model(cfg, device), cfg.train, device, "bf16", end_of_run=cfg.train.max_steps)
+    loader = (PackedSFTBatches(data_dir, "train", batch, seq, seed=0) if packed else
+              SFTBatches(data_dir, "train", batch, seq, seed=0, pad_to_longest=True))
+    times, targets, positions = [], 0, 0
+    for i in range(PACKING["warmup"] + steps):  # the warm-up covers the padded widths' recompile (dynamic shapes)
+        t0 = time.perf_counter()
+        step(loader, i)
+        if i >= PACKING["warmup"]:
+            times.append(time.perf_counter() - t0)
+            x, y = loader.get_batch(i)[:2]
+            targets, positions = targets + int((y != -1).sum()), positions + x.numel()
+    seconds = sum(times)
+    return {"packed": packed, "batch": batch, "seq": seq, "ms_per_step": 1000 * statistics.median(times),
+            "targets_per_s": targets / seconds, "positions_per_s": positions / seconds,
+            "peak_gib": torch.cuda.max_memory_allocated() / GIB}
+
+
 # ----------------------------------------------------------------------------------------------
 # The driver
 
@@ -300,6 +336,20 @@ def curves(data_dir: str) -> dict:
     return out
 
 
+def packing(data_dir: str, steps: int) -> dict:
+    out = {name: _spawn(["--worker", "packing", data_dir, name, str(steps)]) for name in ("padded", "packed")}
+    print(f"\n== llama-1b fine-tuning steps on {data_dir}, padded to the longest vs packed ==")
+    for name, r in out.items():
+        print(f"{name}: " + (f"FAILED: {r}" if isinstance(r, str) else
+                             f"B{r['batch']}xT{r['seq']} {r['ms_per_step']:.0f} ms/step, {r['targets_per_s']:,.0f} "
+                             f"assistant targets/s, {r['positions_per_s']:,.0f} positions/s, "
+                             f"peak {r['peak_gib']:.1f} GiB"))
+    if all(isinstance(r, dict) for r in out.values()):
+        ratio = out["packed"]["targets_per_s"] / out["padded"]["targets_per_s"]
+        print(f"packed / padded targets per second: {ratio:.2f}x")
+    return out
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         kind, rest = sys.argv[2], sys.argv[3:]
@@ -308,6 +358,8 @@ def main() -> None:
             print(json.dumps(worker_step(shape, batch, seq, steps, precision, True, False, "--profile" in rest)))
         elif kind == "memory":
             print(json.dumps(worker_memory(rest[0], int(rest[1]), int(rest[2]), "--ckpt" in rest)))
+        elif kind == "packing":
+            print(json.dumps(worker_packing(rest[0], rest[1] == "packed", int(rest[2]))))
         else:
             print(json.dumps(worker_curve(rest[0], rest[1])))
         return
@@ -319,6 +371,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--memory", nargs="*", choices=sorted(MEMORY_SEQ), help="these shapes' cases (none named: all)")
     parser.add_argument("--curve", metavar="DATA_DIR")
+    parser.add_argument("--packing", metavar="SFT_DATA_DIR")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
     import torch
@@ -332,6 +385,8 @@ def main() -> None:
         results["memory"] = memory_table(args.memory)
     if args.curve:
         results["curves"] = curves(args.curve)
+    if args.packing:
+        results["packing"] = packing(args.packing, args.steps)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

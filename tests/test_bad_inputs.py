@@ -181,8 +181,7 @@ CASES = [
          ["is not the tokenizer", "data.prepared_dir"],
          setup=lambda d, data, run: (_copy_run(d, data, run), _copy_data(d, data, run),
                                      _bigger_tokenizer(d / "data" / "tokenizer.json"),
-                                     _retouch_yaml(d / "run" / "config.yaml", str(data.resolve()), str(d / "data"))),
-         creates=True),  # resumes.jsonl records the attempted overrides before the run is checked
+                                     _retouch_yaml(d / "run" / "config.yaml", str(data.resolve()), str(d / "data")))),
     Case("corrupted-checkpoint", ["generate", "{dir}/run", "--prompt", "The "], ["unreadable", "model.safetensors"],
          setup=lambda d, data, run: (_copy_run(d, data, run), os.truncate(_ckpt(d) / "model.safetensors", 100))),
     # A changed byte in the tensor data still parses: only its recorded sha256 gives it away.
@@ -345,10 +344,10 @@ CASES = [
          ["that is a file", "give the run folder: burnout train --resume {dir}/run"], setup=_copy_run),
     Case("resume-past-a-lowered-max-steps", ["train", "--resume", "{dir}/run", "train.max_steps=3"],
          ["{dir}/run is at step 24", "train.max_steps=3 now ends it", "config.yaml is left as it was"],
-         setup=_copy_run, creates=True),  # resumes.jsonl records the attempted overrides, as above
+         setup=_copy_run),
     Case("resume-past-its-time-budget", ["train", "--resume", "{dir}/run", "--minutes", "0.001"],
          ["{dir}/run has trained", "of its time budget (train.max_minutes=0.001", "a larger budget, e.g. --minutes"],
-         setup=_copy_run, creates=True),  # resumes.jsonl records the attempted overrides, as above
+         setup=_copy_run),
     Case("train-minutes-not-positive", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
                                         "--minutes", "0"], ["--minutes", "0"]),
     Case("train-dollars-without-a-price", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
@@ -382,8 +381,10 @@ CASES = [
          setup=lambda d, *_: (d / "empty.jsonl").write_text("")),
     Case("pairs-without-rejected", ["dpo", "{chat}", "--data", "{dir}/pairs.jsonl", "--out", "{dir}/dpo"],
          ["record 1: a preference pair needs prompt, chosen and rejected fields", "no rejected"],
-         setup=lambda d, *_: (d / "pairs.jsonl").write_text('{"prompt": "Capital?", "chosen": "Paris."}\n'),
-         creates=True),  # the new run folder, marked as burnout's
+         setup=lambda d, *_: (d / "pairs.jsonl").write_text('{"prompt": "Capital?", "chosen": "Paris."}\n')),
+    Case("conversations-of-unknown-layout", ["sft", "{run}", "--data", "{dir}/chats.jsonl", "--out", "{dir}/sft"],
+         ["record 1: unknown layout (fields: prompt, chosen)"],
+         setup=lambda d, *_: (d / "chats.jsonl").write_text('{"prompt": "Capital?", "chosen": "Paris."}\n')),
     Case("trace-a-checkpoints-folder", ["data", "trace", "The", "{dir}/run/checkpoints"],
          ["'{dir}/run/checkpoints' is not a data folder", "inside the run folder {dir}/run",
           "whose data folder is {data}"], setup=_copy_run),

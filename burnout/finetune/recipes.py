@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,7 +84,12 @@ class FineTune(Recipe):
                 f" → {tokenizer.get_vocab_size():,} tokens, model {cfg.model.vocab_size:,} rows (recorded as "
                 "sft.added_tokens in config.yaml)")
         del base, base_ckpt
-        self._prepare_data(cfg, tokenizer, data_dir, say)
+        try:
+            self._prepare_data(cfg, tokenizer, data_dir, say)
+        except BurnoutError:
+            # Bad examples: the half-made data/ goes, and with it a run folder this command made (writing_run).
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise
         return cfg, data_dir
 
     def _prepare_data(self, cfg: RunConfig, tokenizer: Tokenizer, data_dir: Path, say: Say) -> dict:

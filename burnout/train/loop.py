@@ -30,8 +30,10 @@ from tqdm import tqdm
 from burnout.common import (
     AUDIT_DIR,
     AUDIT_JSON,
+    RESUMES_FILE,
     RUN_CONFIG_FILE,
     TOKENIZER_FILE,
+    append_jsonl,
     format_duration,
     unwrapped,
     write_atomic,
@@ -135,6 +137,7 @@ def train(
     progress: bool | None = None,
     on_event: Callable[[str], None] | None = None,
     auto_batch: bool = False,
+    resumed_with: dict | None = None,
 ) -> TrainResult:
     """Train `cfg.model` with `recipe` on the prepared data in `data_dir`, writing everything to `run_dir`.
 
@@ -142,12 +145,13 @@ def train(
     or on SIGTERM/SIGINT, always with a checkpoint. `on_event` receives human-readable lines as they happen
     (rank 0 only).
     `auto_batch` replaces train.batch_size by the largest micro-batch that fits and keeps the tokens
-    per step through train.grad_accum.
+    per step through train.grad_accum. `resumed_with`: a resume's changed settings, appended to resumes.jsonl
+    once the run has accepted them (a refused resume leaves no trace).
     """
     dist, device = init_distributed(resolve_device(cfg.train.device))
     try:
         return Trainer(cfg, Path(run_dir), Path(data_dir), recipe, resume, progress, on_event, auto_batch, dist,
-                       device).train()
+                       device, resumed_with).train()
     finally:
         shutdown(dist)
 
@@ -226,7 +230,7 @@ class Validator:
 class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: Path, data_dir: Path, recipe: Recipe, resume: bool,
                  progress: bool | None, on_event: Callable[[str], None] | None, auto_batch: bool, dist: DistContext,
-                 device: torch.device):
+                 device: torch.device, resumed_with: dict | None = None):
         if not resume:
             refuse_existing_run(run_dir)
         self.run_dir, self.data_dir, self.recipe, self.dist, self.device = run_dir, data_dir, recipe, dist, device
@@ -258,7 +262,7 @@ class Trainer:
         self._setup_model(resume and not from_scratch)
         if self.tc.max_minutes is not None:
             self.emit(self._budget_plan())
-        self._setup_logging(resume)
+        self._setup_logging(resume, resumed_with)
 
     def _auto_batch(self, cfg: RunConfig) -> RunConfig:
         tc = cfg.train
@@ -374,7 +378,7 @@ class Trainer:
         self.validator = Validator(cfg, recipe, self.loaders["val"], model, objective, self.train_step,
                                    tokenizer_path, self.dist, self._say, suspicious)
 
-    def _setup_logging(self, resume: bool) -> None:
+    def _setup_logging(self, resume: bool, resumed_with: dict | None) -> None:
         """The phase this session runs to, the progress bar, and on rank 0 the run folder's logs."""
         tc, dist = self.tc, self.dist
         self.phase = current_phase(tc, self.step)
@@ -386,6 +390,8 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if resume:
                 MetricsLog(self.run_dir).truncate_after(self.step)
+            if resumed_with:
+                append_jsonl(self.run_dir / RESUMES_FILE, resumed_with)
             write_atomic(self.run_dir / RUN_CONFIG_FILE, yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
             record_launch(self.run_dir, self.step, self.device, dist.world_size, self.recipe.lineage)
         show_bar = dist.is_main and (sys.stderr.isatty() if self.progress is None else self.progress)

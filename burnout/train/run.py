@@ -17,7 +17,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from burnout.common import RESUMES_FILE, RUN_CONFIG_FILE, append_jsonl
+from burnout.common import RUN_CONFIG_FILE
 from burnout.config import RunConfig, load_run_config
 from burnout.core.checkpoint import holds_run
 from burnout.core.model_files import is_run_folder, writing_run
@@ -71,11 +71,11 @@ def _resume(run_dir: Path, config_path: Path, recipe_for: RecipeFor, overrides: 
             raise BurnoutError(f"--resume: '{key}' cannot change in a running run; start a new run instead")
     before = _flat(saved.to_dict())
     changed = {k: v for k, v in _flat(cfg.to_dict()).items() if before.get(k) != v}
-    if changed and os.environ.get("RANK", "0") == "0":  # the safe overrides (LR, phases, logging), recorded
-        append_jsonl(Path(run_dir) / RESUMES_FILE, {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                                                    "overrides": list(overrides), "changed": changed})
+    # The safe overrides (LR, phases, logging), recorded in resumes.jsonl once the run has accepted them.
+    resumed_with = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "overrides": list(overrides),
+                    "changed": changed} if changed else None
     return train(cfg, run_dir, Path(cfg.data.prepared_dir), recipe_for(cfg), resume=True, progress=progress,
-                 on_event=on_event)
+                 on_event=on_event, resumed_with=resumed_with)
 
 
 def start_or_resume(cfg: RunConfig, run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
