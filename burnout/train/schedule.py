@@ -14,7 +14,8 @@ from burnout.config import TrainConfig
 # A time-budgeted run warms up over at most this share of its planned steps, so that a short budget decays too.
 BUDGET_WARMUP_SHARE = 0.1
 # A time budget predicts a step's seconds by the median of the session's last few: on a busy machine neighbouring
-# steps differ widely (docs/PERFORMANCE.md), and a median of five follows a lasting slowdown within three steps.
+# steps differ widely (docs/PERFORMANCE.md). The step about to run is predicted by the latest step where that took
+# longer: the median of five alone follows a sudden slowdown only after three steps, each over the budget.
 PREDICT_FROM_STEPS = 5
 
 
@@ -80,8 +81,11 @@ class TimeBudget:
 
     def step_starts(self, elapsed: float) -> None:
         """At a step's start, `elapsed` into the run: predict where the step after it ends (two steps on)."""
-        step_seconds = statistics.median(self.recent) if self.recent else self.planned_step_seconds
-        self.local = (elapsed + 2 * step_seconds) / self.seconds
+        if self.recent:  # the step about to run like the latest, if slower, and the one after like the median
+            median = statistics.median(self.recent)
+            self.local = (elapsed + max(median, self.recent[-1]) + median) / self.seconds
+        else:
+            self.local = (elapsed + 2 * self.planned_step_seconds) / self.seconds
 
     def step_took(self, seconds: float) -> None:
         """A session's first step (compilation, warm-up) predicts nothing; the later ones predict the next."""

@@ -85,6 +85,21 @@ def test_a_run_whose_steps_slow_down_still_ends_its_schedule_at_the_budget(tiny_
     assert "has trained 1m02s of its time budget (train.max_minutes=1" in err and "--minutes 3" in err, err
 
 
+def test_a_sudden_slowdown_overruns_the_budget_by_at_most_one_step(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                    monkeypatch):
+    """From step 40 of the 60 planned each step takes 10 s instead of 1: the next step is predicted at the latest
+    step's 10 s, not the median of the last five (still 1 s), so the run ends within one slow step of the minute
+    (red when the prediction follows the median alone: three slow steps pass before it moves)."""
+    StepClock(monkeypatch, lambda step: 1.0 if step < 40 else 10.0)
+    run = tmp_path / "run"
+    assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
+                 "--data", str(tiny_bpe_data), "--minutes", "1"]) == 0
+    final, _ = _final_lr(run)
+    records = read_metrics(run)
+    assert records[-1]["elapsed_s"] <= 60 + 10, records[-1]
+    assert records[-1]["lr"] == final
+
+
 def test_a_dollar_budget_is_the_time_budget_it_buys_at_the_price_per_hour(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                          monkeypatch, capsys):
     """--dollars at train.price_per_hour buys its minutes, planned as --minutes plans them (the probe's 1 s a step),
