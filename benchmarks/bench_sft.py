@@ -19,7 +19,7 @@
    and the share of padding.
 
 Each run's trainable parameters, optimizer state, ms/step and tokens/s come from its own output and
-metrics.jsonl; fine-tunes use sft.pad_to_longest (tokens/s counts the positions computed).
+metrics.jsonl; fine-tunes use padded rows, sft.pad_to_longest (tokens/s counts the positions computed).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def fine_tune(command: str, base: Path, data: Path, out: Path, steps: int, lr: f
         log = burnout(command, str(base), "--data", str(data), "--out", str(out), f"train.max_steps={steps}",
                       "train.batch_size=8", "train.seq_len=512", f"train.lr={lr}", f"train.min_lr={lr / 10}",
                       "train.warmup_steps=20", "train.eval_interval=100", "train.ckpt_interval=100000",
-                      "train.log_interval=20", f"{command}.pad_to_longest=true", *extra)
+                      "train.log_interval=20", f"{command}.pad_to_longest=true",
+                      *(["sft.packing=false"] if command == "sft" else []), *extra)
         (out / "bench.log").write_text(log)
     log = (out / "bench.log").read_text()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -182,7 +183,8 @@ def step_time(root: Path, base: Path, args, done: dict) -> dict:
             shutil.rmtree(run)
         burnout("sft", str(base), "--data", str(SHARED / "gsm8k" / "train.jsonl"), "--out", str(run), *extra,
                 f"train.max_steps={args.timing_steps}", "train.batch_size=8", "train.seq_len=512",
-                "train.eval_interval=100000", "train.ckpt_interval=100000", "train.log_interval=1")
+                "train.eval_interval=100000", "train.ckpt_interval=100000", "train.log_interval=1",
+                "sft.packing=false")
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(records, records[1:]) if "val_loss" not in b]
         result[name] = {"ms_per_step": 1000 * median(times[1:]), "steps": len(times) - 1}
@@ -200,11 +202,12 @@ def packing(root: Path, base: Path, args, done: dict) -> dict:
     from burnout.finetune.tokenized import PackedSFTBatches, SFTBatches
 
     result = {}
-    for name, setting in (("padded", "sft.pad_to_longest=true"), ("packed", "sft.packing=true")):
+    layouts = {"padded": ("sft.packing=false", "sft.pad_to_longest=true"), "packed": ("sft.packing=true",)}
+    for name, settings in layouts.items():
         run = root / f"packing-{name}"
         if run.exists():
             shutil.rmtree(run)
-        burnout("sft", str(base), "--data", str(SHARED / "sft" / "alpaca_5000.json"), "--out", str(run), setting,
+        burnout("sft", str(base), "--data", str(SHARED / "sft" / "alpaca_5000.json"), "--out", str(run), *settings,
                 f"train.max_steps={args.timing_steps}", "train.batch_size=8", "train.seq_len=512",
                 "train.eval_interval=100000", "train.ckpt_interval=100000", "train.log_interval=1")
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

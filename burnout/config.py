@@ -460,8 +460,9 @@ class SFTConfig(FineTuneSource):
     # Chat tokens the fine-tune added to the base tokenizer (filled in by the run; recorded for its readers).
     added_tokens: list[str] = field(default_factory=list)
     # Conversations packed into full rows (best fit), each attending only to itself with its positions from 0,
-    # instead of one right-padded conversation per row; the loss per assistant token is the same.
-    packing: bool = False
+    # instead of one right-padded conversation per row; the loss per assistant token is the same, and on Alpaca
+    # it trains 2.2x (CPU) to 3.4x (H100) the assistant tokens per second (docs/FINETUNING.md).
+    packing: bool = True
 
     def validate(self) -> None:
         self._check_source("sft", "name the base model (a run folder or checkpoint), e.g. sft.base=runs/base",
