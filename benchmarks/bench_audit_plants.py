@@ -8,8 +8,9 @@ quickstart recipe, burnout/configs/data/default.yaml), the first --documents of 
 time, at each rate (a share of its documents, drawn at random for each plant, at least 3), each plant of a
 set is put: a word at random places in the document (1 to 3 times), a line between its lines (once). The
 three sources are audited together, as a recipe's are, in their natural order (a recipe's audit) or
-shuffled (a prepared folder's). Two sets of plants, each planted on its own: the first was used while
-choosing the score, the second ("held out") was fixed before it was first measured.
+shuffled (a prepared folder's). Three sets of plants, each planted on its own: the first was used while
+choosing the score, the second ("held out") was fixed before it was first measured, the third ("held out again")
+before the score's Lexicon was.
 
 For each plant: its rank in its source's suspicious strings (the best of its key strings; "-" when none is
 among the top 100). Then each clean source's top ten, for a person to judge what is garbage there.
@@ -44,7 +45,17 @@ HELD_OUT = {
     "boilerplate line": ("line", "Click here to subscribe to our newsletter!", ("subscribe", "newsletter")),
     "code identifier 2": ("word", "getElementById", ("getElementById",)),
 }
-SETS = {"chosen with": PLANTS, "held out": HELD_OUT}
+# Fixed on 2026-11-26 before the audit's Lexicon (a word of no language's list) was first measured, which was added
+# after "held out"'s nonsense word missed: a third set, to see whether it generalises.
+HELD_OUT_AGAIN = {
+    "nonsense word 3": ("word", "grindlewop", ("grindlewop",)),
+    "mojibake word": ("word", "donâ€™t", ("donâ",)),
+    "%%template%%": ("word", "%%CUSTOMER_ID%%", ("CUSTOMER_ID",)),
+    "tracking parameter": ("word", "utm_source=newsletter", ("utm_source",)),
+    "log line 3": ("line", "INFO [main] o.s.b.w.embedded.tomcat.TomcatWebServer : Tomcat started on port(s): 8080",
+                   ("o.s.b.w.embedded.tomcat.TomcatWebServer", "Tomcat")),
+}
+SETS = {"chosen with": PLANTS, "held out": HELD_OUT, "held out again": HELD_OUT_AGAIN}
 
 
 def read_sources(documents: int) -> dict[str, list[str]]:

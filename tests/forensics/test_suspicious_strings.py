@@ -7,8 +7,9 @@ of the kinds the old ranking missed: a nonsense word in 6% of the documents (ove
 candidates); an HTML entity, a log line and a lone nonsense word on a line of their own, once per
 document in 2% (ranked by how unlike the source's words they are spelled, not by repetition); a
 template placeholder in 5% of the docs, whose every word is an identifier of some sort (ranked above
-them because its documents have nothing else in common). Of the plantings' seeds 0 to 7, all but seed 1 keep
-every plant in the top 10 (docs/FORENSICS.md)."""
+them because its documents have nothing else in common); a nonsense word spelled as English words are
+(`quazzle`, in 2%), which only the source's word list (Lexicon) tells from the words of its topics. Seeds of
+the plantings other than SEED: docs/FORENSICS.md."""
 
 from __future__ import annotations
 
@@ -27,13 +28,15 @@ from burnout.cli import main
 from burnout.common import AUDIT_JSON
 from burnout.config import SourceConfig
 from burnout.data.corpus import iter_documents
+from burnout.forensics.suspicious_strings import SHAPES, Lexicon, Spelling, _ForeignSpelling
 
 DOCUMENTS = 300
 SEED = 0  # of each source's planting; seeds 0 to 7 were checked (docs/FORENSICS.md)
 # source: [(text, "word" (1 to 3 times at random places) or "line" (once, between lines), share, the key
 # string the audit should rank)]
 PLANTS = {
-    "wikitext": [("florbix", "word", 0.06, "florbix"), ('<p class="footer">&nbsp;</p>', "line", 0.02, "nbsp")],
+    "wikitext": [("florbix", "word", 0.06, "florbix"), ('<p class="footer">&nbsp;</p>', "line", 0.02, "nbsp"),
+                 ("quazzle", "word", 0.02, "quazzle")],
     "shakespeare": [("E/AndroidRuntime: FATAL EXCEPTION: main", "line", 0.02, "AndroidRuntime"),
                     ("vorplex", "line", 0.02, "vorplex")],
     "docs": [("PersonX", "word", 0.05, "PersonX")],
@@ -94,3 +97,31 @@ def test_planted_garbage_ranks_in_its_sources_top_10(audited, source, key):
     row = rows[ranked.index(key)]
     assert row["documents"] == len(where[source][key])
     assert row["examples"] and all(e["document"] in where[source][key] for e in row["examples"])
+
+
+def test_the_lexicon_is_the_language_whose_word_list_holds_the_sources_words():
+    english = Lexicon(["river", "album", "during", "between", "hurricane", "metres", "season", "released"])
+    assert english.language == "en" and english.knows("vertebrae") and not english.knows("quazzle")
+    german = Lexicon(["gemeinde", "einwohner", "bürgermeister", "landkreis", "ortsteil", "jahrhundert", "kirche",
+                      "bahnhof", "straße", "zwischen"])
+    assert german.language == "de" and german.knows("ortschaft") and not german.knows("quazzle")
+    consonants = Lexicon(["xkcdq", "brtzv", "qwrtp", "zxcvb", "mnbvc", "lkjhg", "pqrst", "vbnmx"])
+    assert consonants.language is None and consonants.knows("quazzle")  # no list fits: nothing is unknown
+
+
+def test_a_word_of_no_list_is_foreign_only_in_a_source_where_such_words_are_rare():
+    """Python's docs hold many words of no list (`lineno`, `kwargs`): there an unknown word is the source's own
+    vocabulary, and the bonus that lifts `quazzle` in prose would lift its identifiers above planted garbage."""
+    import wordfreq
+
+    plain = [w for w in wordfreq.top_n_list("en", 400) if w.isalpha() and len(w) >= 3][:300]
+    words = plain + [f"{n}th" for n in range(4, 20)]  # and ordinals, as WikiText-2 has them
+    lexicon, spelling = Lexicon(plain), Spelling(words)
+    prose = _ForeignSpelling(spelling, words, lexicon, code_foreignness=1.0)
+    # "thather" is spelled as this source's words are (its spelling alone gives 1), and is no word of any list.
+    assert prose("thather") == SHAPES["camel"] and prose("wending") < 1.1
+    assert prose("24th") < SHAPES["camel"]  # with digits: judged by its spelling alone (the lists hold "00th")
+    identifiers = ["lineno", "kwargs", "isinstance", "frozenset", "bytearray", "getattr", "hasattr", "setattr",
+                   "divmod", "issubclass"]  # 10 of 310 words: 3.2%, over OWN_UNKNOWN_WORDS's upper bound
+    code = _ForeignSpelling(spelling, words + identifiers, lexicon, code_foreignness=1.0)
+    assert code.unknown == 1.0 and code("thather") == 1.0
