@@ -494,6 +494,37 @@ def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
+@command("rl", help="reinforcement learning (GRPO) of a chat checkpoint on questions with checkable answers",
+         description="Tune CHAT_RUN_OR_CKPT (a chat model, e.g. from `burnout sft`) on TASKS (question/answer "
+                     "records; GSM8K's layout as it is) with GRPO: per question a group of answers sampled "
+                     "(rl.group_size), scored by the reward, the policy moved toward those above their group's "
+                     "mean. Mean reward, the share of groups with signal, KL and answer length in metrics.jsonl; "
+                     "held-out pass@1 and pass@k as val_*. Resume with `burnout train --resume RUN`.")
+def cmd_rl(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("base", metavar="CHAT_RUN_OR_CKPT", help="the chat model to tune")
+    p.add_argument("--data", required=True, metavar="TASKS",
+                   help="questions and answers: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME")
+    p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")
+    p.add_argument("--reward", metavar="REWARD",
+                   help="gsm8k (the final '#### n' matches; default), exact, regex:PATTERN, or module:function "
+                        "(your function(prompt, answer, reference) -> float)")
+    p.add_argument("--config", help="a run config YAML whose train (and rl) sections apply")
+    p.add_argument("--lora", action="store_true", help="train LoRA adapters (rl.lora.r=… etc. to shape them)")
+    p.add_argument("--minutes", type=positive, metavar="N",
+                   help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
+    p.add_argument("--dollars", type=positive, metavar="D",
+                   help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="e.g. rl.group_size=8 rl.max_new_tokens=128 rl.temperature=1.0 rl.kl_coef=0 train.lr=…")
+
+    def run(args, overrides):
+        from burnout.finetune.commands import rl
+
+        return _stopped(rl(args.base, args.data, args.out, args.config, args.lora, args.reward, overrides,
+                           minutes=args.minutes, dollars=args.dollars))
+    return run
+
+
 group("lora", help="LoRA adapters of a fine-tuned run",
       description="Work with the adapters of a run trained with `burnout sft --lora`.")
 
@@ -805,24 +836,41 @@ def cmd_compare(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-@command("export", help="write a checkpoint as a Hugging Face model folder",
+@command("export", help="write a checkpoint as a Hugging Face model folder or a GGUF file",
          description="Write safetensors + config.json + tokenizer files that transformers' "
-                     "AutoModelForCausalLM and AutoTokenizer load offline.")
+                     "AutoModelForCausalLM and AutoTokenizer load offline; a --to ending in .gguf writes one "
+                     "GGUF file (--gguf-type) for llama.cpp and Ollama instead.")
 def cmd_export(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("checkpoint")
-    p.add_argument("--to", required=True, help="output folder")
+    p.add_argument("--to", required=True, help="output folder, or a FILE.gguf for llama.cpp and Ollama")
+    p.add_argument("--gguf-type", help="a .gguf --to's weights: f16 (the default), q8_0 or q4_0")
     p.add_argument("--overwrite", action="store_true", help="replace an export of another checkpoint at --to")
 
     def run(args, overrides):
         from burnout.core.model_files import export_hf
         from burnout.report.model_card import write_model_card
 
+        if args.to.endswith(".gguf"):
+            return _export_gguf(args)
+        if args.gguf_type is not None:
+            raise BurnoutError(f"--gguf-type {args.gguf_type}: --to {args.to} is a folder (a Hugging Face export); "
+                               "give a --to ending in .gguf for a GGUF file")
         export_hf(args.checkpoint, args.to, overwrite=args.overwrite)
         card = write_model_card(args.checkpoint, args.to)
         about = "with its model card (README.md)" if card else "keeping the README.md there (not a card of ours)"
         print("\n".join([f"wrote a Hugging Face model folder to {args.to}, {about}",
                          *_after_export(args.checkpoint, args.to)]))
     return run
+
+
+def _export_gguf(args: argparse.Namespace) -> None:
+    from burnout.common import next_steps
+    from burnout.core.gguf_export import export_gguf
+
+    gguf_type = args.gguf_type or "f16"
+    export_gguf(args.checkpoint, args.to, gguf_type, overwrite=args.overwrite)
+    print("\n".join([f"wrote a GGUF file ({gguf_type}) to {args.to}",
+                     *next_steps([("llama.cpp", f"llama-cli -m {shlex.quote(args.to)}")])]))
 
 
 def _after_export(checkpoint: str, to: str) -> list[str]:

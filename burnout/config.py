@@ -488,6 +488,41 @@ class DPOConfig(FineTuneSource):
 
 
 @dataclass
+class RLConfig(FineTuneSource):
+    """Reinforcement learning with verifiable rewards (GRPO): a run with this section set starts from `base` (a chat
+    model) and learns from its own sampled answers to the questions of `source`, scored by `reward`
+    (burnout/finetune/rl.py). With `lora` the KL reference is the same model with its adapters switched off."""
+    # gsm8k: the answer's final `#### n` equals the reference's; exact: the answer equals the reference (outer
+    # spaces aside); regex:PATTERN: PATTERN's first match (its group 1 if any) the same in both; module:function:
+    # a function of yours, function(prompt, answer, reference) -> float.
+    reward: str = "gsm8k"
+    # Answers sampled per question; each is scored against its group's mean.
+    group_size: int = 8
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_k: int | None = None
+    # Weight of the KL penalty to the starting policy (0: none, and no reference forward).
+    kl_coef: float = 0.0
+
+    def validate(self) -> None:
+        self._check_source("rl", "name the starting model (a chat run folder or checkpoint), e.g. rl.base=runs/sft",
+                           "name the questions and answers (a .json/.jsonl/.parquet path or hf:NAME)")
+        if self.group_size < 2:
+            raise BurnoutError(f"rl.group_size: {self.group_size} answers per question leave nothing to compare "
+                               "(each answer is scored against its group's mean); use 2 or more, e.g. 8")
+        _require_positive("rl.max_new_tokens", self.max_new_tokens)
+        if not self.temperature > 0:
+            raise BurnoutError(f"rl.temperature: {self.temperature} must be positive (at 0 every answer of a group "
+                               "is the same, so none can be better than the others); the usual value is 1.0")
+        if self.top_k is not None:
+            _require_positive("rl.top_k", self.top_k)
+        if self.kl_coef < 0:
+            raise BurnoutError(f"rl.kl_coef: {self.kl_coef} is negative; use 0 (no penalty) or more, e.g. 0.05")
+        if not self.reward:
+            raise BurnoutError("rl.reward: name a reward: gsm8k, exact, regex:PATTERN or module:function")
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -497,16 +532,20 @@ class RunConfig:
     sft: SFTConfig | None = None
     # Set: DPO from dpo.base on preference pairs.
     dpo: DPOConfig | None = None
+    # Set: reinforcement learning (GRPO) from rl.base on questions with checkable answers.
+    rl: RLConfig | None = None
 
     @property
     def fine_tune(self) -> FineTuneSource | None:
         """The section that says how this run fine-tunes, or None for pretraining."""
+        if self.rl is not None:
+            return self.rl
         return self.dpo if self.dpo is not None else self.sft
 
     @property
     def adapters(self) -> tuple[str, AdapterConfig] | None:
         """(its config key, e.g. "sft.lora"; the config) of the LoRA adapters this run's model holds, or None."""
-        for key, section in (("dpo", self.dpo), ("sft", self.sft)):
+        for key, section in (("rl", self.rl), ("dpo", self.dpo), ("sft", self.sft)):
             if section is not None and section.lora is not None:
                 return f"{key}.lora", section.lora
         return None
@@ -524,8 +563,10 @@ class RunConfig:
                 self.tokenizer.chat_template = CHATML
         if self.dpo is not None:
             self.dpo.validate()
+        if self.rl is not None:
+            self.rl.validate()
         if self.train.init_from and self.fine_tune is not None:
-            raise BurnoutError("train.init_from: a fine-tune starts from its base (sft.base / dpo.base); "
+            raise BurnoutError("train.init_from: a fine-tune starts from its base (sft.base / dpo.base / rl.base); "
                                "drop train.init_from")
         seq_len = self.train.seq_len or self.model.context_length
         if seq_len > self.model.context_length:

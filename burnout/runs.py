@@ -1,7 +1,8 @@
 """Which recipe a run config runs, and `burnout train` as a function: start a run, resume one, or (on a machine
 that can vanish) whichever of the two a run folder calls for.
 
-    recipe_for        a config with a dpo section runs DPO, one with an sft section SFT (burnout/finetune/),
+    recipe_for        a config with an rl section runs RL, one with a dpo section DPO, one with an sft section SFT
+                      (burnout/finetune/),
                       any other pretraining (burnout/train/recipe.py)
     start_training    a new run of any recipe
     resume_training   `burnout train --resume RUN`: any run, from its newest good checkpoint
@@ -21,12 +22,15 @@ from burnout.config import RunConfig, load_run_config, read_yaml, with_budget
 from burnout.data.recipe import data_run_config
 from burnout.errors import BurnoutError
 from burnout.finetune.recipes import DPO, SFT
+from burnout.finetune.rl import RL
 from burnout.train import run
 from burnout.train.loop import TrainResult
 from burnout.train.recipe import Pretraining, Recipe, parent_checkpoint
 
 
 def recipe_for(cfg: RunConfig) -> Recipe:
+    if cfg.rl is not None:
+        return RL(cfg.rl)
     if cfg.dpo is not None:
         return DPO(cfg.dpo)
     if cfg.sft is not None:
@@ -100,7 +104,7 @@ def parent_run_config(init_from: str | Path) -> dict:
     """The config a continued run with no CONFIG of its own starts from: its parent checkpoint's, as pretraining
     (no fine-tune section) and without the parent's measured train.step_seconds (a time budget measures its own)."""
     raw = read_yaml(parent_checkpoint(str(init_from), print) / RUN_CONFIG_FILE)
-    for fine_tune in ("sft", "dpo"):
+    for fine_tune in ("sft", "dpo", "rl"):
         raw.pop(fine_tune, None)
     raw.get("train", {}).pop("step_seconds", None)
     return raw

@@ -298,6 +298,28 @@ CASES = [
     Case("export-over-another-checkpoints-export", ["export", "{run}", "--to", "{dir}/hf"],
          ["--to {dir}/hf holds a Hugging Face export of ", "step_0000008, not of ", "step_0000024; pass --overwrite"],
          setup=lambda d, data, run: _export(run, d / "hf")),
+    # -- GGUF exports (burnout/core/gguf_export.py)
+    Case("gguf-unknown-type", ["export", "{run}", "--to", "{dir}/model.gguf", "--gguf-type", "q3_x"],
+         ["--gguf-type q3_x: not a type burnout writes", "f16, q8_0, q4_0"]),
+    Case("gguf-type-for-a-folder", ["export", "{run}", "--to", "{dir}/hf", "--gguf-type", "q8_0"],
+         ["--gguf-type q8_0", "--to {dir}/hf is a folder", "ending in .gguf"]),
+    Case("gguf-quantized-rows-not-whole-blocks", ["export", "{dir}/narrow", "--to", "{dir}/model.gguf",
+                                                  "--gguf-type", "q8_0"],
+         ["--gguf-type q8_0: tensor token_embd.weight has rows of 48 values", "q8_0's blocks of 32",
+          "--gguf-type f16"],
+         setup=lambda d, data, run: _untrained(d / "narrow", _run_tokenizer(run), d_model=48)),
+    Case("gguf-char-tokenizer", ["export", "{dir}/char", "--to", "{dir}/model.gguf"],
+         ["a character-level tokenizer has no GGUF form", "(--to FOLDER)"],
+         setup=lambda d, *_: _untrained(d / "char", _char_tokenizer())),
+    Case("gguf-tokenizer-of-another-kind", ["export", "{dir}/prefixed", "--to", "{dir}/model.gguf"],
+         ["its tokenizer has a space put before the text, unlike GPT-2-style byte-level BPE", "(--to FOLDER)"],
+         setup=lambda d, data, run: _untrained(d / "prefixed", _prefixing(_run_tokenizer(run)))),
+    Case("gguf-over-a-file-of-yours", ["export", "{run}", "--to", "{dir}/model.gguf"],
+         ["--to {dir}/model.gguf exists and is not a GGUF export of burnout's; choose a new file name"],
+         setup=lambda d, *_: (d / "model.gguf").write_text("my own model\n")),
+    Case("gguf-into-its-checkpoint", ["export", "{dir}/run", "--to", "{dir}/run/checkpoints/step_0000024/model.gguf"],
+         ["--to {dir}/run/checkpoints/step_0000024/model.gguf is inside the checkpoint", "which this command reads"],
+         setup=_copy_run),
     Case("import-into-its-own-folder", ["import", "{dir}/hf", "--to", "{dir}/hf"],
          ["--to {dir}/hf is {dir}/hf, which this command reads"],
          setup=lambda d, data, run: ((d / "hf").mkdir(), shutil.copy(data / "tokenizer.json", d / "hf"))),
@@ -385,10 +407,27 @@ CASES = [
     Case("conversations-of-unknown-layout", ["sft", "{run}", "--data", "{dir}/chats.jsonl", "--out", "{dir}/sft"],
          ["record 1: unknown layout (fields: prompt, chosen)"],
          setup=lambda d, *_: (d / "chats.jsonl").write_text('{"prompt": "Capital?", "chosen": "Paris."}\n')),
+    Case("rl-from-a-base-model", ["rl", "{run}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl"],
+         ["rl.base", "not a chat model", "burnout sft"], setup=lambda d, *_: _tasks(d, {"answer": "#### 2"})),
+    Case("rl-tasks-without-answers", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl"],
+         ["record 1 has no answer", "add one or remove the record"], setup=lambda d, *_: _tasks(d, {})),
+    Case("rl-gsm8k-answer-without-final-number", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl"],
+         ["record 1: its answer has no final '#### number'", "--reward exact"],
+         setup=lambda d, *_: _tasks(d, {"answer": "two"})),
+    Case("rl-group-of-one", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl", "rl.group_size=1"],
+         ["rl.group_size: 1", "use 2 or more"], setup=lambda d, *_: _tasks(d, {"answer": "#### 2"})),
+    Case("rl-reward-module-missing", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl",
+                                      "--reward", "my_rewards:score"],
+         ["rl.reward my_rewards:score: no module 'my_rewards'"], setup=lambda d, *_: _tasks(d, {"answer": "#### 2"})),
     Case("trace-a-checkpoints-folder", ["data", "trace", "The", "{dir}/run/checkpoints"],
          ["'{dir}/run/checkpoints' is not a data folder", "inside the run folder {dir}/run",
           "whose data folder is {data}"], setup=_copy_run),
 ]
+
+
+def _tasks(d: Path, answer: dict) -> None:
+    """An RL task file of one question, its answer field as given."""
+    (d / "tasks.jsonl").write_text(json.dumps({"question": "What is 1 plus 1?", **answer}) + "\n")
 
 
 def _shrink_val(data: Path) -> None:
@@ -420,6 +459,43 @@ def _export(run: Path, hf: Path) -> None:
     from burnout.core.model_files import export_hf
 
     export_hf(list_checkpoints(run)[0], hf)
+
+
+def _run_tokenizer(run: Path):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(sorted((run / "checkpoints").iterdir())[-1] / "tokenizer.json"))
+
+
+def _prefixing(tokenizer):
+    """`tokenizer` with a space put before every text: a BPE that llama.cpp's gpt2 tokenizer model cannot hold."""
+    from tokenizers import pre_tokenizers
+
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    return tokenizer
+
+
+def _char_tokenizer():
+    from burnout.config import TokenizerConfig
+    from burnout.data.tokenizer import train_tokenizer
+
+    return train_tokenizer(["To be, or not to be: that is the question.\n"], TokenizerConfig(kind="char"))
+
+
+def _untrained(run: Path, tokenizer, **model) -> None:
+    """A run folder with one checkpoint: an untrained one-layer llama of `tokenizer`, its shape changed by `model`."""
+    import torch
+
+    from burnout.config import load_run_config
+    from burnout.core.checkpoint import save_checkpoint
+    from burnout.models import Transformer
+
+    cfg = load_run_config({"model": {"family": "llama", "vocab_size": tokenizer.get_vocab_size(), "n_layer": 1,
+                                     "d_model": 64, "n_head": 4, "context_length": 64, "ffn_multiple_of": 32, **model}})
+    torch.manual_seed(0)
+    tokenizer.save(str(run.parent / "tokenizer.json"))
+    save_checkpoint(run, cfg, Transformer(cfg.model), {"step": 1, "tokens": 64}, {"step": 1, "tokens": 64},
+                    run.parent / "tokenizer.json", keep_last=1)
 
 
 def _grow(run: Path, out: Path) -> None:

@@ -112,7 +112,7 @@ def answers(model, tokenizer, cfg, prompts: list[str], max_new_tokens: int, **sa
 def _starting_model(checkpoint: Path, say: Callable[[str], None]) -> list[tuple[str, Path]]:
     """("base", the checkpoint a fine-tune started from) when the run is a fine-tune and that is still there."""
     cfg = load_run_config(checkpoint / "config.yaml")
-    section = cfg.dpo if cfg.dpo is not None else cfg.sft
+    section = cfg.fine_tune
     if section is None:
         return []
     base = Path(section.base)

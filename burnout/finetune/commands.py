@@ -1,6 +1,6 @@
-"""`burnout sft` and `burnout dpo` as functions whose arguments are the commands' options: each builds the run
-config (a --config file's sections, its fine-tuning section filled in from the arguments, then KEY=VALUE
-overrides) and starts a new run with its recipe. A fine-tune resumes like any run (burnout/runs.py)."""
+"""`burnout sft`, `burnout dpo` and `burnout rl` as functions whose arguments are the commands' options: each
+builds the run config (a --config file's sections, its fine-tuning section filled in from the arguments, then
+KEY=VALUE overrides) and starts a new run with its recipe. A fine-tune resumes like any run (burnout/runs.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from burnout.config import RunConfig, load_run_config, read_yaml, resolve_config_path, with_budget
 from burnout.finetune.recipes import DPO, SFT
+from burnout.finetune.rl import RL
 from burnout.train.loop import TrainResult
 from burnout.train.run import start_run
 
@@ -32,6 +33,17 @@ def dpo(base: str | Path, data: str, out: str | Path, config: str | Path | None 
     (train.max_minutes, train.max_dollars)."""
     cfg = fine_tune_config("dpo", base, data, config, lora, with_budget(list(overrides), minutes, dollars), beta=beta)
     return start_run(cfg, Path(out), DPO(cfg.dpo), on_event=on_event, progress=progress)
+
+
+def rl(base: str | Path, data: str, out: str | Path, config: str | Path | None = None, lora: bool = False,
+       reward: str | None = None, overrides: Sequence[str] = (), on_event: Callable[[str], None] = print,
+       progress: bool | None = None, minutes: float | None = None, dollars: float | None = None) -> TrainResult:
+    """Tune the chat model `base` with GRPO on the questions and answers in `data` into the new run `out`, each
+    sampled answer scored by `reward` (rl.reward: gsm8k, exact, regex:PATTERN or module:function); with `lora`,
+    LoRA adapters; `minutes` or `dollars`: the budget (train.max_minutes, train.max_dollars)."""
+    cfg = fine_tune_config("rl", base, data, config, lora, with_budget(list(overrides), minutes, dollars),
+                           reward=reward)
+    return start_run(cfg, Path(out), RL(cfg.rl), on_event=on_event, progress=progress)
 
 
 def fine_tune_config(section: str, base: str | Path, data: str, config: str | Path | None, lora: bool,

@@ -133,7 +133,7 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_cho
 
 
 @contextlib.contextmanager
-def _eval_mode(module: nn.Module) -> Iterator[None]:
+def eval_mode(module: nn.Module) -> Iterator[None]:
     was_training = module.training
     module.eval()
     try:
@@ -142,7 +142,53 @@ def _eval_mode(module: nn.Module) -> Iterator[None]:
         module.train(was_training)
 
 
-class DPOObjective(nn.Module):
+class StepMetrics:
+    """What an objective reports of its last step beside its loss (the loop writes it into metrics.jsonl): the
+    metrics of `micro_batches` training forwards (grad enabled), given to `_record` as 0-d tensors, averaged into
+    `last_metrics`. A subclass names its `metric_keys` and calls `_start_metrics` in its __init__."""
+
+    metric_keys: tuple[str, ...] = ()
+
+    def _start_metrics(self, micro_batches: int) -> None:
+        self.micro_batches = int(micro_batches)
+        self._sums: dict[str, torch.Tensor] = {}
+        self._count = 0
+        self._last: dict[str, torch.Tensor] = {}
+
+    @torch.compiler.disable
+    def _record(self, metrics: dict[str, torch.Tensor]) -> None:
+        # Kept as tensors: a float per micro-batch would sync with the GPU every forward.
+        for key, value in metrics.items():
+            self._sums[key] = self._sums[key] + value if key in self._sums else value.float()
+        self._count += 1
+        if self._count >= self.micro_batches:
+            self._last = {key: value / self._count for key, value in self._sums.items()}
+            self._sums, self._count = {}, 0
+
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        """The last finished step's metrics (metric_keys), averaged over its micro-batches; empty before the
+        first step. Reading it syncs with the device once."""
+        if not self._last:
+            return {}
+        values = torch.stack([self._last[key] for key in self.metric_keys]).tolist()
+        return dict(zip(self.metric_keys, values))
+
+
+class AgainstReference:
+    """An objective that compares its `policy` with a `reference`: a frozen copy of the starting model, or None,
+    where the reference is the policy with its LoRA adapters off."""
+
+    def reference_logprobs(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """(rows,) log π_ref of each row, without gradients."""
+        with torch.no_grad():
+            if self.reference is not None:
+                return sequence_logprobs(self.reference, x, y)
+            with disable_adapters(self.policy), eval_mode(self.policy):
+                return sequence_logprobs(self.policy, x, y)
+
+
+class DPOObjective(StepMetrics, AgainstReference, nn.Module):
     """`objective(x, y)` → the DPO loss of a PairBatches batch, for `TrainStep` to run like a model.
 
     The reference: with LoRA adapters, the policy with them switched off (they must be fresh, B = 0, unless
@@ -157,6 +203,7 @@ class DPOObjective(nn.Module):
 
     # The loss is a mean over pairs, so micro-batches weigh equally (not by their target tokens).
     loss_per_row = True
+    metric_keys = METRIC_KEYS
 
     def __init__(self, policy: nn.Module, beta: float = 0.1, micro_batches: int = 1,
                  reference: nn.Module | None = None, resumed: bool = False):
@@ -165,10 +212,10 @@ class DPOObjective(nn.Module):
             raise BurnoutError(f"dpo beta: must be positive, got {beta}; the usual value is 0.1")
         self.policy = policy
         self.beta = float(beta)
-        self.micro_batches = int(micro_batches)
+        self._start_metrics(micro_batches)
         inner = unwrapped(policy)
         self.uses_adapters = isinstance(inner, Transformer) and bool(lora_layers(inner)) and reference is None
-        if self.uses_adapters and not resumed and _trained_adapters(inner):
+        if self.uses_adapters and not resumed and trained_adapters(inner):
             raise BurnoutError("DPO with LoRA: the model's adapters are already trained, so switching them off "
                                "would not give the starting policy as the reference; merge them first "
                                "(burnout lora merge) and start DPO with fresh adapters")
@@ -179,22 +226,11 @@ class DPOObjective(nn.Module):
         # NOTE: kept out of the module tree, so the copy is in neither parameters() (the optimizer, gradient
         # clipping, DDP) nor state_dict() (checkpoints).
         self.__dict__["reference"] = reference
-        self._sums: dict[str, torch.Tensor] = {}
-        self._count = 0
-        self._last: dict[str, torch.Tensor] = {}
 
     @property
     def blocks(self) -> nn.ModuleList:
         """The policy's blocks: where train.optimizer=muon looks for its matrices."""
         return self.policy.blocks
-
-    def reference_logprobs(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """(2B,) log π_ref of each row, without gradients."""
-        with torch.no_grad():
-            if self.reference is not None:
-                return sequence_logprobs(self.reference, x, y)
-            with disable_adapters(self.policy), _eval_mode(self.policy):
-                return sequence_logprobs(self.policy, x, y)
 
     def pair_metrics(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss and metrics of one batch of 2B rows (chosen first, then rejected)."""
@@ -213,27 +249,8 @@ class DPOObjective(nn.Module):
             self._record(metrics)
         return loss
 
-    @torch.compiler.disable
-    def _record(self, metrics: dict[str, torch.Tensor]) -> None:
-        # Kept as tensors: a float per micro-batch would sync with the GPU every forward.
-        for key, value in metrics.items():
-            self._sums[key] = self._sums[key] + value if key in self._sums else value.float()
-        self._count += 1
-        if self._count >= self.micro_batches:
-            self._last = {key: value / self._count for key, value in self._sums.items()}
-            self._sums, self._count = {}, 0
 
-    @property
-    def last_metrics(self) -> dict[str, float]:
-        """The last finished step's loss, rewards/chosen, rewards/rejected, margin and accuracy, averaged
-        over its micro-batches; empty before the first step. Reading it syncs with the device once."""
-        if not self._last:
-            return {}
-        values = torch.stack([self._last[key] for key in METRIC_KEYS]).tolist()
-        return dict(zip(METRIC_KEYS, values))
-
-
-def _trained_adapters(model: Transformer) -> bool:
+def trained_adapters(model: Transformer) -> bool:
     # apply_lora starts every lora_B at zero; anything else was trained (or loaded) before DPO began.
     return any(bool(layer.lora_B.detach().any()) for layer in lora_layers(model).values())
 
@@ -244,7 +261,7 @@ def evaluate_pairs(objective: DPOObjective, batches: Iterable[tuple[torch.Tensor
     pairs, and the number of pairs; the policy is run in eval mode and put back as it was."""
     totals = dict.fromkeys(METRIC_KEYS, 0.0)
     pairs = 0
-    with torch.no_grad(), _eval_mode(objective):
+    with torch.no_grad(), eval_mode(objective):
         for x, y in batches:
             # NOTE: through the module's call, not pair_metrics: FSDP2 gathers the weights outside the blocks
             # (embedding, final norm, head) in the root module's forward hook.

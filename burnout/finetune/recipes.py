@@ -156,7 +156,7 @@ class SFT(FineTune):
                    data_dir: Path) -> RunConfig:
         """The base checkpoint and the tokens added recorded in the sft section."""
         sft = dataclasses.replace(cfg.sft, base=str(base_ckpt.path.resolve()), added_tokens=list(added))
-        return _with_base(cfg, base.cfg, base_ckpt.config, data_dir, sft=sft)
+        return with_base(cfg, base.cfg, base_ckpt.config, data_dir, sft=sft)
 
     def prepare_examples(self, cfg: RunConfig, examples, tokenizer: Tokenizer, data_dir: Path, **options) -> dict:
         return prepare_sft(examples, tokenizer, data_dir, train_on=cfg.sft.train_on, **options)
@@ -211,7 +211,7 @@ class DPO(FineTune):
             raise BurnoutError(f"dpo.base {base_ckpt.path}: not a chat model (its config has no "
                                "tokenizer.chat_template); fine-tune it with `burnout sft` first")
         dpo = dataclasses.replace(cfg.dpo, base=str(base_ckpt.path.resolve()))
-        return _with_base(cfg, base.cfg, base_ckpt.config, data_dir, dpo=dpo)
+        return with_base(cfg, base.cfg, base_ckpt.config, data_dir, dpo=dpo)
 
     def prepare_examples(self, cfg: RunConfig, examples, tokenizer: Tokenizer, data_dir: Path, **options) -> dict:
         return prepare_pairs(examples, tokenizer, data_dir, **options)
@@ -240,7 +240,7 @@ class DPO(FineTune):
         return self.stall.update(step, loss)
 
 
-def _with_base(cfg: RunConfig, model, base_cfg: RunConfig, data_dir: Path, **sections) -> RunConfig:
+def with_base(cfg: RunConfig, model, base_cfg: RunConfig, data_dir: Path, **sections) -> RunConfig:
     """`cfg` with the base's model and tokenizer (a chat model's: tokenizer.chat_template), the data in
     `data_dir`, and `sections` (the fine-tune's own, filled in); validated, LoRA targets included."""
     data = dataclasses.replace(cfg.data, prepared_dir=str(data_dir.resolve()))

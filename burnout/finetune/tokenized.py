@@ -85,7 +85,7 @@ def prepare_sft(conversations: Iterable[Conversation | list[dict]], tokenizer: T
                      for ids, mask, _ in encode_conversations(tokenizer, chunk, train_on)]
     if not examples:
         raise BurnoutError("SFT data: no conversations to prepare")
-    held_out = _held_out(len(examples), val_fraction, seed)
+    held_out = held_out_split(len(examples), val_fraction, seed)
     meta = _base_meta(SFT_FORMAT, tokenizer, seq_len, val_fraction, seed, overflow, source)
     meta.update(train_on=train_on, examples_read=len(examples), skipped=dict(getattr(conversations, "skipped", {})),
                 lengths=_length_report([len(i) for i, _ in examples]))
@@ -129,7 +129,7 @@ def prepare_pairs(pairs: Iterable[PreferencePair], tokenizer: Tokenizer, out_dir
                         *((np.asarray(ids, dtype=np.uint32), np.asarray(mask, dtype=np.uint8)) for ids, mask in sides)))
     if not encoded:
         raise BurnoutError("preference data: no pairs to prepare")
-    held_out = _held_out(len(encoded), val_fraction, seed)
+    held_out = held_out_split(len(encoded), val_fraction, seed)
     meta = _base_meta(PAIRS_FORMAT, tokenizer, seq_len, val_fraction, seed, overflow, source)
     meta.update(examples_read=len(encoded),
                 lengths=_length_report([len(p) + max(len(c[0]), len(r[0])) for p, c, r in encoded]))
@@ -206,7 +206,7 @@ def _chunks(conversations: Iterable[Conversation | list[dict]]) -> Iterator[list
         yield chunk
 
 
-def _held_out(count: int, val_fraction: float, seed: int) -> np.ndarray:
+def held_out_split(count: int, val_fraction: float, seed: int) -> np.ndarray:
     """Boolean per example: in the val split."""
     num_val = 0 if count < 2 or val_fraction == 0 else min(max(round(count * val_fraction), 1), count - 1)
     held_out = np.zeros(count, dtype=bool)
@@ -336,7 +336,7 @@ class _Ragged:
         return self.ids[start:end], None if self.mask is None else self.mask[start:end]
 
 
-class _Batches:
+class RowBatches:
     """Batch i is a pure function of (seed, i): epoch e = positions [e·n, (e+1)·n) of the stream visits
     every usable example once, in the order of a permutation seeded by (seed, e); resume needs no state."""
 
@@ -435,7 +435,7 @@ def _first_targets(ragged: _Ragged, prefix_lengths: np.ndarray | None = None) ->
     return first
 
 
-class SFTBatches(_Batches):
+class SFTBatches(RowBatches):
     """(x, y) batches of one split of a prepare_sft folder: one conversation per row (see the module docstring).
 
     get_batch(i) is a pure function of (seed, i), so a resumed run sees the batches it would have seen;
@@ -462,7 +462,7 @@ class SFTBatches(_Batches):
                            self.meta["pad_id"])
 
 
-class PackedSFTBatches(_Batches):
+class PackedSFTBatches(RowBatches):
     """(x, y, positions) batches of one split of a prepare_sft folder, conversations packed into full rows
     (pack_rows): each keeps its own positions from 0, so that Transformer.forward lets it attend only to itself,
     and the padding left at a row's end has targets -1. Batch i is a pure function of (seed, i), a pass over the
@@ -494,7 +494,7 @@ class PackedSFTBatches(_Batches):
         return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(positions)
 
 
-class PairBatches(_Batches):
+class PairBatches(RowBatches):
     """DPO batches of one split of a prepare_pairs folder: (x, y) of 2·batch_size rows, the chosen
     answers (prompt + chosen) first, then the rejected ones of the same pairs in the same order; y is -1
     except on each answer's assistant tokens, so a row's summed log-probabilities over y ≠ -1 are

@@ -2,8 +2,8 @@
 batched prompts and streaming.
 
 Logits are processed in Hugging Face's order: repetition penalty → temperature → top-k → top-p.
-Each prompt samples from its own generator seeded with `seed`, so a prompt continues the same way
-alone or inside a batch.
+Each prompt samples from its own generator seeded with `seed` (or its own entry of a list of seeds), so a
+prompt continues the same way alone or inside a batch.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def stream_batch(
     top_p: float | None = None,
     repetition_penalty: float = 1.0,
     repetition_window: int = 64,
-    seed: int | None = None,
+    seed: int | Sequence[int] | None = None,
     stop_id: int | Collection[int] | None = None,
     is_done: Callable[[int, list[int]], bool] | None = None,
 ) -> Iterator[list[int | None]]:
@@ -104,7 +104,9 @@ def stream_batch(
     device = model.tok_emb.weight.device
     precision = resolve_precision("auto", device)
     configure_backends(device)
-    generators = [_generator(device, seed) for _ in prompts]
+    # A list of seeds gives each row its own: copies of one prompt then sample different continuations.
+    seeds = list(seed) if isinstance(seed, Sequence) else [seed] * len(prompts)
+    generators = [_generator(device, row_seed) for row_seed in seeds]
     context, length = model.cfg.context_length, max(len(p) for p in prompts)
     steps = min(max_new_tokens, context - length)
     if steps <= 0:
@@ -215,14 +217,17 @@ def generate_batch(model: Transformer, prompts: Sequence[Sequence[int]], max_new
     """New token ids for each prompt. Prompts of equal length decode together in one batch; with `pad`, all of
     them in one left-padded batch, however many lengths. Either way a row continues as it would alone up to float
     rounding: a GEMM over more rows may sum in another order (logits within ~1e-6). is_done(prompt index, its new
-    ids) ends a prompt early."""
+    ids) ends a prompt early; `seed` may be a list, one per prompt."""
+    seed = sampling.pop("seed", None)
     by_length: dict[int, list[int]] = {}
     for i, p in enumerate(prompts):
         by_length.setdefault(0 if pad else len(p), []).append(i)
     out: list[list[int]] = [[] for _ in prompts]
     for rows in by_length.values():
         row_done = (lambda r, ids, rows=rows: is_done(rows[r], ids)) if is_done is not None else None
-        for step in stream_batch(model, [prompts[i] for i in rows], max_new_tokens, is_done=row_done, **sampling):
+        seeds = [seed[i] for i in rows] if isinstance(seed, Sequence) else seed
+        for step in stream_batch(model, [prompts[i] for i in rows], max_new_tokens, is_done=row_done, seed=seeds,
+                                 **sampling):
             for r, token in enumerate(step):
                 if token is not None:
                     out[rows[r]].append(token)

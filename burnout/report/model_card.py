@@ -92,9 +92,9 @@ def _model_section(cfg) -> str:
 
 def _data_section(cfg, meta: dict | None, data_dir: Path) -> str:
     lines = ["## Training data", ""]
-    fine_tune = cfg.dpo or cfg.sft
+    fine_tune = cfg.fine_tune
     if fine_tune is not None:
-        lines.append(f"Fine-tuned ({'DPO' if cfg.dpo else 'SFT'}) on `{fine_tune.source}`.")
+        lines.append(f"Fine-tuned ({_fine_tune_kind(cfg)}) on `{fine_tune.source}`.")
         return "\n".join(lines)
     if meta is None:
         return "\n".join([*lines, f"The data folder `{data_dir}` was not found when this card was written."])
@@ -130,10 +130,14 @@ def _training_section(cfg, info: dict, run_dir: Path) -> str:
     return "## Training\n\n" + _table(rows)
 
 
+def _fine_tune_kind(cfg) -> str:
+    return "RL (GRPO)" if cfg.rl is not None else "DPO" if cfg.dpo is not None else "SFT"
+
+
 def _start_section(cfg, run_dir: Path) -> str:
-    fine_tune = cfg.dpo or cfg.sft
+    fine_tune = cfg.fine_tune
     if fine_tune is not None:
-        return f"## Started from\n\n`{fine_tune.base}`, fine-tuned with {'DPO' if cfg.dpo else 'SFT'}."
+        return f"## Started from\n\n`{fine_tune.base}`, fine-tuned with {_fine_tune_kind(cfg)}."
     if cfg.train.init_from:
         return f"## Started from\n\n`{cfg.train.init_from}` (continued pretraining on the data above)."
     return ""

@@ -77,8 +77,10 @@ def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torc
     loss_sum = torch.zeros((), device=device)
     batches = [loader.get_batch(batch_index(step, micro, grad_accum, dist)) for micro in range(grad_accum)]
     # A loss that is a mean over rows (e.g. over preference pairs) rather than over target tokens: plain 1/A.
-    per_row = getattr(unwrapped(model), "loss_per_row", False)
+    objective = unwrapped(model)
+    per_row = getattr(objective, "loss_per_row", False)
     weights = None if per_row else target_weights([batch[1] for batch in batches])
+    positions = 0
     for micro, (x, y, *packed) in enumerate(batches):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         # A packed batch also gives each token's position in its own sequence (finetune/tokenized.py).
@@ -95,7 +97,11 @@ def accumulate_gradients(model, loader, step: int, grad_accum: int, device: torc
             (scaler.scale(loss) if scaler is not None else loss).backward()
             clock("backward")
         loss_sum += loss.detach()
-    return loss_sum, sum(batch[0].numel() for batch in batches)
+        # An objective that builds its own batch from the one it is given (RL: the answers it samples) says how
+        # many positions that batch had.
+        built = getattr(objective, "positions_built", None)
+        positions += x.numel() if built is None else built
+    return loss_sum, positions
 
 
 def target_weights(targets: list[torch.Tensor]) -> list[float] | None:

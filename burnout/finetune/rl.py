@@ -1,0 +1,481 @@
+"""Reinforcement learning with verifiable rewards: GRPO on questions whose answers can be checked.
+
+    tasks       a question/answer file (jsonl, json, parquet or hf:NAME): a question (or prompt) and an answer
+                (or reference) per record, GSM8K's train.jsonl as it is; split into train and held-out questions
+                and saved in RUN/data (tasks.jsonl, the tokenizer, meta.json last)
+    rewards     gsm8k (the final `#### n` of the answer equals the reference's), exact, regex:PATTERN, or a
+                function of the user's, module:function(prompt, answer, reference) -> float
+    objective   GRPOObjective: per question a group of G answers sampled with the KV-cache generator (batched,
+                each answer seeded from the run's seed, the batch number and its row, so a resumed run samples
+                what the uninterrupted one would), scored, and the policy moved toward the answers that beat their
+                group's mean; an optional KL penalty to the starting policy (rl.kl_coef)
+    RL          the recipe the Trainer runs (one TrainStep, checkpoints, exact resume): the mean reward, the share
+                of groups with any signal, the KL to the start and the answer length beside the loss; pass@1 and
+                pass@k on the held-out questions as val_*; a warning when most groups are flat
+
+The simplifications, as nanochat's chat_rl.py takes them: one update per sampling (on-policy), so the importance
+ratio is 1 and PPO's clipping of it never acts, and is left out; advantages are not divided by the group's standard
+deviation (see group_advantages); the KL penalty, when asked for, is taken off each answer's reward.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import math
+import numbers
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+from tokenizers import Tokenizer
+
+from burnout.common import TOKENIZER_FILE, first_line, kind_of, write_atomic
+from burnout.config import RLConfig, RunConfig, TrainConfig
+from burnout.core.chat_template import IM_END, encode_prompt, is_chat_model, message_text
+from burnout.core.checkpoint import Checkpoint
+from burnout.data.shards import META_FILE
+from burnout.data.tokenizer import load_tokenizer
+from burnout.errors import BurnoutError
+from burnout.finetune.conversations import iter_records
+from burnout.finetune.dpo import AgainstReference, StepMetrics, sequence_logprobs, trained_adapters
+from burnout.finetune.recipes import FineTune, with_base
+from burnout.finetune.tokenized import RowBatches, held_out_split
+from burnout.generate.sampling import generate_batch
+from burnout.models import Transformer
+from burnout.models.cpu_paths import forget_packed_weights
+from burnout.models.lora import lora_layers
+from burnout.train.recipe import Say
+
+TASKS_FILE = "tasks.jsonl"
+TASKS_FORMAT = "rl-tasks-1"
+METRIC_KEYS = ("loss", "reward", "signal", "kl", "answer_length")
+QUESTION_KEYS = ("question", "prompt", "problem")
+ANSWER_KEYS = ("answer", "reference", "solution")
+# An answer counts as solved (pass@k) when its reward reaches the built-in rewards' full marks.
+SOLVED = 1.0
+# Below this share of groups with any signal, the step is "mostly flat" and the log says so, at most once in
+# FLAT_WARNING_EVERY steps: a run near the threshold would otherwise say it every few steps.
+FLAT_SHARE = 0.5
+FLAT_WARNING_EVERY = 50
+_FINAL_NUMBER = re.compile(r"####\s*([-+]?[\d,]*\.?\d+)")
+_TRAIN_STREAM, _EVAL_STREAM = 0, 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Tasks
+
+
+@dataclass(frozen=True)
+class Task:
+    prompt: str
+    reference: str
+
+
+def read_tasks(source: str | Path, split: str = "train", subset: str | None = None, data_files: str | None = None,
+               max_examples: int | None = None) -> list[Task]:
+    """The tasks of a question/answer file (the first `max_examples`); one line for a record without a question or
+    without an answer."""
+    tasks = []
+    for where, record in iter_records(source, split, subset, data_files):
+        if max_examples is not None and len(tasks) >= max_examples:
+            break
+        tasks.append(_task(record, where))
+    if not tasks:
+        raise BurnoutError(f"rl data '{source}' holds no records; give a file of question/answer records")
+    return tasks
+
+
+def _task(record: dict, where: str) -> Task:
+    question = next((record[key] for key in QUESTION_KEYS if key in record), None)
+    if question is None:
+        raise BurnoutError(f"{where} has no question: a task needs a {' or '.join(QUESTION_KEYS)} field (it has "
+                           f"{', '.join(map(str, record))})")
+    answer = next((record[key] for key in ANSWER_KEYS if record.get(key) not in (None, "")), None)
+    if answer is None:
+        raise BurnoutError(f"{where} has no answer: the reward checks each sampled answer against the record's "
+                           f"{' or '.join(ANSWER_KEYS)} field (e.g. \"... #### 42\"); add one or remove the record")
+    reference = str(answer) if isinstance(answer, numbers.Number) else message_text(answer, f"{where}: answer")
+    return Task(message_text(question, f"{where}: question"), reference)
+
+
+# ----------------------------------------------------------------------------------------------
+# Rewards
+
+
+def final_number(text: str) -> Decimal | None:
+    """The number after the last `####` of `text` (thousands commas dropped), or None."""
+    found = _FINAL_NUMBER.findall(text)
+    try:
+        return Decimal(found[-1].replace(",", "")) if found else None
+    except InvalidOperation:
+        return None
+
+
+def gsm8k_reward(prompt: str, answer: str, reference: str) -> float:
+    """1.0 when the answer's final `#### n` equals the reference's (as numbers: 81 = 81.0), else 0.0."""
+    got = final_number(answer)
+    return float(got is not None and got == final_number(reference))
+
+
+def exact_reward(prompt: str, answer: str, reference: str) -> float:
+    """1.0 when the answer is the reference, outer spaces aside."""
+    return float(answer.strip() == reference.strip())
+
+
+def regex_reward(pattern: str) -> Callable[[str, str, str], float]:
+    """1.0 when `pattern`'s first match (its group 1 if it has groups) is found in the answer and is the same in
+    the reference."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise BurnoutError(f"rl.reward regex:{pattern}: not a regular expression ({exc}); fix the pattern") from None
+
+    def first_match(text: str) -> str | None:
+        match = compiled.search(text)
+        return None if match is None else match.group(1 if compiled.groups else 0)
+
+    def reward(prompt: str, answer: str, reference: str) -> float:
+        got = first_match(answer)
+        return float(got is not None and got == first_match(reference))
+
+    return reward
+
+
+BUILT_IN_REWARDS = {"gsm8k": gsm8k_reward, "exact": exact_reward}
+
+
+def load_reward(spec: str) -> Callable[[str, str, str], float]:
+    """The reward rl.reward names: gsm8k, exact, regex:PATTERN, or module:function (a module importable from the
+    current folder or the installed packages)."""
+    if spec in BUILT_IN_REWARDS:
+        return BUILT_IN_REWARDS[spec]
+    if spec.startswith("regex:"):
+        return regex_reward(spec.removeprefix("regex:"))
+    module_name, _, name = spec.partition(":")
+    if not (module_name and name and all(part.isidentifier() for part in (*module_name.split("."), name))):
+        raise BurnoutError(f"rl.reward: '{spec}' is none of gsm8k, exact, regex:PATTERN or module:function (a Python "
+                           "function of yours, function(prompt, answer, reference) -> float)")
+    if os.getcwd() not in sys.path:  # a module in the folder the command runs from, as `python -m` finds it
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise BurnoutError(f"rl.reward {spec}: no module '{exc.name}' in the current folder or the installed "
+                           "packages; run from the folder holding it, or install it") from None
+    except Exception as exc:  # the user's module failed while it was imported
+        raise BurnoutError(f"rl.reward {spec}: importing {module_name} raised {type(exc).__name__}: "
+                           f"{first_line(exc)}; fix the module") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise BurnoutError(f"rl.reward {spec}: {module_name} has no function '{name}'; define "
+                           f"{name}(prompt, answer, reference) -> float there")
+    return function
+
+
+def score(reward: Callable, spec: str, task: Task, answer: str) -> float:
+    """reward(prompt, answer, reference) as a float; one line if it raises or gives anything but a finite number."""
+    try:
+        value = reward(task.prompt, answer, task.reference)
+    except Exception as exc:  # the user's function: whatever it raises is theirs to fix
+        raise BurnoutError(f"rl.reward {spec} raised {type(exc).__name__}: {first_line(exc, 120)} for the answer "
+                           f"{answer[:60]!r} to {task.prompt[:60]!r}; make it return a number for any answer "
+                           "(0.0 for one it cannot read)") from None
+    if not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise BurnoutError(f"rl.reward {spec} returned {value!r} ({kind_of(value)}) for the answer {answer[:60]!r}; "
+                           "it must return a finite number (e.g. 1.0 right, 0.0 wrong)")
+    return float(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# GRPO
+
+
+def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """(P, G) rewards, a group of G answers per question → each answer's advantage: its reward minus its group's
+    mean. Not divided by the group's standard deviation, as GRPO's paper does: with 0/1 rewards that scales a
+    question most when its group is nearly all right or all wrong (a small std), weighting questions by how settled
+    they are rather than by what is left to learn (Dr. GRPO, Liu et al. 2025, drops it for this; nanochat too)."""
+    return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+def grpo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, answer_tokens: int) -> torch.Tensor:
+    """−mean over the answer tokens of advantage × log π: `logprobs` (N,) each answer's summed token log-probs,
+    `advantages` (N,) its advantage, shared by its tokens. On-policy (one update per sampling), so no ratio and
+    no clipping."""
+    return -(advantages * logprobs).sum() / max(answer_tokens, 1)
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """The unbiased estimate of pass@k from n samples of which `correct` are right (Chen et al. 2021):
+    1 − C(n − c, k) / C(n, k)."""
+    if n - correct < k:
+        return 1.0
+    return 1.0 - math.comb(n - correct, k) / math.comb(n, k)
+
+
+def sample_seed(*key: int) -> int:
+    """A generator seed that is a function of `key` alone (the run's seed, a stream, the batch or question, the row)."""
+    return int(np.random.SeedSequence([int(k) for k in key]).generate_state(1)[0])
+
+
+@dataclass
+class Answers:
+    """A group of answers per question, row-major (question p's are rows p·G … p·G + G − 1)."""
+    prompts: list[list[int]]  # one per question
+    ids: list[list[int]]  # one per answer, without <|im_end|>
+    stopped: list[bool]  # the answer ended with <|im_end|> (not cut by max_new_tokens)
+    texts: list[str]
+
+
+def sample_answers(policy: Transformer, tokenizer: Tokenizer, tasks: Sequence[Task], section: RLConfig,
+                   seeds: Sequence[int]) -> Answers:
+    """rl.group_size answers to each task, answer i sampled with seeds[i], all in one left-padded batch."""
+    group = section.group_size
+    prompts = [encode_prompt(tokenizer, [{"role": "user", "content": task.prompt}]) for task in tasks]
+    rows = [prompt for prompt in prompts for _ in range(group)]
+    end = tokenizer.token_to_id(IM_END)
+    ids = generate_batch(policy, rows, section.max_new_tokens, pad=True, stop_id=end, temperature=section.temperature,
+                         top_k=section.top_k, seed=list(seeds))
+    forget_packed_weights(policy)  # the weights change at every step: their packed copies would only take memory
+    budget = min(section.max_new_tokens, policy.cfg.context_length - max(map(len, rows)))
+    return Answers(prompts, ids, [len(answer) < budget for answer in ids], [tokenizer.decode(a) for a in ids])
+
+
+def answer_batch(answers: Answers, group: int, end_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, y) of the answers as training rows: prompt + answer (+ <|im_end|> where it stopped), targets the answer's
+    tokens and its <|im_end|>, -1 elsewhere."""
+    rows, starts = [], []
+    for number, ids in enumerate(answers.ids):
+        prompt = answers.prompts[number // group]
+        rows.append(prompt + ids + ([end_id] if answers.stopped[number] else []))
+        starts.append(len(prompt))
+    width = max(len(row) for row in rows) - 1
+    x = torch.zeros(len(rows), width, dtype=torch.long)
+    y = torch.full((len(rows), width), -1, dtype=torch.long)
+    for r, (row, start) in enumerate(zip(rows, starts)):
+        x[r, : len(row) - 1] = torch.tensor(row[:-1])
+        y[r, start - 1 : len(row) - 1] = torch.tensor(row[start:])
+    return x.to(device), y.to(device)
+
+
+class GRPOObjective(StepMetrics, AgainstReference, nn.Module):
+    """`objective(x, y)` → the GRPO loss of a TaskBatches batch (x: the questions' numbers, y: the batch number,
+    what the sampling is seeded from), for TrainStep to run like a model.
+
+    The KL reference (rl.kl_coef > 0 only): with LoRA adapters the policy with them switched off (fresh unless
+    `resumed`), otherwise a frozen copy of `policy` as it is now, so build the objective before loading a resumed
+    run's weights. `micro_batches` is train.grad_accum (StepMetrics)."""
+
+    loss_per_row = True  # a mean over the answer tokens of its own micro-batch: micro-batches weigh equally
+    metric_keys = METRIC_KEYS
+
+    def __init__(self, policy: nn.Module, tokenizer: Tokenizer, tasks: Sequence[Task], reward: Callable,
+                 section: RLConfig, seed: int, micro_batches: int = 1, resumed: bool = False):
+        super().__init__()
+        self.policy = policy
+        self.tokenizer, self.tasks, self.reward, self.section, self.seed = tokenizer, list(tasks), reward, section, seed
+        self.end_id = tokenizer.token_to_id(IM_END)
+        self._start_metrics(micro_batches)
+        self.uses_adapters = section.kl_coef > 0 and bool(lora_layers(policy))
+        if self.uses_adapters and not resumed and trained_adapters(policy):
+            raise BurnoutError("rl.kl_coef with LoRA: the model's adapters are already trained, so switching them off "
+                               "would not give the starting policy as the reference; merge them first "
+                               "(burnout lora merge) and start with fresh adapters")
+        wants_copy = section.kl_coef > 0 and not self.uses_adapters
+        reference = copy.deepcopy(policy).requires_grad_(False).eval() if wants_copy else None
+        # NOTE: kept out of the module tree, as DPOObjective keeps its reference: in neither parameters() nor
+        # state_dict().
+        self.__dict__["reference"] = reference
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The policy's blocks: where train.optimizer=muon looks for its matrices."""
+        return self.policy.blocks
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss, metrics = self.group_loss([int(n) for n in x[:, 0].tolist()], int(y[0, 0]))
+        if torch.is_grad_enabled():
+            self._record(metrics)
+        return loss
+
+    @torch.compiler.disable
+    def group_loss(self, numbers: list[int], batch: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss and metrics of train questions `numbers`, sampled with seeds of (seed, batch, row)."""
+        group, tasks = self.section.group_size, [self.tasks[n] for n in numbers]
+        seeds = [sample_seed(self.seed, _TRAIN_STREAM, batch, row) for row in range(len(tasks) * group)]
+        answers = sample_answers(self.policy, self.tokenizer, tasks, self.section, seeds)
+        rewards = torch.tensor([score(self.reward, self.section.reward, tasks[n // group], text)
+                                for n, text in enumerate(answers.texts)]).view(len(tasks), group)
+        device = self.policy.lm_head.weight.device
+        x, y = answer_batch(answers, group, self.end_id, device)
+        # What tokens/s and MFU count: the sampled answers trained on (the sampling itself is not counted).
+        self.positions_built = x.numel()
+        logprobs = sequence_logprobs(self.policy, x, y)
+        rewards = rewards.to(device)
+        shaped, kl = rewards, torch.full((), math.nan, device=device)
+        if self.section.kl_coef > 0:
+            log_ratio = logprobs.detach() - self.reference_logprobs(x, y)  # each answer's KL estimate (k1)
+            shaped, kl = rewards - self.section.kl_coef * log_ratio.view_as(rewards), log_ratio.mean()
+        loss = grpo_loss(logprobs, group_advantages(shaped).flatten(), int((y != -1).sum()))
+        lengths = torch.tensor([float(len(ids)) for ids in answers.ids], device=device)
+        signal = (rewards.amax(dim=1) != rewards.amin(dim=1)).float().mean()
+        return loss, {"loss": loss.detach(), "reward": rewards.mean(), "signal": signal, "kl": kl,
+                      "answer_length": lengths.mean()}
+
+
+def pass_rates(policy: Transformer, tokenizer: Tokenizer, tasks: Sequence[Task], reward: Callable,
+               section: RLConfig, seed: int, batch_size: int) -> dict[str, float]:
+    """Over `tasks`: rl.group_size answers sampled for each (seeded by the task's place in the list, the same at
+    every evaluation), pass@1 and pass@k (k = group size) from the answers whose reward reaches SOLVED, and the
+    mean reward."""
+    group, solved, rewards = section.group_size, [], []
+    for start in range(0, len(tasks), batch_size):
+        chunk = tasks[start : start + batch_size]
+        seeds = [sample_seed(seed, _EVAL_STREAM, start + row // group, row % group)
+                 for row in range(len(chunk) * group)]
+        answers = sample_answers(policy, tokenizer, chunk, section, seeds)
+        scores = [score(reward, section.reward, chunk[n // group], text) for n, text in enumerate(answers.texts)]
+        rewards += scores
+        solved += [sum(value >= SOLVED for value in scores[p * group : (p + 1) * group]) for p in range(len(chunk))]
+    if not tasks:
+        return {}
+    return {"pass@1": sum(pass_at_k(group, c, 1) for c in solved) / len(solved),
+            "pass@k": sum(pass_at_k(group, c, group) for c in solved) / len(solved),
+            "reward": sum(rewards) / len(rewards)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The recipe
+
+
+class TaskBatches(RowBatches):
+    """Batch i of the train questions: x (B, 1) their numbers, y (B, 1) the batch number i (the sampling's seed);
+    a pure function of (seed, i), an epoch a pass over the questions in a seeded order."""
+
+    def __init__(self, count: int, batch_size: int, seed: int, where: str) -> None:
+        super().__init__(batch_size, 1, seed, np.arange(count), False, where)
+
+    def get_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        numbers = torch.from_numpy(self.examples_of(index)).view(-1, 1)
+        return numbers, torch.full_like(numbers, index)
+
+
+def read_prepared_tasks(data_dir: Path) -> dict[str, list[Task]]:
+    """{"train": [...], "val": [...]} of a folder _prepare_data wrote."""
+    meta = json.loads((Path(data_dir) / META_FILE).read_text())
+    if meta.get("format") != TASKS_FORMAT:
+        raise BurnoutError(f"{data_dir} holds no RL tasks (its meta.json format is {meta.get('format')!r}); "
+                           "start the run again with `burnout rl`")
+    splits: dict[str, list[Task]] = {"train": [], "val": []}
+    for line in (Path(data_dir) / TASKS_FILE).read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        splits[record["split"]].append(Task(record["prompt"], record["reference"]))
+    return splits
+
+
+class RL(FineTune):
+    """GRPO from rl.base (a chat model) on the questions of rl.source: see the module docstring."""
+
+    what = "questions and answers"
+    val_of = "held-out questions: 1 − pass@1"
+
+    def __init__(self, section: RLConfig) -> None:
+        self.reward = load_reward(section.reward)  # an unknown reward is refused before anything is written
+        self.kl_coef = section.kl_coef
+        self.warned_at: int | None = None  # the step of the last flat-groups warning
+        self._objective: GRPOObjective | None = None
+
+    def section(self, cfg: RunConfig) -> RLConfig:
+        return cfg.rl
+
+    def run_config(self, cfg: RunConfig, base: Transformer, base_ckpt: Checkpoint, added: list[str],
+                   data_dir: Path) -> RunConfig:
+        if not is_chat_model(base_ckpt.config):
+            raise BurnoutError(f"rl.base {base_ckpt.path}: not a chat model (its config has no "
+                               "tokenizer.chat_template); fine-tune it with `burnout sft` first")
+        rl = dataclasses.replace(cfg.rl, base=str(base_ckpt.path.resolve()))
+        return with_base(cfg, base.cfg, base_ckpt.config, data_dir, rl=rl)
+
+    def _prepare_data(self, cfg: RunConfig, tokenizer: Tokenizer, data_dir: Path, say: Say) -> dict:
+        """The tasks read, checked (a gsm8k reward needs a `#### n` in every reference), split and written to
+        `data_dir` with the tokenizer, meta.json last."""
+        section = cfg.rl
+        say(f"reading {self.what} from {section.source} into {data_dir}")
+        tasks = read_tasks(section.source, section.split, section.subset, section.data_files, section.max_examples)
+        if section.reward == "gsm8k":
+            for number, task in enumerate(tasks, start=1):
+                if final_number(task.reference) is None:
+                    raise BurnoutError(f"'{section.source}' record {number}: its answer has no final '#### number' "
+                                       "for the gsm8k reward to compare; end it with one (#### 42) or choose another "
+                                       "reward (--reward exact, regex:PATTERN or module:function)")
+        held_out = held_out_split(len(tasks), section.val_fraction, cfg.data.seed)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(data_dir / TASKS_FILE, "".join(
+            json.dumps({"prompt": task.prompt, "reference": task.reference,
+                        "split": "val" if out else "train"}) + "\n" for task, out in zip(tasks, held_out)))
+        tokenizer.save(str(data_dir / TOKENIZER_FILE))
+        meta = {"format": TASKS_FORMAT, "source": section.source, "vocab_size": tokenizer.get_vocab_size(),
+                "splits": {"train": {"examples": int((~held_out).sum())}, "val": {"examples": int(held_out.sum())}}}
+        write_atomic(data_dir / META_FILE, json.dumps(meta, indent=2))
+        say(f"{meta['splits']['train']['examples']:,} train questions, {meta['splits']['val']['examples']:,} held out")
+        return meta
+
+    def data_meta(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
+        """meta.json with `splits.train.tokens` = questions × seq_len, so train.max_epochs counts passes over them."""
+        meta = json.loads((Path(data_dir) / META_FILE).read_text())
+        meta["splits"]["train"]["tokens"] = meta["splits"]["train"]["examples"] * seq_len
+        return meta
+
+    def loaders(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
+        tasks = read_prepared_tasks(data_dir)
+        return {"train": TaskBatches(len(tasks["train"]), cfg.train.batch_size, cfg.train.seed,
+                                     f"'{data_dir}' train questions"),
+                "val": tasks["val"]}
+
+    def init_weights(self, model: torch.nn.Module, cfg: RunConfig, resuming: bool, say: Say) -> None:
+        """The base's weights even when resuming: they are the KL reference, which the objective copies before
+        the run's own weights load."""
+        super().init_weights(model, cfg, resuming=False, say=say)
+
+    def objective(self, model: torch.nn.Module, cfg: RunConfig, resumed: bool) -> torch.nn.Module:
+        data_dir = Path(cfg.data.prepared_dir)
+        self._objective = GRPOObjective(model, load_tokenizer(data_dir / TOKENIZER_FILE),
+                                        read_prepared_tasks(data_dir)["train"], self.reward, cfg.rl, cfg.train.seed,
+                                        cfg.train.grad_accum, resumed=resumed)
+        return self._objective
+
+    def evaluate(self, objective: torch.nn.Module, loader, tc: TrainConfig, device: torch.device,
+                 precision: str) -> dict:
+        """pass@1, pass@k and the mean reward of the first eval_batches × batch_size held-out questions as val_*;
+        val_loss is 1 − pass@1 (what train.keep_best keeps the lowest of)."""
+        rates = pass_rates(objective.policy, objective.tokenizer, loader[: tc.eval_batches * tc.batch_size],
+                           objective.reward, objective.section, tc.seed, tc.batch_size)
+        if not rates:
+            return {"val_loss": math.nan}
+        return {"val_loss": 1.0 - rates["pass@1"], **{f"val_{key}": value for key, value in rates.items()}}
+
+    def flops_per_token(self, flops: dict) -> float:
+        # The KL reference's forward, where there is one; the sampling's decoding is not counted.
+        return flops["flops_per_token"] + (flops["forward_flops_per_token"] if self.kl_coef > 0 else 0.0)
+
+    def after_step(self, step: int, loss: float) -> str | None:
+        """A warning when most groups of the step had all-equal rewards (at most one in FLAT_WARNING_EVERY steps)."""
+        signal = (self._objective.last_metrics if self._objective is not None else {}).get("signal", 1.0)
+        recently = self.warned_at is not None and step - self.warned_at < FLAT_WARNING_EVERY
+        if signal >= FLAT_SHARE or recently:
+            return None
+        self.warned_at = step
+        return (f"warning: step {step}: {1 - signal:.0%} of the groups got all-equal rewards, and all-equal rewards "
+                "teach nothing (every advantage is 0); give questions this model gets right only sometimes (all "
+                "wrong: easier ones, or more SFT; all right: harder ones), raise rl.group_size or rl.temperature, or "
+                "use a reward that gives partial credit")

@@ -1,0 +1,249 @@
+"""`burnout rl` (GRPO) on the training engine: the advantages and the loss of a hand-made group against a direct
+computation, pass@k against counting, the rewards (gsm8k, exact, regex, a user's function, and one line for a
+function that raises or returns a non-number), a short run of chat_run through the real command that logs the
+reward, signal, KL, answer length and held-out pass@1/pass@k, a run stopped and resumed equal bitwise to the
+uninterrupted one, the flat-groups warning, and a reward that fails mid-run leaving the run's checkpoints."""
+
+import itertools
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+
+from burnout.cli import main
+from burnout.config import ModelConfig
+from burnout.core.checkpoint import list_checkpoints
+from burnout.errors import BurnoutError
+from burnout.finetune.dpo import sequence_logprobs
+from burnout.finetune.rl import (
+    Answers,
+    Task,
+    answer_batch,
+    exact_reward,
+    group_advantages,
+    grpo_loss,
+    gsm8k_reward,
+    load_reward,
+    pass_at_k,
+    regex_reward,
+    score,
+)
+from burnout.models import Transformer
+from burnout.runs import resume_training
+
+RL_TRAIN = {"device": "cpu", "precision": "fp32", "batch_size": 2, "seq_len": 64, "max_steps": 4, "lr": 1e-3,
+            "warmup_steps": 1, "log_interval": 1, "eval_interval": 2, "eval_batches": 1, "ckpt_interval": 2,
+            "keep_last": 10}
+# The reward: whether the answer says "is" (chat_run was taught "Paris is it is it."), which about half its answers do.
+RL_ARGS = ["--reward", "regex:is", "rl.group_size=4", "rl.max_new_tokens=8", "rl.val_fraction=0.25",
+           *(f"train.{key}={value}" for key, value in RL_TRAIN.items())]
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _quiet(line):
+    pass
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> Path:
+    """chat_run's questions ("Capital i?"), the answer it was taught as the reference."""
+    path = tmp_path_factory.mktemp("rl_tasks") / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"question": f"Capital {i}?", "answer": "Paris is it."}) + "\n"
+                             for i in range(16)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def rl_run(chat_run, tasks, tmp_path_factory) -> Path:
+    """4 steps of GRPO through `burnout rl`, with a KL penalty; checkpoints at 2 and 4."""
+    run = tmp_path_factory.mktemp("rl") / "run"
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS, "rl.kl_coef=0.1"]) == 0
+    return run
+
+
+# ----------------------------------------------------------------------------------------------
+# The objective's arithmetic
+
+
+def test_advantages_are_the_reward_minus_the_group_mean():
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0], [0.5, 1.0, 0.0, 0.5]])
+    expected = [[r - sum(group) / len(group) for r in group] for group in rewards.tolist()]
+    assert group_advantages(rewards).tolist() == expected
+
+
+def test_the_loss_is_minus_the_mean_over_answer_tokens_of_advantage_times_log_prob():
+    """Two questions, two answers each, through answer_batch and the model's own log-softmax token by token."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(family="llama", vocab_size=50, n_layer=1, d_model=32, n_head=2,
+                                    context_length=32).resolved())
+    end = 49
+    answers = Answers(prompts=[[1, 2, 3], [4, 5]], ids=[[6, 7], [8], [9, 10, 11], [12]],
+                      stopped=[True, False, True, True], texts=["", "", "", ""])
+    advantages = torch.tensor([0.5, -0.5, 0.25, -0.25])
+    x, y = answer_batch(answers, 2, end, torch.device("cpu"))
+    loss = grpo_loss(sequence_logprobs(model, x, y), advantages, int((y != -1).sum()))
+    total, tokens = 0.0, 0
+    for number, ids in enumerate(answers.ids):
+        prompt = answers.prompts[number // 2]
+        targets = ids + ([end] if answers.stopped[number] else [])
+        row = torch.tensor([prompt + targets])
+        logprobs = model(row).log_softmax(-1)[0]
+        for t, token in enumerate(targets):
+            total += advantages[number].item() * logprobs[len(prompt) - 1 + t, token].item()
+            tokens += 1
+    assert tokens == 2 + 1 + 1 + 3 + 1 + 1 + 1
+    assert loss.item() == pytest.approx(-total / tokens, rel=1e-5)
+
+
+@pytest.mark.parametrize("n,correct,k", [(4, 0, 1), (4, 1, 1), (4, 1, 2), (5, 2, 3), (8, 3, 8), (6, 5, 2)])
+def test_pass_at_k_is_the_share_of_k_subsets_holding_a_right_answer(n, correct, k):
+    samples = [True] * correct + [False] * (n - correct)
+    subsets = list(itertools.combinations(samples, k))
+    assert pass_at_k(n, correct, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+
+
+# ----------------------------------------------------------------------------------------------
+# Rewards
+
+
+def test_the_gsm8k_reward_compares_the_final_numbers():
+    reference = "Natalia sold 48/2 = 24 clips in May.\n#### 1,024"
+    assert gsm8k_reward("q", "so 1000 + 24\n#### 1024", reference) == 1.0
+    assert gsm8k_reward("q", "#### 7 then #### 1024.0", reference) == 1.0  # the last one counts, as a number
+    assert gsm8k_reward("q", "#### 1023", reference) == 0.0
+    assert gsm8k_reward("q", "1024", reference) == 0.0  # no '####': nothing to check
+
+
+def test_the_exact_and_regex_rewards():
+    assert exact_reward("q", " Paris.\n", "Paris.") == 1.0 and exact_reward("q", "Paris", "Paris.") == 0.0
+    answer_is = regex_reward(r"(?:answer|result) is (\w+)")
+    assert answer_is("q", "well, the result is Rome!", "the answer is Rome") == 1.0  # group 1 compared, not the match
+    assert answer_is("q", "answer is Paris", "answer is Rome") == 0.0
+    assert answer_is("q", "Rome", "answer is Rome") == 0.0  # no match in the answer: nothing to compare
+    with pytest.raises(BurnoutError, match="not a regular expression"):
+        regex_reward("(")
+
+
+def test_a_user_reward_function_is_imported_from_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text("def length(prompt, answer, reference):\n"
+                                            "    return len(answer) / len(reference)\n"
+                                            "def broken(prompt, answer, reference):\n"
+                                            "    return int(answer)\n"
+                                            "def words(prompt, answer, reference):\n"
+                                            "    return answer.split()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(os.sys.path))
+    task = Task("Capital?", "Paris.")
+    assert score(load_reward("my_rewards:length"), "my_rewards:length", task, "Rome") == pytest.approx(4 / 6)
+    with pytest.raises(BurnoutError) as raised:
+        score(load_reward("my_rewards:broken"), "my_rewards:broken", task, "Rome")
+    assert "\n" not in str(raised.value) and "raised ValueError" in str(raised.value) and "'Rome'" in str(raised.value)
+    with pytest.raises(BurnoutError) as returned:
+        score(load_reward("my_rewards:words"), "my_rewards:words", task, "Rome")
+    assert "returned ['Rome'] (list)" in str(returned.value) and "finite number" in str(returned.value)
+    with pytest.raises(BurnoutError, match="has no function 'missing'"):
+        load_reward("my_rewards:missing")
+    with pytest.raises(BurnoutError, match="no module 'not_there'"):
+        load_reward("not_there:f")
+
+
+# ----------------------------------------------------------------------------------------------
+# Runs
+
+
+def test_a_run_logs_reward_signal_kl_and_answer_length_and_held_out_pass_rates(rl_run, chat_run):
+    metrics = _metrics(rl_run)
+    assert [r["step"] for r in metrics] == [1, 2, 3, 4]
+    for record in metrics:
+        assert 0 <= record["reward"] <= 1 and 0 <= record["signal"] <= 1, record
+        assert 0 < record["answer_length"] <= 8 and math.isfinite(record["kl"]), record
+    assert metrics[0]["kl"] == 0.0  # step 1 samples from the starting policy itself
+    assert any(record["signal"] > 0 for record in metrics)  # some groups were not flat: the test learns something
+    evals = [r for r in metrics if "val_loss" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    for record in evals:
+        assert 0 <= record["val_pass@1"] <= record["val_pass@k"] <= 1
+        assert record["val_loss"] == pytest.approx(1 - record["val_pass@1"])
+    assert [p.name for p in list_checkpoints(rl_run)] == ["step_0000002", "step_0000004"]
+    final = safetensors.torch.load_file(list_checkpoints(rl_run)[-1] / "model.safetensors")
+    start = safetensors.torch.load_file(list_checkpoints(chat_run)[-1] / "model.safetensors")
+    assert not any(key.startswith("policy.") for key in final)
+    assert any(not torch.equal(final[key], start[key]) for key in start)  # the policy moved
+
+
+def test_a_run_stopped_and_resumed_equals_the_uninterrupted_one_bitwise(rl_run, chat_run, tasks, tmp_path):
+    stopped = tmp_path / "stopped"
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(stopped), *RL_ARGS, "rl.kl_coef=0.1",
+                 "train.phases=[{name: a, steps: 2}, {name: b, steps: 4}]"]) == 0
+    assert [p.name for p in list_checkpoints(stopped)] == ["step_0000002"]
+    assert resume_training(stopped, [], on_event=_quiet, progress=False).step == 4
+    a = safetensors.torch.load_file(list_checkpoints(rl_run)[-1] / "model.safetensors")
+    b = safetensors.torch.load_file(list_checkpoints(stopped)[-1] / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    keys = ("train_loss", "reward", "signal", "kl", "answer_length")
+    assert [[r[k] for k in keys] for r in _metrics(stopped)] == [[r[k] for k in keys] for r in _metrics(rl_run)]
+
+
+def test_mostly_flat_groups_are_said_once_in_the_log(chat_run, tasks, tmp_path, capsys):
+    """A reward no answer can earn: every group all-equal, one warning line for the stretch."""
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(tmp_path / "flat"), *RL_ARGS,
+                 "--reward", "regex:never-said", "train.max_steps=3", "train.eval_interval=10"]) == 0
+    out = capsys.readouterr().out
+    warnings = [line for line in out.splitlines() if "all-equal rewards teach nothing" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: step 1: 100% of the groups"), out
+    assert all(r["signal"] == 0 and r["reward"] == 0 for r in _metrics(tmp_path / "flat"))
+
+
+def test_a_reward_that_fails_mid_run_is_one_line_and_the_run_keeps_its_checkpoint(chat_run, tasks, tmp_path,
+                                                                                  monkeypatch, capsys):
+    """The function raises from its 17th call on: step 3's scoring (2 questions × 4 answers a step)."""
+    (tmp_path / "late_failure.py").write_text("calls = 0\n"
+                                              "def reward(prompt, answer, reference):\n"
+                                              "    global calls\n"
+                                              "    calls += 1\n"
+                                              "    if calls > 16:\n"
+                                              "        raise KeyError('scores')\n"
+                                              "    return 0.0\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(os.sys.path))
+    run = tmp_path / "run"
+    code = main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS,
+                 "--reward", "late_failure:reward", "train.eval_interval=10"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("burnout: error: rl.reward late_failure:reward raised KeyError"), err
+    assert "\n" not in err and "Traceback" not in err
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000002"]
+
+
+def test_an_rl_run_exports_with_a_model_card_that_says_how_it_was_tuned(rl_run, chat_run, tmp_path):
+    assert main(["export", str(rl_run), "--to", str(tmp_path / "hf")]) == 0
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "Fine-tuned (RL (GRPO))" in card and "fine-tuned with RL (GRPO)" in card
+    assert str(list_checkpoints(chat_run)[-1].resolve()) in card
+
+
+def test_tokens_per_second_counts_the_sampled_answers_trained_on(rl_run):
+    """The step's loader gives question numbers (B, 1); what it computes is the (B × group, T) batch of answers it
+    samples, and tokens/s and MFU count those positions."""
+    from burnout.config import load_run_config
+    from burnout.core.model_files import load_model
+    from burnout.runs import recipe_for
+    from burnout.train.step import accumulate_gradients
+
+    cfg = load_run_config(rl_run / "config.yaml")
+    recipe = recipe_for(cfg)
+    model, _, _ = load_model(rl_run)
+    objective = recipe.objective(model, cfg, resumed=True)
+    loader = recipe.loaders(cfg, Path(cfg.data.prepared_dir), cfg.train.seq_len)["train"]
+    _, positions = accumulate_gradients(objective, loader, 0, 1, torch.device("cpu"), "fp32")
+    rows = cfg.train.batch_size * cfg.rl.group_size
+    assert positions == objective.positions_built and positions >= rows * 2, positions
