@@ -75,6 +75,19 @@ def dpo_plot(run: RunLog) -> bytes:
     return _png(fig)
 
 
+def rl_plot(run: RunLog) -> bytes:
+    """An RL run's mean reward and share of groups with signal (left), and held-out pass@1 and pass@k (right)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5), dpi=100)
+    for ax, keys, label in ((left, (("reward", "mean reward"), ("signal", "groups with signal")), "per step"),
+                            (right, (("val_pass@1", "pass@1"), ("val_pass@k", "pass@k")), "held-out questions")):
+        for key, name in keys:
+            steps, _, values = run.series(key)
+            if values:
+                ax.plot(steps, values, "o-" if key.startswith("val_") else "-", label=name, markersize=4)
+        _finish(ax, "step", label, f"{run.name}: {label}", log_scale=False)
+    return _png(fig)
+
+
 def task_plot(run: RunLog) -> bytes:
     """train.eval_tasks' scores against tokens: each task's acc_norm where it has one (else acc), dotted at its
     chance level where it has choices, and CORE."""

@@ -171,14 +171,15 @@ def lineage_blocks(run: RunLog) -> list[Block]:
 
 
 def fine_tune_blocks(run: RunLog) -> list[Block]:
-    """An SFT or DPO run's section: what it started from and trained on, what its loss counts, and (DPO) the
-    rewards' margin and accuracy on training and held-out pairs."""
-    sft, dpo = run.config.get("sft"), run.config.get("dpo")
-    section = dpo or sft
+    """An SFT, DPO or RL run's section: what it started from and trained on, what its loss counts, (DPO) the
+    rewards' margin and accuracy on training and held-out pairs, and (RL) the reward and the held-out pass rates."""
+    sft, dpo, rl = run.config.get("sft"), run.config.get("dpo"), run.config.get("rl")
+    section = dpo or sft or rl
     if section is None:
         return []
+    kind = "DPO" if dpo else "RL (GRPO)" if rl else "SFT"
     lora = section.get("lora")
-    rows = [["kind", ("DPO" if dpo else "SFT") + (f", LoRA r={lora['r']} alpha={lora['alpha']:g} on "
+    rows = [["kind", kind + (f", LoRA r={lora['r']} alpha={lora['alpha']:g} on "
                                                   f"{', '.join(lora['targets'])} (base frozen)" if lora else
                                                   ", full fine-tuning")],
             ["started from", f"`{section['base']}`"],
@@ -187,6 +188,11 @@ def fine_tune_blocks(run: RunLog) -> list[Block]:
     if dpo:
         rows.append(["loss", f"DPO's, β {dpo['beta']}, against the starting model as reference; ln 2 = 0.6931 "
                              "at step 0"])
+    elif rl:
+        rows.append(["loss", f"GRPO's: {rl['group_size']} answers sampled per question (temperature "
+                             f"{rl['temperature']:g}), scored by the {rl['reward']} reward, each weighed by its "
+                             "reward less its group's mean" + (f"; KL to the start × {rl['kl_coef']:g}"
+                                                              if rl.get("kl_coef") else "")])
     else:
         rows.append(["loss", "on assistant tokens only" if sft.get("train_on", "assistant") == "assistant"
                      else "on every token but the template's role headers"])
@@ -199,6 +205,14 @@ def fine_tune_blocks(run: RunLog) -> list[Block]:
         blocks.append(Block("table", columns=["last", "train pairs", "held-out pairs"],
                             rows=[["reward accuracy", last["accuracy"], last["val_accuracy"]],
                                   ["reward margin", last["margin"], last["val_margin"]]]))
+    if rl and run.series("reward")[2]:
+        blocks.append(Block("image", "rl_rewards", png=plots.rl_plot(run)))
+        rows = [[name, *(values[i] if values else None for i in (0, -1))]
+                for name, values in (("mean reward (train answers)", run.series("reward")[2]),
+                                     ("groups with signal", run.series("signal")[2]),
+                                     ("held-out pass@1", run.series("val_pass@1")[2]),
+                                     (f"held-out pass@{rl['group_size']}", run.series("val_pass@k")[2]))]
+        blocks.append(Block("table", columns=["", "first", "last"], rows=rows))
     return blocks
 
 

@@ -247,3 +247,26 @@ def test_tokens_per_second_counts_the_sampled_answers_trained_on(rl_run):
     _, positions = accumulate_gradients(objective, loader, 0, 1, torch.device("cpu"), "fp32")
     rows = cfg.train.batch_size * cfg.rl.group_size
     assert positions == objective.positions_built and positions >= rows * 2, positions
+
+
+def test_the_report_has_an_rl_section_with_the_reward_and_pass_rates_of_the_log(rl_run, chat_run):
+    from burnout.report.render import run_blocks
+    from burnout.report.runlog import load_run
+
+    _, blocks = run_blocks(load_run(rl_run), log_scale=False)
+    at = next(i for i, b in enumerate(blocks) if b.kind == "h2" and b.text == "Fine-tuning")
+    about = dict(blocks[at + 1].rows)
+    assert about["kind"] == "RL (GRPO), full fine-tuning"
+    assert "4 answers sampled per question" in about["loss"] and "regex:is reward" in about["loss"]
+    assert "KL to the start × 0.1" in about["loss"]
+    assert blocks[at + 2].kind == "image" and blocks[at + 2].png.startswith(b"\x89PNG")
+    metrics = _metrics(rl_run)
+
+    def first_last(key):
+        values = [r[key] for r in metrics if isinstance(r.get(key), float) and math.isfinite(r[key])]
+        return [values[0], values[-1]]
+
+    assert blocks[at + 3].rows == [["mean reward (train answers)", *first_last("reward")],
+                                   ["groups with signal", *first_last("signal")],
+                                   ["held-out pass@1", *first_last("val_pass@1")],
+                                   ["held-out pass@4", *first_last("val_pass@k")]]
