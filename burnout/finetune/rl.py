@@ -43,6 +43,7 @@ from burnout.common import TOKENIZER_FILE, first_line, kind_of, write_atomic
 from burnout.config import RLConfig, RunConfig, TrainConfig
 from burnout.core.chat_template import IM_END, encode_prompt, is_chat_model, message_text
 from burnout.core.checkpoint import Checkpoint
+from burnout.core.model_files import load_model
 from burnout.data.shards import META_FILE
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
@@ -69,6 +70,9 @@ FLAT_SHARE = 0.5
 FLAT_WARNING_EVERY = 50
 _FINAL_NUMBER = re.compile(r"####\s*([-+]?[\d,]*\.?\d+)")
 _TRAIN_STREAM, _EVAL_STREAM = 0, 1
+# RUN/EXAMPLES_FILE: the first EXAMPLES held-out questions answered by the starting model and by the run's latest
+# checkpoint (one answer each, sampled as in training, seeded as the evaluation's first answers), for the report.
+EXAMPLES_FILE, EXAMPLES = "rl_examples.json", 3
 
 
 # ----------------------------------------------------------------------------------------------
@@ -354,6 +358,13 @@ def pass_rates(policy: Transformer, tokenizer: Tokenizer, tasks: Sequence[Task],
             "reward": sum(rewards) / len(rewards)}
 
 
+def example_answers(policy: Transformer, tokenizer: Tokenizer, tasks: Sequence[Task], section: RLConfig,
+                    seed: int) -> list[str]:
+    """One answer to each task, sampled as training samples, seeded as the evaluation's first answer to it."""
+    seeds = [sample_seed(seed, _EVAL_STREAM, number, 0) for number in range(len(tasks))]
+    return sample_answers(policy, tokenizer, tasks, dataclasses.replace(section, group_size=1), seeds).texts
+
+
 # ----------------------------------------------------------------------------------------------
 # The recipe
 
@@ -397,6 +408,23 @@ class RL(FineTune):
 
     def section(self, cfg: RunConfig) -> RLConfig:
         return cfg.rl
+
+    def finish(self, cfg: RunConfig, run_dir: Path, checkpoint: Path) -> list[str]:
+        """Also RUN/EXAMPLES_FILE, where the starting model is still there to answer."""
+        lines = super().finish(cfg, run_dir, checkpoint)
+        tasks = read_prepared_tasks(Path(cfg.data.prepared_dir))["val"][:EXAMPLES]
+        if not tasks or not Path(cfg.rl.base).exists():
+            return lines
+        answers = {}
+        for when, source in (("before", cfg.rl.base), ("after", checkpoint)):
+            model, tokenizer, _ = load_model(source)
+            texts = example_answers(model, tokenizer, tasks, cfg.rl, cfg.train.seed)
+            answers[when] = [{"answer": text, "reward": score(self.reward, cfg.rl.reward, task, text)}
+                             for task, text in zip(tasks, texts)]
+        examples = [{"question": task.prompt, "reference": task.reference, "before": before, "after": after}
+                    for task, before, after in zip(tasks, answers["before"], answers["after"])]
+        write_atomic(run_dir / EXAMPLES_FILE, json.dumps(examples, indent=1, ensure_ascii=False))
+        return [*lines, f"answers to {len(tasks)} held-out questions before and after: {run_dir / EXAMPLES_FILE}"]
 
     def run_config(self, cfg: RunConfig, base: Transformer, base_ckpt: Checkpoint, added: list[str],
                    data_dir: Path) -> RunConfig:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 import shlex
 import statistics
@@ -18,6 +19,7 @@ from burnout.common import REPORT_DIR, check_output_folder, format_duration, mar
 from burnout.core.checkpoint import mirror_run_logs
 from burnout.errors import BurnoutError
 from burnout.eval.references import reference_table
+from burnout.finetune.rl import EXAMPLES_FILE
 from burnout.report import plots
 from burnout.report.runlog import RunLog, anomalies, eval_rows, load_run, phase_rows, throughput
 from burnout.train.checkpointing import best_checkpoint
@@ -213,6 +215,13 @@ def fine_tune_blocks(run: RunLog) -> list[Block]:
                                      ("held-out pass@1", run.series("val_pass@1")[2]),
                                      (f"held-out pass@{rl['group_size']}", run.series("val_pass@k")[2]))]
         blocks.append(Block("table", columns=["", "first", "last"], rows=rows))
+    examples = run.path / EXAMPLES_FILE
+    if rl and examples.is_file():
+        rows = [[e["question"], f"{e['before']['answer']} (reward {e['before']['reward']:g})",
+                 f"{e['after']['answer']} (reward {e['after']['reward']:g})"]
+                for e in json.loads(examples.read_text(encoding="utf-8"))]
+        blocks.append(Block("table", columns=["held-out question", "the starting model's answer",
+                                              "the run's answer"], rows=rows))
     return blocks
 
 

@@ -270,3 +270,25 @@ def test_the_report_has_an_rl_section_with_the_reward_and_pass_rates_of_the_log(
                                    ["groups with signal", *first_last("signal")],
                                    ["held-out pass@1", *first_last("val_pass@1")],
                                    ["held-out pass@4", *first_last("val_pass@k")]]
+
+
+def test_the_run_answers_held_out_questions_before_and_after_and_the_report_shows_them(rl_run, chat_run):
+    from burnout.config import load_run_config
+    from burnout.core.model_files import load_model
+    from burnout.finetune.rl import EXAMPLES_FILE, example_answers, read_prepared_tasks
+    from burnout.report.render import run_blocks
+    from burnout.report.runlog import load_run
+
+    cfg = load_run_config(rl_run / "config.yaml")
+    examples = json.loads((rl_run / EXAMPLES_FILE).read_text(encoding="utf-8"))
+    tasks = read_prepared_tasks(Path(cfg.data.prepared_dir))["val"][:3]
+    assert [e["question"] for e in examples] == [t.prompt for t in tasks]
+    for when, source in (("before", list_checkpoints(chat_run)[-1]), ("after", list_checkpoints(rl_run)[-1])):
+        model, tokenizer, _ = load_model(source)
+        texts = example_answers(model, tokenizer, tasks, cfg.rl, cfg.train.seed)
+        assert [e[when]["answer"] for e in examples] == texts, when
+        assert [e[when]["reward"] for e in examples] == [float("is" in text) for text in texts], when
+    _, blocks = run_blocks(load_run(rl_run), log_scale=False)
+    at = next(i for i, b in enumerate(blocks) if b.kind == "h2" and b.text == "Fine-tuning")
+    assert blocks[at + 4].rows == [[e["question"], f"{e['before']['answer']} (reward {e['before']['reward']:g})",
+                                    f"{e['after']['answer']} (reward {e['after']['reward']:g})"] for e in examples]
