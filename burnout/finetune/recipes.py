@@ -206,12 +206,7 @@ class DPO(FineTune):
 
     def run_config(self, cfg: RunConfig, base: Transformer, base_ckpt: Checkpoint, added: list[str],
                    data_dir: Path) -> RunConfig:
-        """dpo.base the base checkpoint, which must be a chat model."""
-        if not is_chat_model(base_ckpt.config):
-            raise BurnoutError(f"dpo.base {base_ckpt.path}: not a chat model (its config has no "
-                               "tokenizer.chat_template); fine-tune it with `burnout sft` first")
-        dpo = dataclasses.replace(cfg.dpo, base=str(base_ckpt.path.resolve()))
-        return with_base(cfg, base.cfg, base_ckpt.config, data_dir, dpo=dpo)
+        return from_chat_model(cfg, base, base_ckpt, data_dir, "dpo")
 
     def prepare_examples(self, cfg: RunConfig, examples, tokenizer: Tokenizer, data_dir: Path, **options) -> dict:
         return prepare_pairs(examples, tokenizer, data_dir, **options)
@@ -238,6 +233,16 @@ class DPO(FineTune):
 
     def after_step(self, step: int, loss: float) -> str | None:
         return self.stall.update(step, loss)
+
+
+def from_chat_model(cfg: RunConfig, base: Transformer, base_ckpt: Checkpoint, data_dir: Path, name: str) -> RunConfig:
+    """The config of a run that starts from a chat model (DPO, RL): its section `name`'s base the checkpoint, which
+    must be a chat model."""
+    if not is_chat_model(base_ckpt.config):
+        raise BurnoutError(f"{name}.base {base_ckpt.path}: not a chat model (its config has no "
+                           "tokenizer.chat_template); fine-tune it with `burnout sft` first")
+    section = dataclasses.replace(getattr(cfg, name), base=str(base_ckpt.path.resolve()))
+    return with_base(cfg, base.cfg, base_ckpt.config, data_dir, **{name: section})
 
 
 def with_base(cfg: RunConfig, model, base_cfg: RunConfig, data_dir: Path, **sections) -> RunConfig:

@@ -41,7 +41,7 @@ from tokenizers import Tokenizer
 
 from burnout.common import TOKENIZER_FILE, first_line, kind_of, write_atomic
 from burnout.config import RLConfig, RunConfig, TrainConfig
-from burnout.core.chat_template import IM_END, encode_prompt, is_chat_model, message_text
+from burnout.core.chat_template import IM_END, encode_prompt, message_text
 from burnout.core.checkpoint import Checkpoint
 from burnout.core.model_files import load_model
 from burnout.data.shards import META_FILE
@@ -49,7 +49,7 @@ from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.finetune.conversations import iter_records
 from burnout.finetune.dpo import AgainstReference, StepMetrics, sequence_logprobs, trained_adapters
-from burnout.finetune.recipes import FineTune, with_base
+from burnout.finetune.recipes import FineTune, from_chat_model
 from burnout.finetune.tokenized import RowBatches, held_out_split
 from burnout.generate.sampling import generate_batch
 from burnout.models import Transformer
@@ -428,11 +428,7 @@ class RL(FineTune):
 
     def run_config(self, cfg: RunConfig, base: Transformer, base_ckpt: Checkpoint, added: list[str],
                    data_dir: Path) -> RunConfig:
-        if not is_chat_model(base_ckpt.config):
-            raise BurnoutError(f"rl.base {base_ckpt.path}: not a chat model (its config has no "
-                               "tokenizer.chat_template); fine-tune it with `burnout sft` first")
-        rl = dataclasses.replace(cfg.rl, base=str(base_ckpt.path.resolve()))
-        return with_base(cfg, base.cfg, base_ckpt.config, data_dir, rl=rl)
+        return from_chat_model(cfg, base, base_ckpt, data_dir, "rl")
 
     def _prepare_data(self, cfg: RunConfig, tokenizer: Tokenizer, data_dir: Path, say: Say) -> dict:
         """The tasks read, checked (a gsm8k reward needs a `#### n` in every reference), split and written to
