@@ -403,10 +403,7 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--resume-if-exists", action="store_true",
                    help="resume --out when it already holds a run, else start it: one command for every boot "
                         "of a spot machine")
-    p.add_argument("--minutes", type=positive, metavar="N",
-                   help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
-    p.add_argument("--dollars", type=positive, metavar="D",
-                   help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
+    _budget_options(p)
     p.add_argument("--init-from", metavar="RUN",
                    help="continued pretraining: start from this run's newest good checkpoint (or RUN/checkpoints/"
                         "step_N) with its model and tokenizer, a fresh optimizer (train.init_optimizer=carry keeps "
@@ -441,6 +438,20 @@ def _stopped(result) -> int:
     return 130 if result.stop_reason == "signal" else 0
 
 
+def _budget_options(p: argparse.ArgumentParser) -> None:
+    """--minutes and --dollars: the budgets every training command plans its steps to."""
+    p.add_argument("--minutes", type=positive, metavar="N",
+                   help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
+    p.add_argument("--dollars", type=positive, metavar="D",
+                   help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
+
+
+def _fine_tune_options(p: argparse.ArgumentParser, section: str) -> None:
+    """--config and --lora of a fine-tuning command whose config section is `section`."""
+    p.add_argument("--config", help=f"a run config YAML whose train (and {section}) sections apply")
+    p.add_argument("--lora", action="store_true", help=f"train LoRA adapters ({section}.lora.r=… etc. to shape them)")
+
+
 @command("sft", help="supervised fine-tuning of a checkpoint on conversations (full or --lora)",
          description="Fine-tune BASE (a run folder or checkpoint) on SOURCE's conversations: the chat tokens "
                      "added to its tokenizer (model grown), the data prepared into RUN/data, loss on the "
@@ -450,13 +461,9 @@ def cmd_sft(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--data", required=True, metavar="SOURCE",
                    help="conversations: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME")
     p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")
-    p.add_argument("--config", help="a run config YAML whose train (and sft) sections apply")
-    p.add_argument("--lora", action="store_true", help="train LoRA adapters (sft.lora.r=… etc. to shape them)")
+    _fine_tune_options(p, "sft")
     p.add_argument("--layout", help="messages, sharegpt, alpaca, qa, oasst (default: auto)")
-    p.add_argument("--minutes", type=positive, metavar="N",
-                   help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
-    p.add_argument("--dollars", type=positive, metavar="D",
-                   help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
+    _budget_options(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
@@ -477,13 +484,9 @@ def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--data", required=True, metavar="PAIRS",
                    help="preference pairs: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME")
     p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")
-    p.add_argument("--config", help="a run config YAML whose train (and dpo) sections apply")
-    p.add_argument("--lora", action="store_true", help="train LoRA adapters (dpo.lora.r=… etc. to shape them)")
+    _fine_tune_options(p, "dpo")
     p.add_argument("--beta", type=positive, help="DPO's β (default 0.1)")
-    p.add_argument("--minutes", type=positive, metavar="N",
-                   help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
-    p.add_argument("--dollars", type=positive, metavar="D",
-                   help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
+    _budget_options(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
@@ -508,12 +511,8 @@ def cmd_rl(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--reward", metavar="REWARD",
                    help="gsm8k (the final '#### n' matches; default), exact, regex:PATTERN, or module:function "
                         "(your function(prompt, answer, reference) -> float)")
-    p.add_argument("--config", help="a run config YAML whose train (and rl) sections apply")
-    p.add_argument("--lora", action="store_true", help="train LoRA adapters (rl.lora.r=… etc. to shape them)")
-    p.add_argument("--minutes", type=positive, metavar="N",
-                   help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
-    p.add_argument("--dollars", type=positive, metavar="D",
-                   help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
+    _fine_tune_options(p, "rl")
+    _budget_options(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="e.g. rl.group_size=8 rl.max_new_tokens=128 rl.temperature=1.0 rl.kl_coef=0 train.lr=…")
 
