@@ -1,6 +1,6 @@
 """Training throughput on one CUDA GPU against transformers' own model of the same shape, side by side.
 
-    python -m benchmarks.bench_gpu [--shapes llama-1b gpt2-134m] [--steps 10] [--fp8] [--profile]
+    python -m benchmarks.bench_gpu [--shapes llama-1b gpt2-134m] [--steps 10] [--fp8 [RECIPE ...]] [--profile]
                                    [--memory [SHAPE ...]] [--curve DATA_DIR]
                                    [--packing SFT_DATA_DIR] [--peer ../shared/peers/hf_peer_step.py]
 
@@ -11,12 +11,14 @@ step. Printed: tokens/s (median step after two warm-up steps), MFU over the GPU'
 (burnout/configs/hardware.yaml; FLOPs per token as `burnout model info` counts them, for both), peak memory
 (torch.cuda.max_memory_allocated), and ours / peer.
 
-    --fp8      also our step with train.precision=fp8 (torchao Float8Linear), and its ratio to our bf16
+    --fp8 [RECIPE ...]  also our llama-1b step with train.precision=fp8 (torchao Float8Linear) at each
+               train.fp8_recipe named (none named: tensorwise), and its ratio to our bf16
     --profile  a torch.profiler kernel breakdown of our step (where the time goes, by kernel family)
     --memory [SHAPE ...]  the memory planner's prediction (`burnout plan`) against max_memory_allocated, eager
                and with activation checkpointing, and the step's tokens/s (the mean of steps 2 and 3), for the
                cases of MEMORY_CASES (llama-1b, gpt2-134m, and llama-2b/3b at the fixes that fit them on 80 GB)
-    --curve    bf16 and fp8 loss curves of llama-1b on prepared data: mean loss over the last 50 steps each
+    --curve    llama-1b loss curves on prepared data, two runs at a time: bf16 at seeds 0 and 1 (how far two
+               bf16 runs differ), and fp8 at seed 0 for each recipe --fp8 names; mean loss over the last 50 steps
     --packing SFT_DATA_DIR  llama-1b fine-tuning steps on a prepared SFT data folder (a `burnout sft` run's data/),
                padded to the batch's longest (sft.pad_to_longest) and packed (sft.packing): assistant targets/s
 
@@ -32,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,6 +49,7 @@ MEMORY_CASES = [("llama-1b", 4, False), ("llama-1b", 8, False), ("llama-1b", 8, 
 MEMORY_SEQ = {"llama-2b": 2048, "llama-3b": 2048, **{shape: seq for shape, (_, seq) in SHAPES.items()}}
 CURVE = {"batch": 8, "seq": 1024, "steps": 300, "tail": 50}
 PACKING = {"batch": 8, "warmup": 6}
+FP8_RECIPES = ["tensorwise", "rowwise", "rowwise_with_gw_hp"]
 GIB = 2**30
 
 
@@ -64,6 +68,12 @@ def _config(shape: str, batch: int, seq: int, precision: str, compile_: bool, ch
         "lr": 3e-4, "min_lr": 3e-5, "grad_clip": 1.0, **train}})
 
 
+def _precision(variant: str) -> tuple[str, str]:
+    """("fp8", "rowwise") for "fp8:rowwise"; a variant without a recipe runs the default, tensorwise."""
+    precision, _, recipe = variant.partition(":")
+    return precision, recipe or "tensorwise"
+
+
 def _flops_per_token(cfg, model) -> int:
     from burnout.models.info import flops_per_token, matmul_parameters
 
@@ -79,7 +89,7 @@ def _bf16_peak() -> tuple[str, float]:
     return hw.name, hw.peak_flops
 
 
-def worker_step(shape: str, batch: int, seq: int, steps: int, precision: str, compile_: bool,
+def worker_step(shape: str, batch: int, seq: int, steps: int, variant: str, compile_: bool,
                 checkpointing: bool, profile: bool) -> dict:
     import torch
 
@@ -87,7 +97,8 @@ def worker_step(shape: str, batch: int, seq: int, steps: int, precision: str, co
     from burnout.train.probe import RandomBatches
     from burnout.train.step import TrainStep, build_model
 
-    cfg = _config(shape, batch, seq, precision, compile_, checkpointing)
+    precision, recipe = _precision(variant)
+    cfg = _config(shape, batch, seq, precision, compile_, checkpointing, fp8_recipe=recipe)
     device = torch.device("cuda")
     configure_backends(device)
     torch.manual_seed(0)
@@ -106,7 +117,7 @@ def worker_step(shape: str, batch: int, seq: int, steps: int, precision: str, co
     median = statistics.median(times)
     gpu, peak = _bf16_peak()
     tokens_per_s = batch * seq / median
-    result = {"who": "ours", "shape": shape, "batch": batch, "seq": seq, "precision": precision, "compile": compile_,
+    result = {"who": "ours", "shape": shape, "batch": batch, "seq": seq, "precision": variant, "compile": compile_,
               "checkpointing": checkpointing, "tokens_per_s": tokens_per_s, "ms_per_step": median * 1000,
               "first_step_s": first, "peak_gib": torch.cuda.max_memory_allocated() / GIB,
               "flops_per_token": _flops_per_token(cfg, model), "gpu": gpu, "peak_flops": peak}
@@ -178,7 +189,7 @@ def worker_memory(shape: str, batch: int, seq: int, checkpointing: bool) -> dict
             "tokens_per_s": batch * seq / statistics.mean(times[1:])}
 
 
-def worker_curve(data_dir: str, precision: str) -> dict:
+def worker_curve(data_dir: str, variant: str, seed: int) -> dict:
     import json as json_
 
     import torch
@@ -189,20 +200,21 @@ def worker_curve(data_dir: str, precision: str) -> dict:
 
     vocab = json_.loads((Path(data_dir) / "meta.json").read_text())["vocab_size"]
     # Padded to a multiple of 64: the output head's GEMM runs on whole tensor-core tiles.
+    precision, recipe = _precision(variant)
     cfg = _config("llama-1b", CURVE["batch"], CURVE["seq"], precision, True, vocab=-(-vocab // 64) * 64,
-                  max_steps=CURVE["steps"], warmup_steps=30)
+                  max_steps=CURVE["steps"], warmup_steps=30, fp8_recipe=recipe)
     device = torch.device("cuda")
     configure_backends(device)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = build_model(cfg, device)
     step = TrainStep(model, cfg.train, device, precision, end_of_run=CURVE["steps"])
-    loader = TokenLoader(Path(data_dir), "train", CURVE["batch"], CURVE["seq"], seed=0)
+    loader = TokenLoader(Path(data_dir), "train", CURVE["batch"], CURVE["seq"], seed=seed)
     losses, times = [], []
     for i in range(CURVE["steps"]):
         t0 = time.perf_counter()
         losses.append(step(loader, i).loss)
         times.append(time.perf_counter() - t0)
-    return {"precision": precision, "losses": losses, "tail_mean": statistics.mean(losses[-CURVE["tail"]:]),
+    return {"precision": variant, "seed": seed, "losses": losses, "tail_mean": statistics.mean(losses[-CURVE["tail"]:]),
             "tokens_per_s": CURVE["batch"] * CURVE["seq"] / statistics.median(times[5:])}
 
 
@@ -274,38 +286,45 @@ def bench_shapes(args) -> list[dict]:
     rows = []
     for shape in args.shapes:
         batch, seq = SHAPES[shape]
-        precisions = ["bf16", "fp8"] if args.fp8 and shape == "llama-1b" else ["bf16"]
-        ours = {p: _spawn(["--worker", "step", shape, str(batch), str(seq), str(args.steps), p,
-                           *(["--profile"] if args.profile and p == "bf16" else [])]) for p in precisions}
-        peer = _peer(args.peer, shape, batch, seq, args.steps) if args.peer.is_file() else f"no peer at {args.peer}"
+        precisions = ["bf16"] + [f"fp8:{r}" for r in args.fp8 or [] if shape == "llama-1b"]
+        print(f"\n== {shape} ==", flush=True)
+        ours = {}
+        for p in precisions:  # each printed as it comes: a session's timeout keeps what finished
+            ours[p] = _spawn(["--worker", "step", shape, str(batch), str(seq), str(args.steps), p,
+                              *(["--profile"] if args.profile and p == "bf16" else [])])
+            _print_ours(p, ours[p])
+        peer = (_peer(args.peer, shape, batch, seq, args.steps) if args.peer.is_file() else
+                f"not run: no peer at {args.peer}")
         rows.append({"shape": shape, "ours": ours, "peer": peer})
         _print_shape(rows[-1])
     return rows
 
 
+def _print_ours(precision: str, r: dict | str) -> None:
+    if isinstance(r, str):
+        print(f"ours {precision}: FAILED: {r}", flush=True)
+        return
+    print(f"ours {precision}: B{r['batch']}xT{r['seq']} {r['tokens_per_s']:,.0f} tokens/s, {r['ms_per_step']:.0f} "
+          f"ms/step, MFU {r['mfu']:.1%} (of {r['gpu']}'s {r['peak_flops'] / 1e12:.0f} TFLOP/s bf16), peak "
+          f"{r['peak_gib']:.1f} GiB, first step {r['first_step_s']:.0f} s")
+    for family, ms in r.get("kernels", {}).get("families_ms", {}).items():
+        print(f"    {family:28s} {ms:8.1f} ms/step")
+    for ms, name in r.get("kernels", {}).get("top_kernels_ms", []):
+        print(f"      {ms:8.2f} ms  {name}")
+    sys.stdout.flush()
+
+
 def _print_shape(row: dict) -> None:
     bf16, peer = row["ours"]["bf16"], row["peer"]
-    print(f"\n== {row['shape']} ==")
-    for precision, r in row["ours"].items():
-        if isinstance(r, str):
-            print(f"ours {precision}: FAILED: {r}")
-            continue
-        print(f"ours {precision}: B{r['batch']}xT{r['seq']} {r['tokens_per_s']:,.0f} tokens/s, {r['ms_per_step']:.0f} "
-              f"ms/step, MFU {r['mfu']:.1%} (of {r['gpu']}'s {r['peak_flops'] / 1e12:.0f} TFLOP/s bf16), peak "
-              f"{r['peak_gib']:.1f} GiB, first step {r['first_step_s']:.0f} s")
-        for family, ms in r.get("kernels", {}).get("families_ms", {}).items():
-            print(f"    {family:28s} {ms:8.1f} ms/step")
-        for ms, name in r.get("kernels", {}).get("top_kernels_ms", []):
-            print(f"      {ms:8.2f} ms  {name}")
     if isinstance(peer, str):
         print(f"peer: FAILED: {peer}")
     elif isinstance(bf16, dict):
         print(peer["line"])
         print(f"peer MFU {bf16['flops_per_token'] * peer['tokens_per_s'] / bf16['peak_flops']:.1%}; "
               f"ours / peer = {bf16['tokens_per_s'] / peer['tokens_per_s']:.2f}x")
-    fp8 = row["ours"].get("fp8")
-    if isinstance(fp8, dict) and isinstance(bf16, dict):
-        print(f"fp8 / bf16 (ours) = {fp8['tokens_per_s'] / bf16['tokens_per_s']:.2f}x")
+    for variant, fp8 in row["ours"].items():
+        if variant != "bf16" and isinstance(fp8, dict) and isinstance(bf16, dict):
+            print(f"{variant} / bf16 (ours) = {fp8['tokens_per_s'] / bf16['tokens_per_s']:.2f}x")
 
 
 def memory_table(shapes: list[str]) -> list[dict]:
@@ -324,15 +343,26 @@ def memory_table(shapes: list[str]) -> list[dict]:
     return rows
 
 
-def curves(data_dir: str) -> dict:
-    out = {p: _spawn(["--worker", "curve", data_dir, p]) for p in ("bf16", "fp8")}
-    print(f"\n== llama-1b loss curves, {CURVE['steps']} steps of {CURVE['batch']} x {CURVE['seq']} on {data_dir} ==")
-    for p, r in out.items():
-        print(f"{p}: " + (f"FAILED: {r}" if isinstance(r, str) else
-                          f"mean loss over the last {CURVE['tail']} steps {r['tail_mean']:.4f}, "
-                          f"{r['tokens_per_s']:,.0f} tokens/s"))
-    if all(isinstance(r, dict) for r in out.values()):
-        print(f"fp8 vs bf16: {out['fp8']['tail_mean'] / out['bf16']['tail_mean'] - 1:+.2%}")
+def curves(data_dir: str, recipes: list[str]) -> dict:
+    """Two runs at a time (a llama-1b at 8 x 1024 takes well under half of an 80 GB GPU): the losses are what is
+    compared, and the tokens/s printed are those of a shared GPU."""
+    print(f"\n== llama-1b loss curves, {CURVE['steps']} steps of {CURVE['batch']} x {CURVE['seq']} on {data_dir}, "
+          f"mean loss over the last {CURVE['tail']} steps (tokens/s of a shared GPU) ==", flush=True)
+    runs = {f"{variant} seed {seed}": (variant, seed) for variant, seed in
+            [("fp8:" + recipes[0], 0), ("bf16", 0), ("bf16", 1)] + [(f"fp8:{r}", 0) for r in recipes[1:]]}
+    out = {}
+    with ThreadPoolExecutor(2) as pool:  # each printed as it comes: a session's timeout keeps what finished
+        futures = {pool.submit(_spawn, ["--worker", "curve", data_dir, variant, str(seed)]): name
+                   for name, (variant, seed) in runs.items()}
+        for future in as_completed(futures):
+            out[futures[future]] = r = future.result()
+            print(f"{futures[future]}: " + (f"FAILED: {r}" if isinstance(r, str) else
+                                            f"{r['tail_mean']:.4f} ({r['tokens_per_s']:,.0f} tokens/s)"), flush=True)
+    reference = out.get("bf16 seed 0")
+    if isinstance(reference, dict):
+        for name, r in out.items():
+            if isinstance(r, dict) and r is not reference:
+                print(f"{name} against bf16 seed 0: {r['tail_mean'] / reference['tail_mean'] - 1:+.2%}")
     return out
 
 
@@ -361,19 +391,22 @@ def main() -> None:
         elif kind == "packing":
             print(json.dumps(worker_packing(rest[0], rest[1] == "packed", int(rest[2]))))
         else:
-            print(json.dumps(worker_curve(rest[0], rest[1])))
+            print(json.dumps(worker_curve(rest[0], rest[1], int(rest[2]))))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--peer", type=Path, default=DEFAULT_PEER)
-    parser.add_argument("--fp8", action="store_true")
+    parser.add_argument("--fp8", nargs="*", choices=FP8_RECIPES, metavar="RECIPE",
+                        help=f"train.fp8_recipe values to run ({', '.join(FP8_RECIPES)}; none named: tensorwise)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--memory", nargs="*", choices=sorted(MEMORY_SEQ), help="these shapes' cases (none named: all)")
     parser.add_argument("--curve", metavar="DATA_DIR")
     parser.add_argument("--packing", metavar="SFT_DATA_DIR")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
+    if args.fp8 == []:
+        args.fp8 = ["tensorwise"]
     import torch
 
     if not torch.cuda.is_available():
@@ -384,7 +417,7 @@ def main() -> None:
     if args.memory is not None:
         results["memory"] = memory_table(args.memory)
     if args.curve:
-        results["curves"] = curves(args.curve)
+        results["curves"] = curves(args.curve, args.fp8 or ["tensorwise"])
     if args.packing:
         results["packing"] = packing(args.packing, args.steps)
     if args.json:

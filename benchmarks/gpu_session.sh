@@ -1,26 +1,29 @@
 #!/bin/bash
-# The GPU checks of one lent session, batched into one call (docs/PERFORMANCE.md "On a GPU"): the timed parts
-# alone (ours against the peer, fp8), then `pytest -m gpu` beside the 2B/3B memory plan, which time nothing.
-#   bash benchmarks/gpu_session.sh PEER_SCRIPT OUT_DIR [SFT_DATA_DIR]
-# PEER_SCRIPT: ../shared/peers/hf_peer_step.py (copied into the repository when the machine gets the repository
-# alone); SFT_DATA_DIR: a `burnout sft` run's data/ for the packed-against-padded steps.
+# The GPU checks of one lent session, batched into one call (docs/PERFORMANCE.md "On a GPU"): the timed steps
+# alone (ours against the peer, fp8 against bf16), then, beside each other, what times nothing: `pytest -m gpu`,
+# the bf16/fp8 loss curves (tensorwise and rowwise), and with GSM8K_DIR, GSM8K through pretraining, SFT and RL
+# (bench_rl --task gsm8k, which needs more than the 5 minutes it is given here: a session of its own).
+#   bash benchmarks/gpu_session.sh PEER OUT CURVE_DATA [GSM8K_DIR]
+# PEER: ../shared/peers/hf_peer_step.py (copied into the repository when the machine gets the repository alone),
+# or - to time ours alone; CURVE_DATA: a `burnout data prepare … --tokenizer gpt2` folder; GSM8K_DIR: the
+# folder of GSM8K's train.jsonl and test.jsonl. Every part prints its figures as they come, so a part cut off by
+# its timeout keeps what finished.
 set -u
-peer=$1 out=$2 sft_data=${3:-}
-export PYTHONUNBUFFERED=1
+peer=$1 out=$2 curve_data=$3 gsm8k=${4:-}
+export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
 echo "== timed: ours against the peer, fp8 $(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)"
-timeout 340 python3 -m benchmarks.bench_gpu --steps 10 --fp8 --peer "$peer" --json "$out/bench.json" 2>&1 \
-    | tee "$out/bench.log"
-if [ -n "$sft_data" ]; then
-    timeout 230 python3 -m benchmarks.bench_gpu --shapes --steps 20 --packing "$sft_data" --json "$out/packing.json" \
-        2>&1 | tee "$out/packing.log"
-fi
-echo "== untimed: pytest -m gpu beside the memory plan $(date +%T)"
-timeout 215 python3 -m pytest -m gpu tests/gpu -v -p no:cacheprovider -k "not out_of_gpu_memory" \
+timeout 300 python3 -m benchmarks.bench_gpu --steps 10 --fp8 --peer "$peer" \
+    $([ "$peer" = - ] && echo "--shapes llama-1b") --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+echo "== untimed, side by side: pytest -m gpu, loss curves${gsm8k:+, GSM8K} $(date +%T)"
+timeout 290 python3 -m pytest -m gpu tests/gpu -v -p no:cacheprovider -k "not out_of_gpu_memory" \
     > "$out/pytest.log" 2>&1 &
-timeout 215 python3 -m benchmarks.bench_gpu --shapes --memory llama-2b llama-3b --json "$out/memory.json" \
-    > "$out/memory.log" 2>&1 &
+timeout 290 python3 -m benchmarks.bench_gpu --shapes --curve "$curve_data" --fp8 tensorwise rowwise \
+    --json "$out/curves.json" > "$out/curves.log" 2>&1 &
+[ -n "$gsm8k" ] && timeout 290 python3 -m benchmarks.bench_rl --task gsm8k --gsm8k "$gsm8k" \
+    --root /tmp/bench-rl-gsm8k --held-out 100 > "$out/gsm8k.log" 2>&1 &
 wait
-cat "$out/memory.log"
-tail -25 "$out/pytest.log"
+cp /tmp/bench-rl-gsm8k/results.json "$out/gsm8k.json" 2>/dev/null
+echo "== done $(date +%T)"
+tail -8 "$out/curves.log"; [ -n "$gsm8k" ] && tail -6 "$out/gsm8k.log"; tail -25 "$out/pytest.log"

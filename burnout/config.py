@@ -245,6 +245,10 @@ class TrainConfig:
     # fp16 uses a gradient scaler; bf16 and fp16 are autocast (weights and optimizer stay fp32). fp8 (GPUs from
     # Ada/Hopper on, with torchao): the blocks' linear layers in fp8, the rest under bf16 autocast.
     precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
+    # fp8's scaling (torchao's recipes): tensorwise, one scale per tensor (the fastest); rowwise, one per row of
+    # each operand (finer, so closer to bf16's loss); rowwise_with_gw_hp, rowwise with the weight gradient's GEMM
+    # kept in bf16 (its inputs have the widest range).
+    fp8_recipe: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] = "tensorwise"
     compile: bool = False
     # Deterministic kernels (torch.use_deterministic_algorithms): a resumed GPU run equals the uninterrupted
     # one bitwise, at some cost in speed. CPU runs are deterministic without it.

@@ -47,7 +47,7 @@ def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
                            f"{cfg.adapters[0]}")
     model = model_for(cfg).to(device)
     if cfg.train.precision == "fp8":
-        model = to_float8_training(model)
+        model = to_float8_training(model, cfg.train.fp8_recipe)
     return checkpoint_blocks(model) if cfg.train.activation_checkpointing else model
 
 

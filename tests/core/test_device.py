@@ -95,6 +95,17 @@ def test_fp8_model_runs_its_blocks_linear_layers_in_float8_and_keeps_the_state_d
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16
 
 
+@pytest.mark.parametrize("recipe,granularity", [("tensorwise", "TENSORWISE"), ("rowwise", "AXISWISE")])
+def test_fp8_recipe_sets_the_scaling_of_every_converted_layer(tiny_run_config, recipe, granularity):
+    float8 = pytest.importorskip("torchao.float8.float8_linear")
+    from burnout.train.step import build_model
+
+    model = build_model(tiny_run_config(precision="fp8", fp8_recipe=recipe), CPU)
+    scalings = {m.config.cast_config_input.scaling_granularity.name
+                for m in model.modules() if isinstance(m, float8.Float8Linear)}
+    assert scalings == {granularity}
+
+
 @pytest.mark.parametrize("precision,dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
 def test_autocast_enters_the_precision(precision, dtype):
     with autocast(CPU, precision):
