@@ -82,6 +82,9 @@ LEXICON_COVERAGE, ENGLISH_AT_ONCE, LEXICON_WORDS = 0.9, 0.97, 2000
 # and from which it is not: set after a first measurement, where Python's docs (3.3% of them: its identifiers)
 # lost plants to its own identifiers, WikiText-2 (0.7%: a few dinosaur names) and Shakespeare (0%) did not.
 OWN_UNKNOWN_WORDS = (0.01, 0.03)
+# A compound is two list words run together, each at least this frequent (Zipf 3: once in a million words), as
+# identifiers are (lineno, isinstance, startswith); a nonsense word (quazzle, grindlewop) is not.
+COMPOUND_PART = 1e-6
 
 
 def term_shape(term: str) -> str:
@@ -213,6 +216,10 @@ class Lexicon:
     def knows(self, word: str) -> bool:
         return self.language is None or word in self.words
 
+    def compound(self, word: str) -> bool:
+        return any(self.words.get(word[:cut], 0.0) >= COMPOUND_PART and self.words.get(word[cut:], 0.0) >= COMPOUND_PART
+                   for cut in range(2, len(word) - 1))
+
 
 @functools.lru_cache(maxsize=4)
 def _word_list(language: str) -> dict[str, float]:
@@ -229,14 +236,20 @@ class _ForeignSpelling:
     Lexicon lacks gets SHAPES["camel"], its bonus scaled by the code register (`code_foreignness`, as the code
     shapes') and by how rare such words are among the source's lowercase candidates: in full where under
     OWN_UNKNOWN_WORDS[0] of them are, not at all from OWN_UNKNOWN_WORDS[1] on (a source with many words of no list,
-    its identifiers or jargon, has a vocabulary of its own, which is not foreign to it)."""
+    its identifiers or jargon, has a vocabulary of its own, which is not foreign to it). A source where compounds of
+    no list make OWN_UNKNOWN_WORDS[0] of those words writes identifiers: there its compounds are its own vocabulary,
+    neither counted nor lifted, and a word of no list that is no compound is still foreign. Elsewhere a compound
+    is as foreign as any word of no list (`lorem` is `lo` + `rem`)."""
 
     def __init__(self, spelling: Spelling, candidates: list[str], lexicon: Lexicon, code_foreignness: float) -> None:
         self.spelling, self.lexicon = spelling, lexicon
         lower = sorted(key for key in candidates if term_shape(key) == "lower")
         words = [key for key in lower if key.isalpha()]
-        share = sum(1 for key in words if not lexicon.knows(key)) / max(1, len(words))
+        unknown = [key for key in words if not lexicon.knows(key)]
+        compounds = sum(1 for key in unknown if lexicon.compound(key))
         low, high = OWN_UNKNOWN_WORDS
+        self.compounds_are_own = compounds >= low * len(words) > 0
+        share = (len(unknown) - (compounds if self.compounds_are_own else 0)) / max(1, len(words))
         self.unknown = 1.0 + (SHAPES["camel"] - 1.0) * code_foreignness * (
             1.0 - min(1.0, max(0.0, (share - low) / (high - low))))
         lower = lower[:: max(1, len(lower) // 4000)]
@@ -251,7 +264,9 @@ class _ForeignSpelling:
         median, mad = self.scale.get(min(len(key), 8), self.pooled)
         excess = (self.spelling.bits(key) - median) / (4 * mad)
         spelled = min(SHAPES["camel"], 2.0 ** max(0.0, excess))
-        return spelled if not key.isalpha() or self.lexicon.knows(key) else max(spelled, self.unknown)
+        if not key.isalpha() or self.lexicon.knows(key) or (self.compounds_are_own and self.lexicon.compound(key)):
+            return spelled
+        return max(spelled, self.unknown)
 
 
 def _median_mad(values: list[float]) -> tuple[float, float]:

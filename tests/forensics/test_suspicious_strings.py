@@ -102,6 +102,9 @@ def test_planted_garbage_ranks_in_its_sources_top_10(audited, source, key):
 def test_the_lexicon_is_the_language_whose_word_list_holds_the_sources_words():
     english = Lexicon(["river", "album", "during", "between", "hurricane", "metres", "season", "released"])
     assert english.language == "en" and english.knows("vertebrae") and not english.knows("quazzle")
+    # Identifiers run list words together; the plants of bench_audit_plants do not.
+    assert all(english.compound(word) for word in ("lineno", "isinstance", "startswith", "frozenset"))
+    assert not any(english.compound(word) for word in ("quazzle", "grindlewop", "florbix", "vorplex", "kwargs"))
     german = Lexicon(["gemeinde", "einwohner", "bürgermeister", "landkreis", "ortsteil", "jahrhundert", "kirche",
                       "bahnhof", "straße", "zwischen"])
     assert german.language == "de" and german.knows("ortschaft") and not german.knows("quazzle")
@@ -121,7 +124,21 @@ def test_a_word_of_no_list_is_foreign_only_in_a_source_where_such_words_are_rare
     # "thather" is spelled as this source's words are (its spelling alone gives 1), and is no word of any list.
     assert prose("thather") == SHAPES["camel"] and prose("wending") < 1.1
     assert prose("24th") < SHAPES["camel"]  # with digits: judged by its spelling alone (the lists hold "00th")
-    identifiers = ["lineno", "kwargs", "isinstance", "frozenset", "bytearray", "getattr", "hasattr", "setattr",
-                   "divmod", "issubclass"]  # 10 of 310 words: 3.2%, over OWN_UNKNOWN_WORDS's upper bound
+    identifiers = ["kwargs", "getattr", "hasattr", "setattr", "delattr", "asyncio", "bufsize", "fileobj", "funcname",
+                   "tzinfo"]  # no compounds; 10 of 310 words: 3.2%, over OWN_UNKNOWN_WORDS's upper bound
     code = _ForeignSpelling(spelling, words + identifiers, lexicon, code_foreignness=1.0)
     assert code.unknown == 1.0 and code("thather") == 1.0
+
+
+def test_compounds_are_a_sources_own_words_only_where_it_writes_many():
+    """Python's docs run list words together (`lineno`, `isinstance`): there such a compound is its vocabulary and a
+    nonsense word (`grindlewop`) is still foreign; in prose a compound of no list is as foreign as any other word."""
+    import wordfreq
+
+    plain = [w for w in wordfreq.top_n_list("en", 400) if w.isalpha() and len(w) >= 3][:300]
+    lexicon, spelling = Lexicon(plain), Spelling(plain)
+    compounds = ["lineno", "isinstance", "frozenset", "bytearray", "divmod", "issubclass"]  # 6 of 306: 2.0%
+    code = _ForeignSpelling(spelling, plain + compounds, lexicon, code_foreignness=1.0)
+    assert code("grindlewop") == SHAPES["camel"] and code("lineno") < SHAPES["camel"]
+    prose = _ForeignSpelling(spelling, plain + ["lineno"], lexicon, code_foreignness=1.0)  # 1 of 301: 0.3%
+    assert prose("lineno") == SHAPES["camel"]
