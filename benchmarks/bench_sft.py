@@ -17,6 +17,9 @@
    fixed 8 × 512 batch: median ms/step and their ratio.
 6. packing: Alpaca padded (pad_to_longest) and packed (sft.packing), back to back: assistant targets per second
    and the share of padding.
+7. dpo-packing: DPO on pairs made from Alpaca (chosen its answer, rejected the next record's), padded
+   (pad_to_longest) and packed (dpo.packing), back to back from a chat model SFT'd for 2 steps (the weights do not
+   change the time): pairs and answer targets per second, and the share of padding.
 
 Each run's trainable parameters, optimizer state, ms/step and tokens/s come from its own output and
 metrics.jsonl; fine-tunes use padded rows, sft.pad_to_longest (tokens/s counts the positions computed).
@@ -228,12 +231,58 @@ def packing(root: Path, base: Path, args, done: dict) -> dict:
     return {**result, "packed_over_padded": ratio, "load": os.getloadavg()}
 
 
+def dpo_packing(root: Path, base: Path, args, done: dict) -> dict:
+    """DPO padded (dpo.pad_to_longest) and packed (dpo.packing) on Alpaca pairs, back to back, --timing-steps steps
+    each at 8 pairs × 512 tokens a side (packed: 8 rows of 1,024): median ms/step, and from the runs' own train
+    batches the pairs, answer targets and padding per batch: pairs/s packed over padded."""
+    from burnout.finetune.tokenized import PackedPairBatches, PairBatches
+
+    chat = root / "dpo-packing-chat"
+    if not (chat / "checkpoints").is_dir():
+        burnout("sft", str(base), "--data", str(SHARED / "sft" / "alpaca_5000.json"), "--out", str(chat),
+                "train.max_steps=2", "train.batch_size=8", "train.seq_len=512", "train.eval_interval=100000")
+    records = [r for r in json.loads((SHARED / "sft" / "alpaca_5000.json").read_text()) if r["output"].strip()]
+    pairs = root / "alpaca-pairs.jsonl"
+    pairs.write_text("".join(json.dumps({
+        "prompt": "\n\n".join(p for p in (r["instruction"], r["input"]) if p.strip()), "chosen": r["output"],
+        "rejected": records[(i + 1) % len(records)]["output"]}) + "\n" for i, r in enumerate(records)))
+    result = {}
+    layouts = {"padded": ("dpo.packing=false", "dpo.pad_to_longest=true"), "packed": ("dpo.packing=true",)}
+    for name, settings in layouts.items():
+        run = root / f"dpo-packing-{name}"
+        if run.exists():
+            shutil.rmtree(run)
+        burnout("dpo", str(chat), "--data", str(pairs), "--out", str(run), *settings,
+                f"train.max_steps={args.timing_steps}", "train.batch_size=8", "train.seq_len=512",
+                "train.eval_interval=100000", "train.ckpt_interval=100000", "train.log_interval=1")
+        log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(log, log[1:]) if "val_loss" not in b]
+        loader = (PackedPairBatches(run / "data", "train", 8, 512, 1337) if name == "packed" else
+                  PairBatches(run / "data", "train", 8, 512, 1337, pad_to_longest=True))
+        batches = [loader.get_batch(i) for i in range(args.timing_steps)]
+        pairs_per_batch = (sum(len(loader.rows[row]) for i in range(args.timing_steps) for row in loader.examples_of(i))
+                           / args.timing_steps if name == "packed" else 8)
+        targets = sum(int((b[1] != -1).sum()) for b in batches) / len(batches)
+        real = sum(int((b[0] != loader.meta["pad_id"]).sum()) for b in batches)
+        padding = 1 - real / sum(b[0].numel() for b in batches)
+        ms = 1000 * median(times[1:])
+        result[name] = {"ms_per_step": ms, "pairs_per_batch": pairs_per_batch,
+                        "pairs_per_s": pairs_per_batch / ms * 1000, "targets_per_batch": targets,
+                        "targets_per_s": targets / ms * 1000, "padding": padding}
+        print(f"dpo {name}: {ms:.0f} ms/step, {pairs_per_batch:.1f} pairs and {targets:.0f} answer targets per batch, "
+              f"{pairs_per_batch / ms * 1000:.1f} pairs/s, padding {padding:.1%}", flush=True)
+    ratio = result["packed"]["pairs_per_s"] / result["padded"]["pairs_per_s"]
+    print(f"dpo packed / padded pairs per second: {ratio:.2f}×; load {os.getloadavg()}", flush=True)
+    return {**result, "packed_over_padded": ratio, "load": os.getloadavg()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "bench-sft")
     parser.add_argument("--tasks", nargs="+", default=["gsm8k", "alpaca", "dpo"],
-                        choices=["gsm8k", "alpaca", "dpo", "step-time", "packing"])
-    parser.add_argument("--timing-steps", type=int, default=30, help="step-time, packing: steps per variant")
+                        choices=["gsm8k", "alpaca", "dpo", "step-time", "packing", "dpo-packing"])
+    parser.add_argument("--timing-steps", type=int, default=30,
+                        help="step-time, packing, dpo-packing: steps per variant")
     parser.add_argument("--lora", action="store_true", help="also LoRA on GSM8K")
     parser.add_argument("--base-steps", type=int, default=400)
     parser.add_argument("--sft-steps", type=int, default=800)
@@ -248,7 +297,8 @@ def main() -> None:
     print(f"load {os.getloadavg()}", flush=True)
     args.root.mkdir(parents=True, exist_ok=True)
     base = base_run(args.root, args.base_steps)
-    tasks = {"gsm8k": gsm8k, "alpaca": alpaca, "dpo": dpo, "step-time": step_time, "packing": packing}
+    tasks = {"gsm8k": gsm8k, "alpaca": alpaca, "dpo": dpo, "step-time": step_time, "packing": packing,
+             "dpo-packing": dpo_packing}
     saved = args.root / "results.json"
     results = json.loads(saved.read_text()) if saved.is_file() else {}
     for task in args.tasks:

@@ -482,6 +482,10 @@ class DPOConfig(FineTuneSource):
     beta: float = 0.1
     # Warn once when the loss is still within 0.005 of ln 2 after this many steps.
     stall_steps: int = 100
+    # Pairs packed whole into full rows of 2 × seq_len (best fit), each sequence attending only to itself with its
+    # positions from 0, instead of one right-padded sequence per row; the loss per pair is the same. Off by default:
+    # on a CPU its wider rows' attention ate most of the gain (docs/FINETUNING.md).
+    packing: bool = False
 
     def validate(self) -> None:
         self._check_source("dpo", "name the starting model (a chat run folder or checkpoint), e.g. dpo.base=runs/sft",

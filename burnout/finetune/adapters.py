@@ -84,12 +84,12 @@ def merge_run(source: str | Path, out_dir: str | Path) -> Path:
         raise BurnoutError(f"--out {out_dir} already holds a run; choose a new folder")
     ckpt = load_checkpoint(source)
     if not lora_layers(ckpt.model):
-        raise BurnoutError(f"{ckpt.path} has no LoRA adapters (its config has no sft.lora or dpo.lora); "
+        raise BurnoutError(f"{ckpt.path} has no LoRA adapters (its config has no sft.lora, dpo.lora or rl.lora); "
                            "nothing to merge")
     model = merge_lora(ckpt.model)
+    sections = {"sft": ckpt.config.sft, "dpo": ckpt.config.dpo, "rl": ckpt.config.rl}
     cfg = dataclasses.replace(ckpt.config, **{key: dataclasses.replace(section, lora=None)
-                                              for key, section in (("sft", ckpt.config.sft), ("dpo", ckpt.config.dpo))
-                                              if section is not None})
+                                              for key, section in sections.items() if section is not None})
     step = int(ckpt.info.get("step", 0))
     info = {**ckpt.info, "merged_from": str(ckpt.path.resolve())}
     state = {"step": step, "tokens": int(ckpt.info.get("tokens", 0))}

@@ -7,7 +7,9 @@ For a prompt x with a chosen answer y_w and a rejected one y_l,
 averaged over the pairs of a batch; β · (log π − log π_ref) is an answer's implicit reward. The batch is
 `burnout.finetune.tokenized.PairBatches`' (x, y): 2B rows, the chosen answers first and then the rejected answers of
 the same pairs, y the next token on the answer's assistant tokens and -1 elsewhere, so a row's summed
-log-probabilities over y ≠ -1 are log π(answer | prompt).
+log-probabilities over y ≠ -1 are log π(answer | prompt). With dpo.packing the batch is `PackedPairBatches`'
+(x, y, positions) instead: pairs packed into rows, each sequence from position 0 (so it attends only to itself),
+each pair's chosen sequence then its rejected one, and the log-probabilities are summed per sequence.
 
 `DPOObjective` wraps the policy so that `objective(x, y)` returns this loss: `TrainStep` (and with it the
 loop, gradient accumulation, clipping, the non-finite skip, checkpoints and resume) runs DPO unchanged.
@@ -51,7 +53,8 @@ from torch.utils.checkpoint import checkpoint
 from burnout.common import unwrapped
 from burnout.errors import BurnoutError
 from burnout.models.lora import disable_adapters, lora_layers
-from burnout.models.transformer import Transformer, loss_chunk_rows
+from burnout.models.transformer import Transformer, loss_chunk_rows, packed_mask
+from burnout.train.distributed import joined_group, mean_across_ranks
 
 LN2 = math.log(2.0)
 METRIC_KEYS = ("loss", "rewards/chosen", "rewards/rejected", "margin", "accuracy")
@@ -66,8 +69,11 @@ STALL_WINDOW = 10
 # Log-probabilities and the loss
 
 
-def sequence_logprobs(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(N,) fp32: per row, the sum over positions with y ≠ -1 of log softmax(logits)[y].
+def sequence_logprobs(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                      positions: torch.Tensor | None = None) -> torch.Tensor:
+    """(N,) fp32: per row, the sum over positions with y ≠ -1 of log softmax(logits)[y]. With `positions` (rows of
+    sequences packed end to end, each from position 0: tokenized.PackedPairBatches), per sequence that has targets,
+    in reading order.
 
     With our Transformer (it has hidden_states and lm_head) only the target positions go through the head,
     a chunk of rows at a time, each chunk checkpointed, so neither the (N, T, V) logits nor the targets'
@@ -75,13 +81,16 @@ def sequence_logprobs(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tor
     logits in. Any other model's logits(x) are used whole.
     """
     inner = unwrapped(model)
+    packing = {} if positions is None else {"positions": positions}
     if hasattr(inner, "hidden_states") and hasattr(inner, "lm_head"):
-        return _head_logprobs(inner.hidden_states(x), inner.lm_head.weight, y)
+        mask = None if positions is None else packed_mask(positions)
+        return _head_logprobs(inner.hidden_states(x, positions=positions, mask=mask), inner.lm_head.weight, y,
+                              positions)
     targets = y.reshape(-1)
-    positions = torch.nonzero(targets != -1).squeeze(1)  # (M,)
-    logits = model(x).flatten(0, 1)[positions]  # (M, V)
-    token_logprobs = -F.cross_entropy(logits.float(), targets[positions], reduction="none")
-    return _sum_per_row(token_logprobs, positions, y)
+    at = torch.nonzero(targets != -1).squeeze(1)  # (M,)
+    logits = model(x, **packing).flatten(0, 1)[at]  # (M, V)
+    token_logprobs = -F.cross_entropy(logits.float(), targets[at], reduction="none")
+    return _sum_per_sequence(token_logprobs, at, y, positions)
 
 
 # NOTE: outside torch.compile. The number of target positions M differs from batch to batch, and a graph
@@ -89,21 +98,30 @@ def sequence_logprobs(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tor
 # good at dynamo's recompile limit; docs/PERFORMANCE.md). The blocks, whose shapes depend on x's alone,
 # stay in the compiled graph; what runs eager here is the head's matmuls, a chunk at a time.
 @torch.compiler.disable
-def _head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, y: torch.Tensor,
+                   positions: torch.Tensor | None) -> torch.Tensor:
     targets = y.reshape(-1)
-    positions = torch.nonzero(targets != -1).squeeze(1)  # (M,)
-    hidden, picked = hidden.flatten(0, 1)[positions], targets[positions]  # (M, C), (M,)
+    at = torch.nonzero(targets != -1).squeeze(1)  # (M,)
+    hidden, picked = hidden.flatten(0, 1)[at], targets[at]  # (M, C), (M,)
     chunk = loss_chunk_rows(weight.size(0))
     parts = [checkpoint(_target_logprobs, hidden[s : s + chunk], weight, picked[s : s + chunk],
                         use_reentrant=False, preserve_rng_state=False)
              for s in range(0, hidden.size(0), chunk)]
     token_logprobs = torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
-    return _sum_per_row(token_logprobs, positions, y)
+    return _sum_per_sequence(token_logprobs, at, y, positions)
 
 
-def _sum_per_row(token_logprobs: torch.Tensor, positions: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    rows = torch.div(positions, y.size(1), rounding_mode="floor")  # (M,) the row each target belongs to
-    return torch.zeros(y.size(0), dtype=torch.float32, device=y.device).index_add(0, rows, token_logprobs)
+def _sum_per_sequence(token_logprobs: torch.Tensor, at: torch.Tensor, y: torch.Tensor,
+                      positions: torch.Tensor | None) -> torch.Tensor:
+    """The targets' log-probs (M,), at flat positions `at` of y, summed per row, or with `positions` per packed
+    sequence that has targets (a sequence starts where its position is 0)."""
+    if positions is None:
+        sequence, count = torch.div(at, y.size(1), rounding_mode="floor"), y.size(0)  # (M,) each target's row
+    else:
+        started = (positions.reshape(-1) == 0).cumsum(0)[at]  # (M,) how many sequences began by each target
+        numbers, sequence = torch.unique_consecutive(started, return_inverse=True)
+        count = numbers.numel()
+    return torch.zeros(count, dtype=torch.float32, device=y.device).index_add(0, sequence, token_logprobs)
 
 
 def _target_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -145,7 +163,8 @@ def eval_mode(module: nn.Module) -> Iterator[None]:
 class StepMetrics:
     """What an objective reports of its last step beside its loss (the loop writes it into metrics.jsonl): the
     metrics of `micro_batches` training forwards (grad enabled), given to `_record` as 0-d tensors, averaged into
-    `last_metrics`. A subclass names its `metric_keys` and calls `_start_metrics` in its __init__."""
+    `last_metrics`, over every rank's under torchrun. A subclass names its `metric_keys` and calls `_start_metrics`
+    in its __init__."""
 
     metric_keys: tuple[str, ...] = ()
 
@@ -162,7 +181,10 @@ class StepMetrics:
             self._sums[key] = self._sums[key] + value if key in self._sums else value.float()
         self._count += 1
         if self._count >= self.micro_batches:
-            self._last = {key: value / self._count for key, value in self._sums.items()}
+            # Under torchrun, the mean over every rank's micro-batches, as one process accumulating them all would
+            # log: one small all-reduce per step, which every rank reaches (each runs every step's micro-batches).
+            means = mean_across_ranks(torch.stack(list(self._sums.values())) / self._count, joined_group())
+            self._last = dict(zip(self._sums, means))
             self._sums, self._count = {}, 0
 
     @property
@@ -179,13 +201,14 @@ class AgainstReference:
     """An objective that compares its `policy` with a `reference`: a frozen copy of the starting model, or None,
     where the reference is the policy with its LoRA adapters off."""
 
-    def reference_logprobs(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """(rows,) log π_ref of each row, without gradients."""
+    def reference_logprobs(self, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor | None = None
+                           ) -> torch.Tensor:
+        """log π_ref of each row (each packed sequence, with `positions`: sequence_logprobs), without gradients."""
         with torch.no_grad():
             if self.reference is not None:
-                return sequence_logprobs(self.reference, x, y)
+                return sequence_logprobs(self.reference, x, y, positions)
             with disable_adapters(self.policy), eval_mode(self.policy):
-                return sequence_logprobs(self.policy, x, y)
+                return sequence_logprobs(self.policy, x, y, positions)
 
 
 class DPOObjective(StepMetrics, AgainstReference, nn.Module):
@@ -198,7 +221,7 @@ class DPOObjective(StepMetrics, AgainstReference, nn.Module):
 
     `micro_batches` is train.grad_accum: the metrics of that many training forwards (grad enabled) are
     averaged into `last_metrics`, the step just finished. Forwards under no_grad (evaluation) leave it alone;
-    `evaluate_pairs` averages those instead. On several ranks the metrics are this rank's own.
+    `evaluate_pairs` averages those instead. On several ranks the metrics are averaged over them (StepMetrics).
     """
 
     # The loss is a mean over pairs, so micro-batches weigh equally (not by their target tokens).
@@ -232,22 +255,32 @@ class DPOObjective(StepMetrics, AgainstReference, nn.Module):
         """The policy's blocks: where train.optimizer=muon looks for its matrices."""
         return self.policy.blocks
 
-    def pair_metrics(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The loss and metrics of one batch of 2B rows (chosen first, then rejected)."""
-        if x.size(0) % 2:
-            raise ValueError(f"a DPO batch has 2·B rows (chosen, then rejected); got {x.size(0)}")
-        ref_chosen, ref_rejected = self.reference_logprobs(x, y).chunk(2)
-        policy_chosen, policy_rejected = sequence_logprobs(self.policy, x, y).chunk(2)
+    def pair_metrics(self, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss and metrics of one batch: 2B rows (chosen first, then rejected), or with `positions` rows of
+        pairs packed, each pair's chosen sequence then its rejected one (tokenized.PackedPairBatches)."""
+        ref_chosen, ref_rejected = chosen_and_rejected(self.reference_logprobs(x, y, positions), positions is not None)
+        policy_chosen, policy_rejected = chosen_and_rejected(sequence_logprobs(self.policy, x, y, positions),
+                                                             positions is not None)
         return dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, self.beta)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor, with_metrics: bool = False):
+    def forward(self, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor | None = None,
+                with_metrics: bool = False):
         """The loss; with `with_metrics`, (loss, metrics) and nothing recorded (evaluation)."""
-        loss, metrics = self.pair_metrics(x, y)
+        loss, metrics = self.pair_metrics(x, y, positions)
         if with_metrics:
             return loss, metrics
         if torch.is_grad_enabled():
             self._record(metrics)
         return loss
+
+
+def chosen_and_rejected(logprobs: torch.Tensor, packed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch's per-sequence log-probs split into its pairs' chosen and rejected answers: PairBatches' two halves,
+    or PackedPairBatches' alternate sequences."""
+    if logprobs.size(0) % 2:
+        raise ValueError(f"a DPO batch holds chosen and rejected answers in pairs; got {logprobs.size(0)} sequences")
+    return (logprobs[0::2], logprobs[1::2]) if packed else logprobs.chunk(2)
 
 
 def trained_adapters(model: Transformer) -> bool:

@@ -3,8 +3,9 @@ train.recipe.Recipe: the Trainer runs it exactly as it runs pretraining (one Tra
 resume, metrics) and knows nothing of fine-tuning.
 
     FineTune   what both share: the base checkpoint's model and tokenizer with the chat tokens (vocabulary grown,
-               new rows the mean), the examples tokenized into RUN/data at the run's seq_len, their batches, the
-               base's weights at step 0 (LoRA adapters keep their own init), RUN/adapter/ at each session's end
+               new rows the mean), the examples tokenized into RUN/data at the run's seq_len, their batches (the
+               train ones packed with sft.packing / dpo.packing), the base's weights at step 0 (LoRA adapters keep
+               their own init), RUN/adapter/ at each session's end
     SFT        loss on the assistant tokens; a LoRA run also trains the embedding rows of the tokens it added
     DPO        the policy wrapped in dpo.DPOObjective (its reference: the starting weights, which a resumed run
                loads again first), the reference's forward in the FLOPs, held-out pairs' metrics, a warning when
@@ -36,6 +37,7 @@ from burnout.finetune.dpo import DPOObjective, StalledDPO, evaluate_pairs
 from burnout.finetune.tokenized import (
     PAIRS_FORMAT,
     SFT_FORMAT,
+    PackedPairBatches,
     PackedSFTBatches,
     PairBatches,
     SFTBatches,
@@ -60,6 +62,9 @@ class FineTune(Recipe):
     read: Callable
     data_format: str
     batches: type
+    packed_batches: type | None = None  # the train batches of the section's `packing`, where it has one
+    _packed_key: tuple | None = None  # what _packed_batches were packed for
+    _packed_batches = None
 
     def section(self, cfg: RunConfig) -> FineTuneSource:
         raise NotImplementedError
@@ -120,13 +125,30 @@ class FineTune(Recipe):
         return meta
 
     def loaders(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
+        """With the section's packing, the train batches packed; the held-out ones stay padded (their metrics, a
+        mean per assistant token or per pair, are the same either way, and padded rows need no mask)."""
         pad = self.section(cfg).pad_to_longest
-        return {split: self.batches(data_dir, split, cfg.train.batch_size, seq_len, cfg.train.seed, pad_to_longest=pad)
-                for split in ("train", "val")}
+        loaders = {split: self.batches(data_dir, split, cfg.train.batch_size, seq_len, cfg.train.seed,
+                                       pad_to_longest=pad) for split in ("train", "val")}
+        if self.packs(cfg):
+            loaders["train"] = self._packed(cfg, data_dir, seq_len)
+        return loaders
 
     def train_rows(self, cfg: RunConfig, data_dir: Path, seq_len: int, examples: int) -> int:
-        """Rows of seq_len one pass over the train examples takes."""
-        return examples
+        """Rows (of what a padded row holds) one pass over the train examples takes."""
+        return len(self._packed(cfg, data_dir, seq_len).rows) if self.packs(cfg) else examples
+
+    def packs(self, cfg: RunConfig) -> bool:
+        return self.packed_batches is not None and self.section(cfg).packing
+
+    def _packed(self, cfg: RunConfig, data_dir: Path, seq_len: int):
+        """The packed train batches, packed once per run (data_meta counts their rows, loaders hands them out)."""
+        key = (Path(data_dir), seq_len, cfg.train.batch_size, cfg.train.seed)
+        if self._packed_key != key:
+            self._packed_key = key
+            self._packed_batches = self.packed_batches(data_dir, "train", cfg.train.batch_size, seq_len,
+                                                       cfg.train.seed)
+        return self._packed_batches
 
     def init_weights(self, model: torch.nn.Module, cfg: RunConfig, resuming: bool, say: Say) -> None:
         if not resuming:
@@ -142,12 +164,8 @@ class FineTune(Recipe):
 class SFT(FineTune):
     what = "conversations"
     read = staticmethod(read_conversations)
-    data_format, batches = SFT_FORMAT, SFTBatches
+    data_format, batches, packed_batches = SFT_FORMAT, SFTBatches, PackedSFTBatches
     val_of = "assistant tokens"
-
-    def __init__(self) -> None:
-        self._packed_key: tuple | None = None  # what _packed_batches were packed for
-        self._packed_batches: PackedSFTBatches | None = None
 
     def section(self, cfg: RunConfig) -> FineTuneSource:
         return cfg.sft
@@ -160,25 +178,6 @@ class SFT(FineTune):
 
     def prepare_examples(self, cfg: RunConfig, examples, tokenizer: Tokenizer, data_dir: Path, **options) -> dict:
         return prepare_sft(examples, tokenizer, data_dir, train_on=cfg.sft.train_on, **options)
-
-    def loaders(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
-        """With sft.packing, the train batches packed (the val loss, a mean per assistant token, is the same either
-        way, and padded rows need no mask)."""
-        loaders = super().loaders(cfg, data_dir, seq_len)
-        if cfg.sft.packing:
-            loaders["train"] = self._packed(cfg, data_dir, seq_len)
-        return loaders
-
-    def train_rows(self, cfg: RunConfig, data_dir: Path, seq_len: int, examples: int) -> int:
-        return len(self._packed(cfg, data_dir, seq_len).rows) if cfg.sft.packing else examples
-
-    def _packed(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> PackedSFTBatches:
-        """The packed train batches, packed once per run (data_meta counts their rows, loaders hands them out)."""
-        key = (Path(data_dir), seq_len, cfg.train.batch_size, cfg.train.seed)
-        if self._packed_key != key:
-            self._packed_key = key
-            self._packed_batches = PackedSFTBatches(data_dir, "train", cfg.train.batch_size, seq_len, cfg.train.seed)
-        return self._packed_batches
 
     def build_model(self, cfg: RunConfig, device: torch.device) -> torch.nn.Module:
         """A LoRA run's model also trains the embedding rows of the tokens it added (adapters.lora_token_rows)."""
@@ -195,7 +194,7 @@ class SFT(FineTune):
 class DPO(FineTune):
     what = "preference pairs"
     read = staticmethod(read_pairs)
-    data_format, batches = PAIRS_FORMAT, PairBatches
+    data_format, batches, packed_batches = PAIRS_FORMAT, PairBatches, PackedPairBatches
     val_of = "held-out pairs"
 
     def __init__(self, section: DPOConfig) -> None:

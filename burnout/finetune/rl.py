@@ -11,7 +11,10 @@
                 group's mean; an optional KL penalty to the starting policy (rl.kl_coef)
     RL          the recipe the Trainer runs (one TrainStep, checkpoints, exact resume): the mean reward, the share
                 of groups with any signal, the KL to the start and the answer length beside the loss; pass@1 and
-                pass@k on the held-out questions as val_*; a warning when most groups are flat
+                pass@k on the held-out questions as val_*; a warning when most groups are flat. Under torchrun
+                (DDP or FSDP) each rank samples its own questions (TaskBatches says why), under FSDP from the
+                weights gathered whole while it samples (train/distributed.py: whole_weights), since each rank
+                decodes as many tokens as its own answers take
 
 The simplifications, as nanochat's chat_rl.py takes them: one update per sampling (on-policy), so the importance
 ratio is 1 and PPO's clipping of it never acts, and is left out; advantages are not divided by the group's standard
@@ -55,6 +58,7 @@ from burnout.generate.sampling import generate_batch
 from burnout.models import Transformer
 from burnout.models.cpu_paths import forget_packed_weights
 from burnout.models.lora import lora_layers
+from burnout.train.distributed import whole_weights
 from burnout.train.recipe import Say
 
 TASKS_FILE = "tasks.jsonl"
@@ -306,7 +310,15 @@ class GRPOObjective(StepMetrics, AgainstReference, nn.Module):
         """The policy's blocks: where train.optimizer=muon looks for its matrices."""
         return self.policy.blocks
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, held_out: Sequence[Task] = (),
+                batch_size: int = 1):
+        """The loss of a TaskBatches batch; with `held_out` (and no batch), instead pass_rates of those questions,
+        `batch_size` at a time. Evaluation goes through the call, as training does, for FSDP's root module to gather
+        the weights outside the blocks."""
+        if held_out:
+            with whole_weights(self.policy):
+                return pass_rates(self.policy, self.tokenizer, held_out, self.reward, self.section, self.seed,
+                                  batch_size)
         loss, metrics = self.group_loss([int(n) for n in x[:, 0].tolist()], int(y[0, 0]))
         if torch.is_grad_enabled():
             self._record(metrics)
@@ -317,7 +329,8 @@ class GRPOObjective(StepMetrics, AgainstReference, nn.Module):
         """The loss and metrics of train questions `numbers`, sampled with seeds of (seed, batch, row)."""
         group, tasks = self.section.group_size, [self.tasks[n] for n in numbers]
         seeds = [sample_seed(self.seed, _TRAIN_STREAM, batch, row) for row in range(len(tasks) * group)]
-        answers = sample_answers(self.policy, self.tokenizer, tasks, self.section, seeds)
+        with whole_weights(self.policy):  # under FSDP: each rank decodes as many tokens as its own answers take
+            answers = sample_answers(self.policy, self.tokenizer, tasks, self.section, seeds)
         rewards = torch.tensor([score(self.reward, self.section.reward, tasks[n // group], text)
                                 for n, text in enumerate(answers.texts)]).view(len(tasks), group)
         device = self.policy.lm_head.weight.device
@@ -371,7 +384,13 @@ def example_answers(policy: Transformer, tokenizer: Tokenizer, tasks: Sequence[T
 
 class TaskBatches(RowBatches):
     """Batch i of the train questions: x (B, 1) their numbers, y (B, 1) the batch number i (the sampling's seed);
-    a pure function of (seed, i), an epoch a pass over the questions in a seeded order."""
+    a pure function of (seed, i), an epoch a pass over the questions in a seeded order.
+
+    Under torchrun each rank reads batches of its own numbers (train/step.py: batch_index), so it samples other
+    questions than the others do, each question's whole group on one rank. That is what GRPO wants: an advantage
+    compares the answers of one question, so no rank needs another's rewards (DDP averages the gradients, the
+    objective its metrics), and W ranks learn from W times the questions a step. The same questions on every rank
+    would either repeat the same answers or split each group across ranks, whose rewards must then be gathered."""
 
     def __init__(self, count: int, batch_size: int, seed: int, where: str) -> None:
         super().__init__(batch_size, 1, seed, np.arange(count), False, where)
@@ -482,10 +501,10 @@ class RL(FineTune):
                  precision: str) -> dict:
         """pass@1, pass@k and the mean reward of the first eval_batches × batch_size held-out questions as val_*;
         val_loss is 1 − pass@1 (what train.keep_best keeps the lowest of)."""
-        rates = pass_rates(objective.policy, objective.tokenizer, loader[: tc.eval_batches * tc.batch_size],
-                           objective.reward, objective.section, tc.seed, tc.batch_size)
-        if not rates:
+        held_out = loader[: tc.eval_batches * tc.batch_size]
+        if not held_out:
             return {"val_loss": math.nan}
+        rates = objective(held_out=held_out, batch_size=tc.batch_size)
         return {"val_loss": 1.0 - rates["pass@1"], **{f"val_{key}": value for key, value in rates.items()}}
 
     def flops_per_token(self, flops: dict) -> float:

@@ -29,7 +29,9 @@ mask no real position attends to it, and its targets are -1; pad_to_longest trim
 spend less compute on padding. With sft.packing, PackedSFTBatches packs examples into full rows (pack_rows) and
 gives each token's position within its own example: Transformer.forward turns those into a block-diagonal causal
 mask (models/transformer.py: packed_mask), so no example attends to another and each sees the positions it would
-alone; a row's last target of one example is never the next one's first token.
+alone; a row's last target of one example is never the next one's first token. With dpo.packing, PackedPairBatches
+packs whole pairs the same way into rows of 2·seq_len (as many positions as a padded batch's two rows per pair),
+each pair's chosen sequence followed by its rejected one.
 """
 
 from __future__ import annotations
@@ -479,19 +481,27 @@ class PackedSFTBatches(RowBatches):
         super().__init__(batch_size, seq_len, seed, np.arange(len(self.rows)), False, f"'{data_dir}' split {split}")
 
     def get_batch(self, index: int):
-        import torch
+        return _packed_xy([[self.data.row(example) for example in self.rows[row]] for row in self.examples_of(index)],
+                          self.seq_len, self.seq_len, self.meta["pad_id"])
 
-        x = np.full((self.batch_size, self.seq_len), self.meta["pad_id"], dtype=np.int64)
-        y = np.full((self.batch_size, self.seq_len), -1, dtype=np.int64)
-        positions = np.zeros((self.batch_size, self.seq_len), dtype=np.int64)  # a pad is a sequence of its own
-        for r, row in enumerate(self.examples_of(index)):
-            at = 0
-            for example in self.rows[row]:
-                inputs, targets = _inputs_and_targets(*self.data.row(example), self.seq_len)
-                end = at + len(inputs)
-                x[r, at:end], y[r, at:end], positions[r, at:end] = inputs, targets, np.arange(len(inputs))
-                at = end
-        return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(positions)
+
+def _packed_xy(rows: list[list[tuple[np.ndarray, np.ndarray]]], width: int, seq_len: int, pad_id: int):
+    """int64 (x, y, positions) (len(rows), width) of packed rows, each a list of (ids, mask) sequences placed end to
+    end: each cut to seq_len + 1 tokens (_inputs_and_targets) with its positions from 0, then pad_id to the row's
+    end (targets -1, each pad a sequence of its own at position 0)."""
+    import torch
+
+    x = np.full((len(rows), width), pad_id, dtype=np.int64)
+    y = np.full((len(rows), width), -1, dtype=np.int64)
+    positions = np.zeros((len(rows), width), dtype=np.int64)
+    for r, sequences in enumerate(rows):
+        at = 0
+        for ids, mask in sequences:
+            inputs, targets = _inputs_and_targets(ids, mask, seq_len)
+            end = at + len(inputs)
+            x[r, at:end], y[r, at:end], positions[r, at:end] = inputs, targets, np.arange(len(inputs))
+            at = end
+    return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(positions)
 
 
 class PairBatches(RowBatches):
@@ -516,14 +526,15 @@ class PairBatches(RowBatches):
                                 & (_first_targets(self.rejected, prompt_lengths) <= seq_len))
         super().__init__(batch_size, seq_len, seed, usable, pad_to_longest, f"'{data_dir}' split {split}")
 
+    def sides(self, pair: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The pair's chosen and rejected sequences as (ids, mask): the prompt (mask 0), then the answer."""
+        prompt, _ = self.prompts.row(pair)
+        return [(np.concatenate([prompt, ids]), np.concatenate([np.zeros(len(prompt), np.uint8), mask]))
+                for ids, mask in (self.chosen.row(pair), self.rejected.row(pair))]
+
     def _pair_rows(self, pairs: Iterable[int]):
-        rows: list[list] = [[], []]
-        for pair in pairs:
-            prompt, _ = self.prompts.row(pair)
-            for side, answers in zip(rows, (self.chosen, self.rejected)):
-                ids, mask = answers.row(pair)
-                side.append((np.concatenate([prompt, ids]), np.concatenate([np.zeros(len(prompt), np.uint8), mask])))
-        return self._xy(rows[0] + rows[1], self.meta["pad_id"])
+        sides = [self.sides(pair) for pair in pairs]
+        return self._xy([chosen for chosen, _ in sides] + [rejected for _, rejected in sides], self.meta["pad_id"])
 
     def get_batch(self, index: int):
         return self._pair_rows(self.examples_of(index))
@@ -532,3 +543,25 @@ class PairBatches(RowBatches):
         """Up to `num_batches` batches of pairs in order (the last may be smaller)."""
         for start in range(0, min(len(self.usable), num_batches * self.batch_size), self.batch_size):
             yield self._pair_rows(self.usable[start : start + self.batch_size])
+
+
+class PackedPairBatches(RowBatches):
+    """DPO's train batches of one split of a prepare_pairs folder, packed (dpo.packing): (x, y, positions) of
+    batch_size rows of 2·seq_len positions, as many as PairBatches' 2·batch_size rows of seq_len. Pairs are packed
+    into them best fit (pack_rows), each pair whole in one row: its chosen sequence, then its rejected one, each
+    from position 0 so that it attends only to itself; dpo.sequence_logprobs sums each sequence's targets, and the
+    chosen and rejected ones alternate. Batch i is a pure function of (seed, i), a pass over the rows a pass over
+    the pairs."""
+
+    def __init__(self, data_dir: str | Path, split: str, batch_size: int, seq_len: int, seed: int) -> None:
+        self.pairs = PairBatches(data_dir, split, batch_size, seq_len, seed)
+        self.meta, usable = self.pairs.meta, self.pairs.usable
+        prompts = np.diff(self.pairs.prompts.offsets)[usable]
+        inputs = [np.minimum(prompts + np.diff(side.offsets)[usable], seq_len + 1) - 1  # a row's inputs per side
+                  for side in (self.pairs.chosen, self.pairs.rejected)]
+        self.rows = pack_rows(usable, inputs[0] + inputs[1], 2 * seq_len, seed)
+        super().__init__(batch_size, 2 * seq_len, seed, np.arange(len(self.rows)), False, f"'{data_dir}' split {split}")
+
+    def get_batch(self, index: int):
+        rows = [[side for pair in self.rows[row] for side in self.pairs.sides(pair)] for row in self.examples_of(index)]
+        return _packed_xy(rows, self.seq_len, self.pairs.seq_len, self.meta["pad_id"])

@@ -11,6 +11,7 @@ import contextlib
 import datetime
 import inspect
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -108,6 +109,27 @@ def wrap_model(model: torch.nn.Module, ctx: DistContext, strategy: str, device: 
                                    gradient_as_bucket_view=True, bucket_cap_mb=DDP_BUCKET_MB, **no_buffer_sync)
 
 
+@contextlib.contextmanager
+def whole_weights(model: torch.nn.Module) -> Iterator[None]:
+    """The FSDP2 shards of `model`'s sharded submodules gathered on entering, and kept whole until the block ends, so
+    that the forwards inside take no collective and each rank may run its own number of them (RL samples its own
+    answers, a token at a time). Every rank enters together (the gathering is a collective); the weights take their
+    whole size meanwhile. Nothing under DDP or in one process."""
+    from torch.distributed.fsdp import FSDPModule
+
+    sharded = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for module in sharded:
+        module.unshard()
+        # FSDP's documented switch for evaluation: a forward then leaves the weights gathered.
+        module.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for module in sharded:
+            module.set_reshard_after_forward(True, recurse=False)  # wrap_model's setting, the default
+            module.reshard()
+
+
 def grad_sync(model: torch.nn.Module, sync: bool):
     """Skip the gradient all-reduce on all but the last micro-batch of an accumulated step."""
     # Under torch.compile only: DDP's own wrapper is the one that can skip the all-reduce (not common.unwrapped).
@@ -117,6 +139,14 @@ def grad_sync(model: torch.nn.Module, sync: bool):
     if hasattr(inner, "set_requires_gradient_sync"):  # FSDP2
         inner.set_requires_gradient_sync(sync)
     return contextlib.nullcontext()
+
+
+def joined_group() -> DistContext:
+    """The context of the torchrun group this process has joined (init_distributed's), for code that is not handed
+    one (an objective inside the model); one process when it has joined none."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return DistContext()
+    return DistContext(dist.get_rank(), dist.get_world_size())
 
 
 def mean_across_ranks(value: torch.Tensor, ctx: DistContext) -> torch.Tensor:

@@ -468,8 +468,8 @@ class Trainer:
             self.logger.close()
 
     def _step_metrics(self) -> dict:
-        """What the objective reports of its last step beside the loss (its `last_metrics`, if it has them);
-        this rank's own."""
+        """What the objective reports of its last step beside the loss (its `last_metrics`, if it has them; a
+        fine-tune's objective averages them over the ranks)."""
         metrics = getattr(unwrapped(self.train_step.model), "last_metrics", None) or {}
         return {key: value for key, value in metrics.items() if key != "loss"}
 

@@ -30,6 +30,7 @@ from burnout.finetune.rl import (
     load_reward,
     pass_at_k,
     regex_reward,
+    sample_answers,
     score,
 )
 from burnout.models import Transformer
@@ -292,3 +293,77 @@ def test_the_run_answers_held_out_questions_before_and_after_and_the_report_show
     at = next(i for i, b in enumerate(blocks) if b.kind == "h2" and b.text == "Fine-tuning")
     assert blocks[at + 4].rows == [[e["question"], f"{e['before']['answer']} (reward {e['before']['reward']:g})",
                                     f"{e['after']['answer']} (reward {e['after']['reward']:g})"] for e in examples]
+
+
+# ----------------------------------------------------------------------------------------------
+# LoRA
+
+
+LORA_ARGS = ["--lora", "rl.lora.r=4", "rl.lora.alpha=8", "rl.kl_coef=0.1", "train.lr=1e-2"]
+
+
+@pytest.fixture(scope="module")
+def lora_rl_run(chat_run, tasks, tmp_path_factory) -> Path:
+    """4 steps of GRPO with LoRA adapters and a KL penalty (its reference: the model with the adapters off)."""
+    run = tmp_path_factory.mktemp("rl_lora") / "run"
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS, *LORA_ARGS]) == 0
+    return run
+
+
+def test_a_lora_run_trains_the_adapters_alone_and_its_kl_is_to_the_model_with_them_off(lora_rl_run, chat_run):
+    """The base weights come out bitwise as they went in. The KL reference is the starting model: the trained
+    policy with its adapters off gives chat_run's log-probabilities, and its own differ. The logged KL is 0 at
+    step 1 (fresh adapters, B = 0: the policy is the reference) and not after (k1, log π − log π_ref on the sampled
+    answers, is unbiased but can be negative on one batch)."""
+    from burnout.config import load_run_config
+    from burnout.core.model_files import load_model
+    from burnout.runs import recipe_for
+
+    final = safetensors.torch.load_file(list_checkpoints(lora_rl_run)[-1] / "model.safetensors")
+    start = safetensors.torch.load_file(list_checkpoints(chat_run)[-1] / "model.safetensors")
+    adapters = {key for key in final if key.endswith((".lora_A", ".lora_B"))}
+    assert adapters and final.keys() - adapters == start.keys()
+    for key in start:
+        assert torch.equal(final[key], start[key]), key
+    assert any(key.endswith(".lora_B") and final[key].any() for key in adapters)  # the adapters learned
+    cfg = load_run_config(lora_rl_run / "config.yaml")
+    policy, _, _ = load_model(lora_rl_run)
+    objective = recipe_for(cfg).objective(policy, cfg, resumed=True)
+    loader = recipe_for(cfg).loaders(cfg, Path(cfg.data.prepared_dir), cfg.train.seq_len)["train"]
+    numbers, batch = loader.get_batch(0)
+    answers = sample_answers(policy, objective.tokenizer, [objective.tasks[int(n)] for n in numbers[:, 0]],
+                             cfg.rl, list(range(len(numbers) * cfg.rl.group_size)))
+    x, y = answer_batch(answers, cfg.rl.group_size, objective.end_id, torch.device("cpu"))
+    start_model, _, _ = load_model(chat_run)
+    with torch.no_grad():
+        assert torch.equal(objective.reference_logprobs(x, y), sequence_logprobs(start_model, x, y))
+        assert not torch.allclose(sequence_logprobs(policy, x, y), sequence_logprobs(start_model, x, y))
+    kls = [r["kl"] for r in _metrics(lora_rl_run)]
+    assert kls[0] == 0.0 and all(kl != 0 for kl in kls[1:]), kls
+    assert (lora_rl_run / "adapter" / "adapter.safetensors").is_file()
+
+
+def test_a_lora_run_stopped_and_resumed_equals_the_uninterrupted_one_bitwise(lora_rl_run, chat_run, tasks, tmp_path):
+    stopped = tmp_path / "stopped"
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(stopped), *RL_ARGS, *LORA_ARGS,
+                 "train.phases=[{name: a, steps: 2}, {name: b, steps: 4}]"]) == 0
+    assert resume_training(stopped, [], on_event=_quiet, progress=False).step == 4
+    a = safetensors.torch.load_file(list_checkpoints(lora_rl_run)[-1] / "model.safetensors")
+    b = safetensors.torch.load_file(list_checkpoints(stopped)[-1] / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    keys = ("train_loss", "reward", "signal", "kl", "answer_length")
+    assert [[r[k] for k in keys] for r in _metrics(stopped)] == [[r[k] for k in keys] for r in _metrics(lora_rl_run)]
+
+
+def test_lora_merge_of_an_rl_run_writes_a_plain_chat_checkpoint_with_the_same_outputs(lora_rl_run, tmp_path):
+    from burnout.core.model_files import load_model
+
+    assert main(["lora", "merge", str(lora_rl_run), "--out", str(tmp_path / "merged")]) == 0
+    lora_model, _, _ = load_model(lora_rl_run)
+    merged, _, ckpt = load_model(tmp_path / "merged")
+    assert ckpt.config.rl is not None and ckpt.config.rl.lora is None
+    assert not any("lora" in key for key in merged.state_dict())
+    idx = torch.randint(0, merged.cfg.vocab_size, (2, 20))
+    torch.testing.assert_close(merged(idx), lora_model(idx), rtol=1e-4, atol=1e-5)

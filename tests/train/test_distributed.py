@@ -1,11 +1,12 @@
 """torchrun on the CPU (gloo): DDP, FSDP2 and two nodes equal one process with the same global batch, a
-killed FSDP run resumes bitwise, fine-tunes (SFT, DPO, LoRA DPO) shard under FSDP as DDP runs them, ranks
-agree on the auto-batch, and the README's command prepares its data once; in this process (a gloo group of
-one), how the model is wrapped, compiled and saved."""
+killed FSDP run resumes bitwise, fine-tunes (SFT, DPO, LoRA DPO) shard under FSDP as DDP runs them, RL under DDP
+and FSDP equals one process and resumes bitwise, ranks agree on the auto-batch, and the README's command prepares
+its data once; in this process (a gloo group of one), how the model is wrapped, compiled and saved."""
 
 import dataclasses
 import datetime
 import functools
+import json
 import os
 import shutil
 import signal
@@ -175,17 +176,20 @@ FINE_TUNE = {"device": "cpu", "precision": "fp32", "batch_size": 2, "seq_len": 6
              "ckpt_interval": 3, "keep_last": 10}
 
 
-@pytest.mark.parametrize("stage", ["sft", "dpo", "dpo-lora"])
+@pytest.mark.parametrize("stage", ["sft", "dpo", "dpo-lora", "dpo-packed"])
 def test_fine_tunes_shard_under_fsdp_as_ddp_runs_them(tiny_run, chat_run, fine_tune_data, tmp_path, stage):
     """On 2 gloo ranks FSDP's losses, held-out metrics and weights are DDP's. DPO shards its objective, the
     policy inside it: the gathered weights are saved under the policy's names, held-out pairs go through the
-    root module (whose hook gathers the embedding and head), and a run resumed under FSDP is bitwise the whole
-    one. (A LoRA SFT that trains added tokens' rows is refused under FSDP: test_lora_new_tokens.)"""
+    root module (whose hook gathers the embedding and head), packed pairs' positions through it too, and a run
+    resumed under FSDP is bitwise the whole one. (A LoRA SFT that trains added tokens' rows is refused under FSDP:
+    test_lora_new_tokens.)"""
     kind = stage.split("-")[0]
     base, source = (tiny_run.run_dir, fine_tune_data.chats) if kind == "sft" else (chat_run, fine_tune_data.pairs)
     section = {"base": str(base), "source": str(source), "val_fraction": 0.25}
     if stage.endswith("lora"):
         section["lora"] = {"r": 4, "alpha": 8}
+    if stage.endswith("packed"):
+        section["packing"] = True
     for strategy in ("ddp", "fsdp"):
         config = tmp_path / f"{strategy}.yaml"
         config.write_text(yaml.safe_dump({kind: section, "train": {**FINE_TUNE, "distributed": strategy}}))
@@ -206,6 +210,48 @@ def test_fine_tunes_shard_under_fsdp_as_ddp_runs_them(tiny_run, chat_run, fine_t
         assert proc.returncode == 0, proc.stderr[-3000:]
         a, b = _weights(list_checkpoints(resumed)[-1]), _weights(list_checkpoints(tmp_path / "fsdp")[-1])
         assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+RL_METRICS = ("reward", "signal", "kl", "answer_length")
+
+
+@pytest.mark.parametrize("strategy, lora", [("ddp", False), ("fsdp", False), ("fsdp", True)],
+                         ids=["ddp", "fsdp", "fsdp-lora"])
+def test_rl_on_two_ranks_equals_one_process_accumulating_the_same_questions_and_resumes_bitwise(chat_run, tmp_path,
+                                                                                                strategy, lora):
+    """GRPO on 2 gloo ranks × 2 questions a step = 1 process × 2 micro-batches of 2: each rank samples its own
+    questions, whole groups (batch (s·W + r)·A + m, as for any recipe), and the reward, signal, KL and answer length
+    logged are every rank's mean, as one process's are its micro-batches'. Under FSDP each rank samples from the
+    weights gathered whole (its own number of decoding forwards), and evaluates through the root module; with LoRA
+    its KL reference is the sharded policy with the adapters off. Resumed under torchrun, the run ends bitwise as the
+    whole one."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"question": f"Capital {i}?", "answer": "Paris is it."}) + "\n"
+                             for i in range(16)))
+    args = ["rl", chat_run, "--data", tasks, "--reward", "regex:is", "rl.group_size=4", "rl.max_new_tokens=8",
+            "rl.val_fraction=0.25", "rl.kl_coef=0.1", *(f"train.{key}={value}" for key, value in FINE_TUNE.items()),
+            *(["--lora", "rl.lora.r=4"] if lora else [])]
+    from burnout.cli import main
+
+    assert main([*map(str, args), "--out", str(tmp_path / "one"), "train.grad_accum=2"]) == 0
+    run = tmp_path / strategy
+    proc = _torchrun(["-m", "burnout", *args, "--out", run, f"train.distributed={strategy}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _assert_matches(run, tmp_path / "one")
+    for a, b in zip(read_metrics(run), read_metrics(tmp_path / "one"), strict=True):
+        for key in RL_METRICS:
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), (a["step"], key)
+        assert a.get("val_pass@1") == b.get("val_pass@1")
+    assert any(r["signal"] > 0 for r in read_metrics(tmp_path / "one"))  # the groups taught something
+
+    resumed = tmp_path / "resumed"
+    shutil.copytree(run, resumed)
+    shutil.rmtree(list_checkpoints(resumed)[-1])
+    proc = _torchrun(["-m", "burnout", "train", "--resume", resumed], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = _weights(list_checkpoints(resumed)[-1]), _weights(list_checkpoints(run)[-1])
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    assert _without_timing(read_metrics(resumed)) == _without_timing(read_metrics(run))
 
 
 # ----------------------------------------------------------------------------------------------
