@@ -181,21 +181,26 @@ def step_time(root: Path, base: Path, args, done: dict) -> dict:
     result = {}
     lora = ("--lora", f"sft.lora.r={args.lora_r}", f"sft.lora.alpha={2 * args.lora_r}")
     for name, extra in (("full", ()), ("lora", lora)):
-        run = root / f"timing-{name}"
-        if run.exists():
-            shutil.rmtree(run)
-        burnout("sft", str(base), "--data", str(SHARED / "gsm8k" / "train.jsonl"), "--out", str(run), *extra,
-                f"train.max_steps={args.timing_steps}", "train.batch_size=8", "train.seq_len=512",
-                "train.eval_interval=100000", "train.ckpt_interval=100000", "train.log_interval=1",
-                "sft.packing=false")
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(records, records[1:]) if "val_loss" not in b]
+        times = timed_steps("sft", base, SHARED / "gsm8k" / "train.jsonl", root / f"timing-{name}",
+                            [*extra, "sft.packing=false"], args.timing_steps)
         result[name] = {"ms_per_step": 1000 * median(times[1:]), "steps": len(times) - 1}
     ratio = result["lora"]["ms_per_step"] / result["full"]["ms_per_step"]
     full, adapters = result["full"], result["lora"]
     print(f"step time, 8 × 512 tokens, median of {full['steps']} steps: full {full['ms_per_step']:.0f} ms, "
           f"LoRA r={args.lora_r} {adapters['ms_per_step']:.0f} ms ({ratio:.2f}×); load {os.getloadavg()}", flush=True)
     return {**result, "lora_over_full": ratio, "load": os.getloadavg()}
+
+
+def timed_steps(command: str, base: Path, data: Path, run: Path, settings, steps: int) -> list[float]:
+    """`burnout COMMAND` from `base` on `data` into a fresh `run`, `steps` steps at 8 × 512 with no evaluation or
+    checkpoint between them: each step's seconds from its metrics (the first one carries the start-up)."""
+    if run.exists():
+        shutil.rmtree(run)
+    burnout(command, str(base), "--data", str(data), "--out", str(run), *settings, f"train.max_steps={steps}",
+            "train.batch_size=8", "train.seq_len=512", "train.eval_interval=100000", "train.ckpt_interval=100000",
+            "train.log_interval=1")
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(records, records[1:]) if "val_loss" not in b]
 
 
 def packing(root: Path, base: Path, args, done: dict) -> dict:
@@ -208,13 +213,7 @@ def packing(root: Path, base: Path, args, done: dict) -> dict:
     layouts = {"padded": ("sft.packing=false", "sft.pad_to_longest=true"), "packed": ("sft.packing=true",)}
     for name, settings in layouts.items():
         run = root / f"packing-{name}"
-        if run.exists():
-            shutil.rmtree(run)
-        burnout("sft", str(base), "--data", str(SHARED / "sft" / "alpaca_5000.json"), "--out", str(run), *settings,
-                f"train.max_steps={args.timing_steps}", "train.batch_size=8", "train.seq_len=512",
-                "train.eval_interval=100000", "train.ckpt_interval=100000", "train.log_interval=1")
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(records, records[1:]) if "val_loss" not in b]
+        times = timed_steps("sft", base, SHARED / "sft" / "alpaca_5000.json", run, settings, args.timing_steps)
         loader = (PackedSFTBatches(run / "data", "train", 8, 512, 1337) if name == "packed" else
                   SFTBatches(run / "data", "train", 8, 512, 1337, pad_to_longest=True))
         batches = [loader.get_batch(i) for i in range(args.timing_steps)]
@@ -250,13 +249,7 @@ def dpo_packing(root: Path, base: Path, args, done: dict) -> dict:
     layouts = {"padded": ("dpo.packing=false", "dpo.pad_to_longest=true"), "packed": ("dpo.packing=true",)}
     for name, settings in layouts.items():
         run = root / f"dpo-packing-{name}"
-        if run.exists():
-            shutil.rmtree(run)
-        burnout("dpo", str(chat), "--data", str(pairs), "--out", str(run), *settings,
-                f"train.max_steps={args.timing_steps}", "train.batch_size=8", "train.seq_len=512",
-                "train.eval_interval=100000", "train.ckpt_interval=100000", "train.log_interval=1")
-        log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(log, log[1:]) if "val_loss" not in b]
+        times = timed_steps("dpo", chat, pairs, run, settings, args.timing_steps)
         loader = (PackedPairBatches(run / "data", "train", 8, 512, 1337) if name == "packed" else
                   PairBatches(run / "data", "train", 8, 512, 1337, pad_to_longest=True))
         batches = [loader.get_batch(i) for i in range(args.timing_steps)]

@@ -25,6 +25,24 @@ from burnout.train.step import accumulate_gradients
 SEQ_LEN = 64  # chat_run's data were prepared at this length
 
 
+class _FirstBatch:
+    """A loader whose batch 0 is (x, y)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def get_batch(self, index: int):
+        return self.x, self.y
+
+
+def _loss_and_grads(module: torch.nn.Module, loader) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Batch 0's loss and gradients through the training step itself, which must hand a packed batch's positions
+    to the model (or the objective around it)."""
+    module.zero_grad()
+    loss, _ = accumulate_gradients(module, loader, 0, 1, torch.device("cpu"), "fp32")
+    return loss, {n: p.grad.clone() for n, p in module.named_parameters()}
+
+
 def test_best_fit_packs_every_example_once_within_the_capacity_and_alike_each_time():
     lengths = np.array([6, 5, 4, 3, 2, 8, 1])
     examples = np.arange(100, 107)
@@ -53,18 +71,8 @@ def test_a_packed_batch_gives_the_padded_loss_and_gradients_of_the_same_conversa
     px, py = padded._xy([padded.data.row(e) for e in examples], padded.meta["pad_id"])
     assert int((y != -1).sum()) == int((py != -1).sum())
 
-    class Padded:  # a loader whose batch 0 is those conversations, padded
-        def get_batch(self, index):
-            return px, py
-
-    def loss_and_grads(loader):
-        """Through the training step itself, which must hand a packed batch's positions to the model."""
-        model.zero_grad()
-        loss, _ = accumulate_gradients(model, loader, 0, 1, torch.device("cpu"), "fp32")
-        return loss, {n: p.grad.clone() for n, p in model.named_parameters()}
-
-    packed_loss, packed_grads = loss_and_grads(packed)
-    padded_loss, padded_grads = loss_and_grads(Padded())
+    packed_loss, packed_grads = _loss_and_grads(model, packed)
+    padded_loss, padded_grads = _loss_and_grads(model, _FirstBatch(px, py))  # those conversations, padded
     assert torch.allclose(packed_loss, padded_loss, atol=1e-5), (packed_loss, padded_loss)
     for name, grad in padded_grads.items():
         assert torch.allclose(packed_grads[name], grad, atol=1e-5, rtol=1e-4), name
@@ -78,7 +86,11 @@ def test_a_packed_sft_run_resumed_from_a_checkpoint_ends_bitwise_as_the_whole_ru
                                    "packing": True}, "train": train})
     whole = tmp_path / "whole"
     start_training(cfg, whole, on_event=lambda line: None, progress=False)
-    resumed = tmp_path / "resumed"
+    _assert_resumed_from_step_2_ends_bitwise(whole, tmp_path / "resumed")
+
+
+def _assert_resumed_from_step_2_ends_bitwise(whole, resumed) -> None:
+    """A copy of the 4-step run `whole` without its last checkpoint, resumed, ends with the same weights bitwise."""
     shutil.copytree(whole, resumed)
     shutil.rmtree(list_checkpoints(resumed)[-1])  # the last checkpoint gone: the resume trains steps 3 and 4 again
     assert resume_training(resumed, [], on_event=lambda line: None, progress=False).step == 4
@@ -126,18 +138,8 @@ def test_a_packed_dpo_batch_gives_the_padded_loss_and_gradients_of_the_same_pair
     padded = PairBatches(data, "train", len(pairs), SEQ_LEN, seed=3)
     px, py = padded._pair_rows(pairs)
 
-    class Padded:  # a loader whose batch 0 is those pairs, padded
-        def get_batch(self, index):
-            return px, py
-
-    def loss_and_grads(loader):
-        """Through the training step itself, which must hand a packed batch's positions to the objective."""
-        objective.zero_grad()
-        loss, _ = accumulate_gradients(objective, loader, 0, 1, torch.device("cpu"), "fp32")
-        return loss, {n: p.grad.clone() for n, p in objective.named_parameters()}
-
-    packed_loss, packed_grads = loss_and_grads(packed)
-    padded_loss, padded_grads = loss_and_grads(Padded())
+    packed_loss, packed_grads = _loss_and_grads(objective, packed)
+    padded_loss, padded_grads = _loss_and_grads(objective, _FirstBatch(px, py))  # those pairs, padded
     assert abs(packed_loss.item() - LN2) > 0.01  # the two models differ: the loss is not the trivial ln 2
     assert torch.allclose(packed_loss, padded_loss, atol=1e-5), (packed_loss, padded_loss)
     for name, grad in padded_grads.items():
@@ -150,11 +152,4 @@ def test_a_packed_dpo_batch_gives_the_padded_loss_and_gradients_of_the_same_pair
 def test_a_packed_dpo_run_starts_at_ln_2_and_resumed_ends_bitwise_as_the_whole_run(packed_dpo_run, tmp_path):
     metrics = [json.loads(line) for line in (packed_dpo_run / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["train_loss"] == pytest.approx(LN2, abs=1e-6) and metrics[-1]["train_loss"] < LN2
-    resumed = tmp_path / "resumed"
-    shutil.copytree(packed_dpo_run, resumed)
-    shutil.rmtree(list_checkpoints(resumed)[-1])  # the last checkpoint gone: the resume trains steps 3 and 4 again
-    assert resume_training(resumed, [], on_event=lambda line: None, progress=False).step == 4
-    a = safetensors.torch.load_file(list_checkpoints(packed_dpo_run)[-1] / "model.safetensors")
-    b = safetensors.torch.load_file(list_checkpoints(resumed)[-1] / "model.safetensors")
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    _assert_resumed_from_step_2_ends_bitwise(packed_dpo_run, tmp_path / "resumed")
