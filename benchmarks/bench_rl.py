@@ -1,6 +1,6 @@
 """Does `burnout rl` (GRPO) raise held-out pass@1 over the SFT model it starts from? The issue's evidence.
 
-    python -m benchmarks.bench_rl [--task addition|gsm8k] [--root runs/bench-rl] [--rl-steps N] [--questions 16]
+    python -m benchmarks.bench_rl [--task addition|gsm8k|gsm8k-cpu] [--root DIR] [--rl-steps N] [--questions 16]
                                   [--seed 0]
 
 1. The task. addition (on a CPU, the default), generated with a fixed seed: two-digit addition worked digit by
@@ -8,7 +8,7 @@
    what a small model learns in minutes), the pairs (a, b) split into four disjoint sets: pretraining text, SFT
    conversations, RL questions, held out. gsm8k (on a CUDA GPU: bf16, compiled): GSM8K's train split cut into
    SFT conversations and RL questions, all of it the pretraining text, and the first questions of its test split
-   held out (--gsm8k DIR: the folder of train.jsonl and test.jsonl).
+   held out (--gsm8k DIR: the folder of train.jsonl and test.jsonl); gsm8k-cpu the same on a CPU-sized model.
 2. A base model pretrained on the pretraining text (`burnout train`: a small llama with a character tokenizer for
    addition, a larger one with a BPE tokenizer trained on the text for gsm8k), then `burnout sft` on the SFT
    conversations: the chat model that knows the answer format.
@@ -65,6 +65,14 @@ SETTINGS = {
         base={"batch_size": 32, "seq_len": 512, "max_steps": 1200, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 100},
         sft={"batch_size": 32, "seq_len": 512, "max_steps": 300, "lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 20},
         rl_steps=30, max_new_tokens=256, lr=1e-5),
+    "gsm8k-cpu": Setting(  # what a CPU-sized model reaches on GSM8K in minutes
+        model={"family": "llama", "n_layer": 4, "d_model": 256, "n_head": 4, "n_kv_head": 2, "context_length": 512,
+               "vocab_size": 2048},
+        tokenizer={"kind": "bpe", "vocab_size": 2048},
+        device=["train.device=cpu"],
+        base={"batch_size": 16, "seq_len": 256, "max_steps": 600, "lr": 2e-3, "min_lr": 2e-4, "warmup_steps": 50},
+        sft={"batch_size": 8, "seq_len": 512, "max_steps": 200, "lr": 5e-4, "min_lr": 5e-5, "warmup_steps": 20},
+        rl_steps=10, max_new_tokens=192, lr=1e-5),
 }
 
 

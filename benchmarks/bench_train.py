@@ -19,6 +19,17 @@ overrides:
     nodrop    model.dropout=0 (nanoGPT's run uses dropout 0.2, as the preset does)
 
 The machine's load (uptime) is printed with each figure: timings on a shared machine are noisy.
+
+    .venv/bin/python -m benchmarks.bench_train --nanogpt DIR [--runs 2] [--threads N]
+
+puts the config beside nanoGPT's own train.py instead (DIR: a nanoGPT checkout, its code unchanged): its
+Shakespeare-char config on the CPU as its README runs it (device=cpu, compile=False), at the config's model,
+batch, context and dropout, eval_iters 1, max_iters just past the timed iterations. Its data are written the way
+its data/shakespeare_char/prepare.py writes them, from the config's local text file instead of a download, into
+DIR/data/shakespeare_char/ when not there yet. Each run is a fresh nanoGPT process then a fresh `burnout bench`,
+each timed as the median of `--steps` iterations after `--warmup` (nanoGPT's own `iter N: ... time Tms` lines;
+its iteration 0 also holds its first evaluation, so at least one warm-up); the best of `--runs` such runs each
+gives the ratio.
 """
 
 from __future__ import annotations
@@ -26,10 +37,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from burnout.config import RunConfig
 
 TARGET_RATIO = 2.5
 
@@ -44,13 +65,14 @@ VARIANTS = {
 
 
 def load() -> str:
-    return os.getloadavg().__repr__() if hasattr(os, "getloadavg") else "?"
+    return " ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
 
 
-def run_variant(config: str, overrides: list[str], steps: int, warmup: int, data: str | None) -> dict:
+def run_variant(config: str, overrides: list[str], steps: int, warmup: int, data: str | None,
+                env: dict | None = None) -> dict:
     cmd = [sys.executable, "-m", "burnout", "bench", config, "--json", "--steps", str(steps), "--warmup", str(warmup),
            *(["--data", data] if data else []), *overrides]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out[out.index("{"):])
 
 
@@ -94,6 +116,97 @@ def peer(steps: int, warmup: int) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+# nanoGPT train.py's log line of one iteration: "iter 5: loss 3.4446, time 2534.24ms, mfu 0.01%".
+NANOGPT_ITER_LINE = re.compile(r"^iter (\d+): loss \S+, time ([\d.]+)ms", re.MULTILINE)
+
+
+def parse_nanogpt_log(log: str) -> dict[int, float]:
+    """The seconds of each iteration nanoGPT's train.py logged, by iteration number."""
+    return {int(m[1]): float(m[2]) / 1000 for m in NANOGPT_ITER_LINE.finditer(log)}
+
+
+def write_nanogpt_char_data(text_path: Path, data_dir: Path) -> None:
+    """What nanoGPT's data/shakespeare_char/prepare.py writes, from a local text file instead of its download:
+    train.bin and val.bin (the first 90% of the characters and the rest, uint16 ids of the sorted characters) and
+    meta.pkl, last: train.py reads the vocabulary size from it."""
+    text = text_path.read_text()  # read as prepare.py reads it: text mode, the locale's encoding
+    chars = sorted(set(text))
+    stoi = {ch: i for i, ch in enumerate(chars)}
+    split = int(len(text) * 0.9)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for name, part in (("train.bin", text[:split]), ("val.bin", text[split:])):
+        np.array([stoi[ch] for ch in part], dtype=np.uint16).tofile(data_dir / name)
+    with open(data_dir / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}, f)
+
+
+def run_nanogpt(nanogpt_dir: Path, cfg: RunConfig, steps: int, warmup: int, env: dict) -> float:
+    """nanoGPT's train.py, Shakespeare-char config, on the CPU without compile as its README runs it, at `cfg`'s
+    model, batch, context and dropout, in a fresh process: the median seconds of its iterations `warmup` to
+    `warmup + steps - 1`."""
+    m = cfg.model
+    last = warmup + steps - 1
+    with tempfile.TemporaryDirectory() as out_dir:  # its out_dir, not a folder inside the checkout
+        cmd = [sys.executable, "train.py", "config/train_shakespeare_char.py", "--device=cpu", "--compile=False",
+               f"--n_layer={m.n_layer}", f"--n_head={m.n_head}", f"--n_embd={m.d_model}", f"--bias={bool(m.bias)}",
+               f"--dropout={m.dropout}", f"--block_size={cfg.train.seq_len or m.context_length}",
+               f"--batch_size={cfg.train.batch_size}",
+               f"--gradient_accumulation_steps={cfg.train.grad_accum}", "--eval_iters=1", "--log_interval=1",
+               f"--max_iters={last}", f"--out_dir={out_dir}"]
+        proc = subprocess.run(cmd, cwd=nanogpt_dir, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"nanoGPT's train.py failed (exit {proc.returncode}): "
+                 f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+    seconds = parse_nanogpt_log(proc.stdout)
+    if any(i not in seconds for i in range(warmup, last + 1)):
+        sys.exit(f"nanoGPT's train.py logged iterations {sorted(seconds)}, expected 0 to {last}: has its log "
+                 "line changed?")
+    return statistics.median(seconds[i] for i in range(warmup, last + 1))
+
+
+def side_by_side(args: argparse.Namespace) -> None:
+    """`--nanogpt DIR`: nanoGPT's train.py then `burnout bench`, fresh processes, `--runs` times; the ratio of the
+    best of each."""
+    import torch
+
+    from burnout.common import plural
+    from burnout.config import load_run_config
+    from burnout.core.device import cpu_instructions, cpu_model
+
+    cfg = load_run_config(args.config)
+    nanogpt = Path(args.nanogpt)
+    if not (nanogpt / "train.py").is_file() or not (nanogpt / "config" / "train_shakespeare_char.py").is_file():
+        sys.exit(f"--nanogpt {nanogpt}: no train.py and config/train_shakespeare_char.py there; give a nanoGPT "
+                 "checkout (git clone https://github.com/karpathy/nanoGPT)")
+    data_dir = nanogpt / "data" / "shakespeare_char"
+    if not (data_dir / "meta.pkl").exists():
+        text = Path(cfg.data.sources[0].path or "")
+        if not text.is_file():
+            sys.exit(f"{args.config}: its text {text} is not here; run from the checkout, beside ../shared/data")
+        write_nanogpt_char_data(text, data_dir)
+        print(f"wrote nanoGPT's train.bin, val.bin and meta.pkl into {data_dir} from {text}")
+    env = os.environ | ({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})
+    tokens = cfg.train.batch_size * cfg.train.grad_accum * (cfg.train.seq_len or cfg.model.context_length)
+    print(f"{args.config} beside nanoGPT's train.py ({nanogpt}): {tokens:,} tokens a step, median of "
+          f"{plural(args.steps, 'step')} after {args.warmup} warm-up, best of {plural(args.runs, 'run')}, each a "
+          f"fresh process; CPU {cpu_model()} ({cpu_instructions()}), {os.cpu_count()} cores, torch {torch.__version__}")
+    theirs, ours = [], []
+    for run in range(1, args.runs + 1):
+        before = load()
+        theirs.append(run_nanogpt(nanogpt, cfg, args.steps, args.warmup, env))
+        threads = (f"{plural(args.threads, 'thread')} (OMP_NUM_THREADS)" if args.threads
+                   else f"{plural(torch.get_num_threads(), 'thread')} (torch's default)")
+        print(f"run {run}  nanoGPT  {theirs[-1]:.2f} s/iter  {tokens / theirs[-1]:>6,.0f} tokens/s  fp32 eager, "
+              f"{threads}   load before {before}, after {load()}")
+        before = load()
+        r = run_variant(args.config, [], args.steps, args.warmup, args.data, env)
+        ours.append(r["step_s"])
+        print(f"run {run}  ours     {r['step_s']:.2f} s/step  {r['tokens_per_s']:>6,.0f} tokens/s  "
+              f"{r['setup']['precision']}, {r['device']}   load before {before}, after {load()}")
+    print(f"best of {args.runs}: nanoGPT {min(theirs):.2f} s/iter, ours {min(ours):.2f} s/step: "
+          f"{min(theirs) / min(ours):.2f}x (target {TARGET_RATIO}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="shakespeare-10m")
@@ -101,10 +214,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--data", help="prepared data folder (default: prepared once into runs/bench-data/)")
     parser.add_argument("--variants", nargs="+", default=["auto", "fp32"], choices=sorted(VARIANTS))
+    parser.add_argument("--nanogpt", metavar="DIR", help="a nanoGPT checkout: its train.py instead of the peer")
+    parser.add_argument("--runs", type=int, default=2, help="with --nanogpt: runs of each, the best kept")
+    parser.add_argument("--threads", type=int, help="with --nanogpt: OMP_NUM_THREADS for both (default: unset)")
     parser.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer_only:
         print(json.dumps(peer(args.steps, args.warmup)))
+        return
+    if args.nanogpt:
+        if args.warmup < 1:
+            parser.error("--nanogpt needs --warmup 1 or more: nanoGPT's iteration 0 also holds its first evaluation")
+        if args.runs < 1:
+            parser.error("--runs needs 1 or more")
+        side_by_side(args)
         return
     from burnout.core.device import cpu_model
 
