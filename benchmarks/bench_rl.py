@@ -37,7 +37,9 @@ DEFAULT_GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
 
 @dataclass(frozen=True)
 class Setting:
-    """What each task runs: model, tokenizer, device and the budget of each stage."""
+    """What each task runs: its pretraining source's name (part of the data's seed: renaming it changes the base
+    model), model, tokenizer, device and the budget of each stage."""
+    source: str
     model: dict
     tokenizer: dict
     device: list[str]
@@ -50,6 +52,7 @@ class Setting:
 
 SETTINGS = {
     "addition": Setting(
+        source="sums",
         model={"family": "llama", "n_layer": 4, "d_model": 128, "n_head": 4, "n_kv_head": 2, "context_length": 128,
                "ffn_multiple_of": 32, "vocab_size": 128},
         tokenizer={"kind": "char", "vocab_size": 128},
@@ -58,6 +61,7 @@ SETTINGS = {
         sft={"batch_size": 16, "seq_len": 128, "max_steps": 100, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 20},
         rl_steps=150, max_new_tokens=48, lr=4e-4),
     "gsm8k": Setting(
+        source="gsm8k",
         model={"family": "llama", "n_layer": 8, "d_model": 512, "n_head": 8, "n_kv_head": 4, "context_length": 512,
                "vocab_size": 4096},
         tokenizer={"kind": "bpe", "vocab_size": 4096},
@@ -66,6 +70,7 @@ SETTINGS = {
         sft={"batch_size": 32, "seq_len": 512, "max_steps": 300, "lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 20},
         rl_steps=30, max_new_tokens=256, lr=1e-5),
     "gsm8k-cpu": Setting(  # what a CPU-sized model reaches on GSM8K in minutes
+        source="gsm8k",
         model={"family": "llama", "n_layer": 4, "d_model": 256, "n_head": 4, "n_kv_head": 2, "context_length": 512,
                "vocab_size": 2048},
         tokenizer={"kind": "bpe", "vocab_size": 2048},
@@ -138,7 +143,7 @@ def train_all(root: Path, paths: dict[str, Path], setting: Setting, args) -> dic
     config = root / "base.yaml"
     config.write_text(json.dumps({
         "model": setting.model, "tokenizer": setting.tokenizer,
-        "data": {"sources": [{"name": "tasks", "kind": "text", "path": str(root / "pretrain.txt"),
+        "data": {"sources": [{"name": setting.source, "kind": "text", "path": str(root / "pretrain.txt"),
                               "split_by": "paragraph"}]},
         "train": {**setting.base, "max_steps": args.base_steps or setting.base["max_steps"], "eval_interval": 500,
                   "seed": args.seed}}))
