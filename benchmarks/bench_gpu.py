@@ -36,6 +36,9 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import get_args, get_type_hints
+
+from burnout.config import TrainConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PEER = REPO.parent / "shared" / "peers" / "hf_peer_step.py"
@@ -49,7 +52,7 @@ MEMORY_CASES = [("llama-1b", 4, False), ("llama-1b", 8, False), ("llama-1b", 8, 
 MEMORY_SEQ = {"llama-2b": 2048, "llama-3b": 2048, **{shape: seq for shape, (_, seq) in SHAPES.items()}}
 CURVE = {"batch": 8, "seq": 1024, "steps": 300, "tail": 50}
 PACKING = {"batch": 8, "warmup": 6}
-FP8_RECIPES = ["tensorwise", "rowwise", "rowwise_with_gw_hp"]
+FP8_RECIPES = list(get_args(get_type_hints(TrainConfig)["fp8_recipe"]))  # train.fp8_recipe's values
 GIB = 2**30
 
 

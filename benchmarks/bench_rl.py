@@ -42,7 +42,8 @@ class Setting:
     source: str
     model: dict
     tokenizer: dict
-    device: list[str]
+    device: str
+    precision: list[str]  # train.* for the device: precision, compile
     base: dict  # train.* of the pretraining
     sft: dict
     rl_steps: int
@@ -56,7 +57,7 @@ SETTINGS = {
         model={"family": "llama", "n_layer": 4, "d_model": 128, "n_head": 4, "n_kv_head": 2, "context_length": 128,
                "ffn_multiple_of": 32, "vocab_size": 128},
         tokenizer={"kind": "char", "vocab_size": 128},
-        device=["train.device=cpu", "train.precision=fp32"],
+        device="cpu", precision=["train.precision=fp32"],
         base={"batch_size": 32, "seq_len": 64, "max_steps": 600, "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 50},
         sft={"batch_size": 16, "seq_len": 128, "max_steps": 100, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 20},
         rl_steps=150, max_new_tokens=48, lr=4e-4),
@@ -65,7 +66,7 @@ SETTINGS = {
         model={"family": "llama", "n_layer": 8, "d_model": 512, "n_head": 8, "n_kv_head": 4, "context_length": 512,
                "vocab_size": 4096},
         tokenizer={"kind": "bpe", "vocab_size": 4096},
-        device=["train.device=cuda", "train.precision=bf16", "train.compile=true"],
+        device="cuda", precision=["train.precision=bf16", "train.compile=true"],
         base={"batch_size": 32, "seq_len": 512, "max_steps": 1200, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 100},
         sft={"batch_size": 32, "seq_len": 512, "max_steps": 300, "lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 20},
         rl_steps=30, max_new_tokens=256, lr=1e-5),
@@ -74,7 +75,7 @@ SETTINGS = {
         model={"family": "llama", "n_layer": 4, "d_model": 256, "n_head": 4, "n_kv_head": 2, "context_length": 512,
                "vocab_size": 2048},
         tokenizer={"kind": "bpe", "vocab_size": 2048},
-        device=["train.device=cpu"],
+        device="cpu", precision=[],
         base={"batch_size": 16, "seq_len": 256, "max_steps": 600, "lr": 2e-3, "min_lr": 2e-4, "warmup_steps": 50},
         sft={"batch_size": 8, "seq_len": 512, "max_steps": 200, "lr": 5e-4, "min_lr": 5e-5, "warmup_steps": 20},
         rl_steps=10, max_new_tokens=192, lr=1e-5),
@@ -139,7 +140,8 @@ def timed(run: Path, *args: str) -> float:
 
 
 def train_all(root: Path, paths: dict[str, Path], setting: Setting, args) -> dict[str, float]:
-    common = [*setting.device, "train.log_interval=10", "train.ckpt_interval=100000"]
+    common = [f"train.device={setting.device}", *setting.precision, "train.log_interval=10",
+              "train.ckpt_interval=100000"]
     config = root / "base.yaml"
     config.write_text(json.dumps({
         "model": setting.model, "tokenizer": setting.tokenizer,
@@ -169,7 +171,7 @@ def held_out_rates(run: Path, held_out: Path, setting: Setting, args) -> dict[st
     from burnout.core.model_files import load_model
     from burnout.finetune.rl import gsm8k_reward, pass_rates, read_tasks
 
-    model, tokenizer, _ = load_model(run, "cuda" if "train.device=cuda" in setting.device else "cpu")
+    model, tokenizer, _ = load_model(run, setting.device)
     tasks = read_tasks(held_out)
     sampled = RLConfig(group_size=args.group, max_new_tokens=setting.max_new_tokens, temperature=args.temperature)
     rates = pass_rates(model, tokenizer, tasks, gsm8k_reward, sampled, args.seed, 50)

@@ -179,19 +179,29 @@ def test_a_run_logs_reward_signal_kl_and_answer_length_and_held_out_pass_rates(r
     assert any(not torch.equal(final[key], start[key]) for key in start)  # the policy moved
 
 
-def test_a_run_stopped_and_resumed_equals_the_uninterrupted_one_bitwise(rl_run, chat_run, tasks, tmp_path):
-    stopped = tmp_path / "stopped"
-    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(stopped), *RL_ARGS, "rl.kl_coef=0.1",
+def _stopped_at_step_2(chat_run, tasks, stopped, *args: str):
+    """The 4-step run of `args`, stopped after its first phase (step 2)."""
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(stopped), *RL_ARGS, *args,
                  "train.phases=[{name: a, steps: 2}, {name: b, steps: 4}]"]) == 0
-    assert [p.name for p in list_checkpoints(stopped)] == ["step_0000002"]
+    return stopped
+
+
+def _assert_resumed_equals(whole, stopped) -> None:
+    """`stopped`, resumed to step 4, ends with `whole`'s weights bitwise and logged its metrics."""
     assert resume_training(stopped, [], on_event=_quiet, progress=False).step == 4
-    a = safetensors.torch.load_file(list_checkpoints(rl_run)[-1] / "model.safetensors")
+    a = safetensors.torch.load_file(list_checkpoints(whole)[-1] / "model.safetensors")
     b = safetensors.torch.load_file(list_checkpoints(stopped)[-1] / "model.safetensors")
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
     keys = ("train_loss", "reward", "signal", "kl", "answer_length")
-    assert [[r[k] for k in keys] for r in _metrics(stopped)] == [[r[k] for k in keys] for r in _metrics(rl_run)]
+    assert [[r[k] for k in keys] for r in _metrics(stopped)] == [[r[k] for k in keys] for r in _metrics(whole)]
+
+
+def test_a_run_stopped_and_resumed_equals_the_uninterrupted_one_bitwise(rl_run, chat_run, tasks, tmp_path):
+    stopped = _stopped_at_step_2(chat_run, tasks, tmp_path / "stopped", "rl.kl_coef=0.1")
+    assert [p.name for p in list_checkpoints(stopped)] == ["step_0000002"]
+    _assert_resumed_equals(rl_run, stopped)
 
 
 def test_mostly_flat_groups_are_said_once_in_the_log(chat_run, tasks, tmp_path, capsys):
@@ -344,17 +354,7 @@ def test_a_lora_run_trains_the_adapters_alone_and_its_kl_is_to_the_model_with_th
 
 
 def test_a_lora_run_stopped_and_resumed_equals_the_uninterrupted_one_bitwise(lora_rl_run, chat_run, tasks, tmp_path):
-    stopped = tmp_path / "stopped"
-    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(stopped), *RL_ARGS, *LORA_ARGS,
-                 "train.phases=[{name: a, steps: 2}, {name: b, steps: 4}]"]) == 0
-    assert resume_training(stopped, [], on_event=_quiet, progress=False).step == 4
-    a = safetensors.torch.load_file(list_checkpoints(lora_rl_run)[-1] / "model.safetensors")
-    b = safetensors.torch.load_file(list_checkpoints(stopped)[-1] / "model.safetensors")
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
-    keys = ("train_loss", "reward", "signal", "kl", "answer_length")
-    assert [[r[k] for k in keys] for r in _metrics(stopped)] == [[r[k] for k in keys] for r in _metrics(lora_rl_run)]
+    _assert_resumed_equals(lora_rl_run, _stopped_at_step_2(chat_run, tasks, tmp_path / "stopped", *LORA_ARGS))
 
 
 def test_lora_merge_of_an_rl_run_writes_a_plain_chat_checkpoint_with_the_same_outputs(lora_rl_run, tmp_path):
