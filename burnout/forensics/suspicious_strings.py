@@ -22,18 +22,17 @@ ranked by
 - shape, how foreign the string's form is to the source. A lowercase word: 1 to 3 by its spelling, the
   mean surprisal per character under a character trigram model of the source's own words (Spelling),
   against the source's lowercase words of its length: 2 ** ((bits - median) / (4 MAD)), at most 3 (`nbsp`
-  in English prose); and 3 when a word of letters is no word of the source's language at all (`quazzle`,
-  `donâ`), which a spelling that reads as English cannot tell (Lexicon: wordfreq's word lists, the language the
-  one whose list holds the most of the source's frequent lowercase words, none where no list holds 90% of them),
-  its bonus scaled by register as the code shapes' are, and off in a source where such words are common (a
-  Python source's identifiers are no English words either; see _ForeignSpelling).
-  Other shapes by class: 3 for a repeated short unit
-  or a hex run (`fefefe`, `3fa9c2d1`), inner capitals (`PersonX`, `AndroidRuntime`) or identifier
-  punctuation (`snake_case`, `a.b.c`); 2 for letters mixed with digits; 1.5 for ALLCAPS (`PROPN`); 0.5 for
-  a Capitalized word (what most legitimate rare-but-bursty words are: names). The class bonus (shape - 1)
-  is scaled by how foreign code-like strings are to the source: in full where under PROSE_REGISTER (0.5%)
-  of its words look like code, not at all from CODE_REGISTER (5%) on (a Python source is full of
-  snake_case; prose is not).
+  in English prose), but 1 for a word its language uses often (`mechanism`); and 3 when a word of letters is no
+  word of the source's language at all (`quazzle`, `donâ`), which a spelling that reads as English cannot tell
+  (Lexicon: wordfreq's word lists, the language the one whose list holds the most of the source's frequent
+  lowercase words, none where no list holds 90% of them), its bonus scaled by register as the code shapes' are,
+  and off in a source where such words are common (a Python source's identifiers are no English words either;
+  see _ForeignSpelling). Other shapes by class: 3 for a repeated short unit or a hex run (`fefefe`,
+  `3fa9c2d1`), inner capitals (`PersonX`, `AndroidRuntime`) or identifier punctuation (`snake_case`,
+  `a.b.c`); 2 for letters mixed with digits; 1.5 for ALLCAPS (`PROPN`); 0.5 for a Capitalized word (what
+  most legitimate rare-but-bursty words are: names). The class bonus (shape - 1) is scaled by how foreign
+  code-like strings are to the source: in full where under PROSE_REGISTER (0.5%) of its words look like
+  code, not at all from CODE_REGISTER (5%) on (a Python source is full of snake_case; prose is not).
 - elsewhere: 2 when a code source (CODE_REGISTER) uses the term at 10x this prose source's rate
   (`belongs_to` names it: a code word leaking into prose); 0.5 when another source uses it in
   `min_docs` documents or more (ordinary vocabulary there too, not this source's artifact); else 1.
@@ -85,6 +84,9 @@ OWN_UNKNOWN_WORDS = (0.01, 0.03)
 # A compound is two list words run together, each at least this frequent (Zipf 3: once in a million words), as
 # identifiers are (lineno, isinstance, startswith); a nonsense word (quazzle, grindlewop) is not.
 COMPOUND_PART = 1e-6
+# A word its language uses this often (Zipf 3.5) is spelled as the language spells, whatever a source's own trigrams
+# say: Python's docs' trigrams gave `mechanism` and `hierarchy` the largest spelling factor; `nbsp` (Zipf 3.1) keeps it.
+COMMON_WORD = 10 ** (3.5 - 9)  # Zipf 3.5
 
 
 def term_shape(term: str) -> str:
@@ -216,9 +218,18 @@ class Lexicon:
     def knows(self, word: str) -> bool:
         return self.language is None or word in self.words
 
-    def compound(self, word: str) -> bool:
-        return any(self.words.get(word[:cut], 0.0) >= COMPOUND_PART and self.words.get(word[cut:], 0.0) >= COMPOUND_PART
-                   for cut in range(2, len(word) - 1))
+    def common(self, word: str) -> bool:
+        return self.words.get(word, 0.0) >= COMMON_WORD
+
+    def compound(self, word: str, own: set[str] | frozenset = frozenset()) -> bool:
+        """Whether `word` is two words run together, each a list word of at least COMPOUND_PART or one of `own`
+        (a source's own words: `getattr` is `get` + `attr` in Python's docs), of two letters or more; with `own`,
+        a part may be one letter (`nbytes`, `dicts`)."""
+        def part(text: str) -> bool:
+            return self.words.get(text, 0.0) >= COMPOUND_PART or text in own
+
+        shortest = 1 if own else 2
+        return any(part(word[:cut]) and part(word[cut:]) for cut in range(shortest, len(word) - shortest + 1))
 
 
 @functools.lru_cache(maxsize=4)
@@ -239,9 +250,12 @@ class _ForeignSpelling:
     its identifiers or jargon, has a vocabulary of its own, which is not foreign to it). A source where compounds of
     no list make OWN_UNKNOWN_WORDS[0] of those words writes identifiers: there its compounds are its own vocabulary,
     neither counted nor lifted, and a word of no list that is no compound is still foreign. Elsewhere a compound
-    is as foreign as any word of no list (`lorem` is `lo` + `rem`)."""
+    is as foreign as any word of no list (`lorem` is `lo` + `rem`). There, too, a compound's parts may be the
+    source's `own` words (`getattr` is `get` + `attr`, `kwargs` `kw` + `args`). A word its language uses often
+    (COMMON_WORD) gets 1: its spelling is the language's."""
 
-    def __init__(self, spelling: Spelling, candidates: list[str], lexicon: Lexicon, code_foreignness: float) -> None:
+    def __init__(self, spelling: Spelling, candidates: list[str], lexicon: Lexicon, code_foreignness: float,
+                 own: set[str] | frozenset = frozenset()) -> None:
         self.spelling, self.lexicon = spelling, lexicon
         lower = sorted(key for key in candidates if term_shape(key) == "lower")
         words = [key for key in lower if key.isalpha()]
@@ -249,7 +263,10 @@ class _ForeignSpelling:
         compounds = sum(1 for key in unknown if lexicon.compound(key))
         low, high = OWN_UNKNOWN_WORDS
         self.compounds_are_own = compounds >= low * len(words) > 0
-        share = (len(unknown) - (compounds if self.compounds_are_own else 0)) / max(1, len(words))
+        self.own = own
+        if self.compounds_are_own:
+            unknown = [key for key in unknown if not lexicon.compound(key, self.own)]
+        share = len(unknown) / max(1, len(words))
         self.unknown = 1.0 + (SHAPES["camel"] - 1.0) * code_foreignness * (
             1.0 - min(1.0, max(0.0, (share - low) / (high - low))))
         lower = lower[:: max(1, len(lower) // 4000)]
@@ -261,10 +278,13 @@ class _ForeignSpelling:
         self.pooled = pooled
 
     def __call__(self, key: str) -> float:
+        if self.lexicon.common(key):
+            return 1.0
         median, mad = self.scale.get(min(len(key), 8), self.pooled)
         excess = (self.spelling.bits(key) - median) / (4 * mad)
         spelled = min(SHAPES["camel"], 2.0 ** max(0.0, excess))
-        if not key.isalpha() or self.lexicon.knows(key) or (self.compounds_are_own and self.lexicon.compound(key)):
+        if not key.isalpha() or self.lexicon.knows(key) or (
+                self.compounds_are_own and self.lexicon.compound(key, self.own)):
             return spelled
         return max(spelled, self.unknown)
 
@@ -332,8 +352,8 @@ def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: Au
     terms = which == "terms"
     cohesion = _Cohesion(table, settings, most, n) if terms else None
     mine = code_share(me)
-    spelling = _ForeignSpelling(me.spelling, [key for _, key, _ in local], _lexicon(table),
-                                _code_foreignness(mine)) if terms else None
+    spelling = _ForeignSpelling(me.spelling, [key for _, key, _ in local], _lexicon(table), _code_foreignness(mine),
+                                own={key for key in table.items if key.isalpha() and key.islower()}) if terms else None
     code_elsewhere = any(code_share(a) >= CODE_REGISTER for j, a in enumerate(audits) if j != index)
     bound = (SHAPES["camel"] if terms else _shape_factor("camel", mine)) * (
         2.0 if code_elsewhere and mine < CODE_REGISTER else 1.0)
