@@ -250,9 +250,9 @@ class _ForeignSpelling:
     its identifiers or jargon, has a vocabulary of its own, which is not foreign to it). A source where compounds of
     no list make OWN_UNKNOWN_WORDS[0] of those words writes identifiers: there its compounds are its own vocabulary,
     neither counted nor lifted, and a word of no list that is no compound is still foreign. Elsewhere a compound
-    is as foreign as any word of no list (`lorem` is `lo` + `rem`). There, too, a compound's parts may be the
-    source's `own` words (`getattr` is `get` + `attr`, `kwargs` `kw` + `args`). A word its language uses often
-    (COMMON_WORD) gets 1: its spelling is the language's."""
+    is as foreign as any word of no list (`lorem` is `lo` + `rem`). In a source that writes identifiers, a
+    compound's parts may also be the source's `own` words, of one letter too (`getattr` is `get` + `attr`, `nbytes`
+    `n` + `bytes`). A word its language uses often (COMMON_WORD) gets 1: its spelling is the language's."""
 
     def __init__(self, spelling: Spelling, candidates: list[str], lexicon: Lexicon, code_foreignness: float,
                  own: set[str] | frozenset = frozenset()) -> None:
