@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import is_fake
 
 LEVELS = 1 << 16  # a 16-bit draw per element
 
@@ -32,15 +33,19 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if x.device.type != "cpu" or torch.compiler.is_compiling() or not 0 < keep_probability(p) < 1:
         return F.dropout(x, p, training=True)
     keep = keep_probability(p)
-    draws = random_words((x.numel() + 3) // 4).view(torch.int16)[: x.numel()].view(x.shape)  # over [-32768, 32767]
+    draws = random_words((x.numel() + 3) // 4, x).view(torch.int16)[: x.numel()].view(x.shape)  # [-32768, 32767]
     # 1 or 0 in x's dtype straight from the comparison: a bool mask needs torch.where or a cast, which do not
     # vectorize on a CPU.
     kept = torch.lt(draws, round(keep * LEVELS) - LEVELS // 2, out=torch.empty_like(x))  # P = keep
     return x * kept * (1 / keep)
 
 
-def random_words(count: int) -> torch.Tensor:
-    """`count` uniform 64-bit words (int64), from a PCG64 seeded by torch's default generator."""
+def random_words(count: int, like: torch.Tensor) -> torch.Tensor:
+    """`count` uniform 64-bit words (int64), from a PCG64 seeded by torch's default generator; for a fake tensor
+    `like` (the memory plan runs the model on them: models/memory.py), from torch's generator, as no seed can be
+    read there."""
+    if is_fake(like):
+        return torch.empty(count, dtype=torch.int64).random_(-(1 << 63), (1 << 63) - 1)
     seed = int(torch.randint(0, 1 << 62, (), dtype=torch.int64))
     return torch.from_numpy(np.random.PCG64(seed).random_raw(count).view(np.int64))
 
