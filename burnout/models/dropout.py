@@ -5,10 +5,10 @@ random bytes; with dropout on, it dominates a small model's forward pass (docs/P
 is `random 16-bit integer < threshold`, four elements from each 64-bit draw: the keep probability is (1 - p)
 rounded to a multiple of 1/65536 (0.8 → 0.8000030518), and kept values are scaled by its exact inverse, so the
 expectation is the input's exactly (in fp32; bf16 rounds the scaled values to its 8 bits, as torch's dropout
-does) and the variance differs from torch's by less than 1e-5 relative. The words come from numpy's PCG64, 2.4x
-as fast as torch's CPU generator (docs/PERFORMANCE.md), seeded by one draw from torch's default generator per
-mask: the state checkpoints save and resume restores still replays every mask. Compiled graphs and GPUs keep
-F.dropout: inductor and CUDA draw their masks fast already.
+does) and the variance differs from torch's by less than 1e-5 relative. The words come from numpy's PCG64,
+about twice as fast as torch's CPU generator (docs/PERFORMANCE.md), seeded by one draw from torch's default
+generator per mask: the state checkpoints save and resume restores still replays every mask. Compiled graphs and
+GPUs keep F.dropout: inductor and CUDA draw their masks fast already.
 """
 
 from __future__ import annotations
