@@ -20,7 +20,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from burnout.common import SEED_MAX, checked_number, first_line, plural, retain_freed_memory, user_cache_dir
+from burnout.common import (
+    SEED_MAX,
+    checked_number,
+    first_line,
+    plural,
+    retain_freed_memory,
+    spare_busy_cores,
+    user_cache_dir,
+)
 from burnout.errors import BurnoutError
 
 # A handler gets the parsed arguments and the `key=value` overrides; it returns an exit code or None (0).
@@ -29,6 +37,8 @@ Setup = Callable[[argparse.ArgumentParser], Handler]
 
 # (path, help and description, setup): a setup of None marks a group whose actions follow.
 _UNITS: list[tuple[tuple[str, ...], dict[str, str], Setup | None]] = []
+# The paths of the subcommands that train or run a model.
+_COMPUTING: set[tuple[str, ...]] = set()
 
 
 def group(name: str, *, help: str, description: str) -> None:
@@ -36,11 +46,14 @@ def group(name: str, *, help: str, description: str) -> None:
     _UNITS.append(((name,), {"help": help, "description": description}, None))
 
 
-def command(*path: str, help: str, description: str) -> Callable[[Setup], Setup]:
+def command(*path: str, help: str, description: str, computes: bool = False) -> Callable[[Setup], Setup]:
     """Register a subcommand (`"train"`, or `"model", "info"` under a group): the decorated function adds
-    the subcommand's arguments to the parser it is given and returns the handler."""
+    the subcommand's arguments to the parser it is given and returns the handler. `computes`: it trains or runs a
+    model, so `main` sets how torch's CPU threads wait before torch loads (common.spare_busy_cores)."""
     def register(setup: Setup) -> Setup:
         _UNITS.append((path, {"help": help, "description": description}, setup))
+        if computes:
+            _COMPUTING.add(path)
         return setup
     return register
 
@@ -101,7 +114,8 @@ def _overrides(values: list[str], unknown: list[str], accepts_overrides: bool = 
 
 @command("quickstart", help="offline demo: stdlib corpus → BPE → small LLaMA trained on CPU → samples",
          description="Prepare the embedded corpus, train a small LLaMA-style model for about N "
-                     "minutes, then print validation loss, samples and where everything is.")
+                     "minutes, then print validation loss, samples and where everything is.",
+         computes=True)
 def cmd_quickstart(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--out", default="runs/quickstart", help="folder for data, run and checkpoints")
     p.add_argument("--minutes", type=positive, default=3.0, help="training time budget (default 3)")
@@ -390,7 +404,8 @@ def cmd_tokenizer_decode(p: argparse.ArgumentParser) -> Handler:
                      "RUN/data from the config's sources), or with no config: --data DIR --model PRESET "
                      "trains a preset of burnout/configs/models/ on a prepared folder, its vocabulary "
                      "the data's and the quickstart's train settings, changed by KEY=VALUE. --init-from RUN "
-                     "starts from another run's weights (continued pretraining, docs/USAGE.md).")
+                     "starts from another run's weights (continued pretraining, docs/USAGE.md).",
+         computes=True)
 def cmd_train(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("config", nargs="?", help="run config YAML or a built-in name (e.g. quickstart)")
     p.add_argument("--out", help="run folder to create")
@@ -455,7 +470,8 @@ def _fine_tune_options(p: argparse.ArgumentParser, section: str) -> None:
 @command("sft", help="supervised fine-tuning of a checkpoint on conversations (full or --lora)",
          description="Fine-tune BASE (a run folder or checkpoint) on SOURCE's conversations: the chat tokens "
                      "added to its tokenizer (model grown), the data prepared into RUN/data, loss on the "
-                     "assistant turns, then the usual training loop. Resume with `burnout train --resume RUN`.")
+                     "assistant turns, then the usual training loop. Resume with `burnout train --resume RUN`.",
+         computes=True)
 def cmd_sft(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("base", metavar="BASE_RUN_OR_CKPT", help="the model to fine-tune")
     p.add_argument("--data", required=True, metavar="SOURCE",
@@ -478,7 +494,8 @@ def cmd_sft(p: argparse.ArgumentParser) -> Handler:
          description="Tune SFT_RUN_OR_CKPT (a chat model, e.g. from `burnout sft`) on PAIRS (prompt/chosen/"
                      "rejected) with DPO: the pairs prepared into RUN/data, the starting model the reference "
                      "(with --lora the same model with its adapters off), rewards, margin and accuracy in "
-                     "metrics.jsonl. Resume with `burnout train --resume RUN`.")
+                     "metrics.jsonl. Resume with `burnout train --resume RUN`.",
+         computes=True)
 def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("base", metavar="SFT_RUN_OR_CKPT", help="the chat model to tune (policy and reference)")
     p.add_argument("--data", required=True, metavar="PAIRS",
@@ -502,7 +519,8 @@ def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
                      "records; GSM8K's layout as it is) with GRPO: per question a group of answers sampled "
                      "(rl.group_size), scored by the reward, the policy moved toward those above their group's "
                      "mean. Mean reward, the share of groups with signal, KL and answer length in metrics.jsonl; "
-                     "held-out pass@1 and pass@k as val_*. Resume with `burnout train --resume RUN`.")
+                     "held-out pass@1 and pass@k as val_*. Resume with `burnout train --resume RUN`.",
+         computes=True)
 def cmd_rl(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("base", metavar="CHAT_RUN_OR_CKPT", help="the chat model to tune")
     p.add_argument("--data", required=True, metavar="TASKS",
@@ -547,7 +565,8 @@ def cmd_lora_merge(p: argparse.ArgumentParser) -> Handler:
                      "the step split into data / forward / backward / optimizer, MFU against a "
                      "matmul peak measured now on this device, and peak memory. --ablate runs "
                      "the optimization ladder (mmap + Python batching, fp32, eager, explicit "
-                     "attention → preload → vectorized batching → compile → bf16 → SDPA).")
+                     "attention → preload → vectorized batching → compile → bf16 → SDPA).",
+         computes=True)
 def cmd_bench(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("config", help="run config YAML or a built-in name (e.g. shakespeare-fast)")
     p.add_argument("--steps", type=counting, default=10, help="timed steps (median reported; default 10)")
@@ -632,7 +651,8 @@ def _sampling(args) -> dict:
          description="Sample a continuation from a checkpoint (a run folder means its latest). "
                      "--prompt streams to the terminal; --prompts-file decodes the prompts in "
                      "batches and prints JSON. --chat asks a chat model: each prompt is one user "
-                     "message in the chat template, and the answer ends at <|im_end|>.")
+                     "message in the chat template, and the answer ends at <|im_end|>.",
+         computes=True)
 def cmd_generate(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("checkpoint")
     p.add_argument("--prompt")
@@ -701,7 +721,8 @@ def _generate_chat(args, model, tokenizer, ckpt) -> None:
                      "each line is a message, the answer streams and ends at <|im_end|>, the oldest turns "
                      "are dropped when the context fills; /system TEXT sets the system prompt, /reset "
                      "forgets the conversation. A base checkpoint continues each line typed. /temp, "
-                     "/topk, /topp, /rep, /len and /seed change the settings on the fly, /help lists them.")
+                     "/topk, /topp, /rep, /len and /seed change the settings on the fly, /help lists them.",
+         computes=True)
 def cmd_chat(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("checkpoint")
     p.add_argument("--system", help="a chat checkpoint's system prompt to start with")
@@ -730,7 +751,8 @@ def cmd_chat(p: argparse.ArgumentParser) -> Handler:
                      "one) on val, hellaswag, arc_easy and lambada, scored as lm-evaluation-harness "
                      "scores them; on an llm-foundry icl_tasks list (--tasks icl:FILE.yaml, e.g. DCLM's, "
                      "with its CORE score); or on task files of your own (--task). Results: "
-                     "RUN/eval/step_N.json and RUN/eval/summary.md.")
+                     "RUN/eval/step_N.json and RUN/eval/summary.md.",
+         computes=True)
 def cmd_eval(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("target", metavar="RUN_OR_CKPT")
     p.add_argument("--tasks", default=None,
@@ -808,7 +830,8 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
 
 @command("compare", help="the same prompts at each checkpoint of a run, as a table",
          description="Generate the same prompts with the same settings and seed at each checkpoint "
-                     "(or those given) and write RUN/compare.md and RUN/compare.json.")
+                     "(or those given) and write RUN/compare.md and RUN/compare.json.",
+         computes=True)
 def cmd_compare(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("run")
     p.add_argument("--checkpoints", nargs="+", metavar="STEP", help="steps (e.g. 500 1000) or step_* names")
@@ -958,7 +981,8 @@ def cmd_report(p: argparse.ArgumentParser) -> Handler:
 @command("playground", help="a local web app to try checkpoints: streaming, side by side",
          description="Serve the checkpoints of the given runs (or single checkpoint folders) in a "
                      "Gradio app: dropdown, sampling sliders, streaming output, model info and a "
-                     "side-by-side mode. Only those checkpoints can be chosen.")
+                     "side-by-side mode. Only those checkpoints can be chosen.",
+         computes=True)
 def cmd_playground(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("sources", nargs="+", metavar="RUN_OR_CKPT")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -977,7 +1001,8 @@ def cmd_playground(p: argparse.ArgumentParser) -> Handler:
 
 @command("serve", help="an OpenAI-compatible API for a run's model: completions, chat, streaming",
          description="Serve a run's newest checkpoint (or a checkpoint folder) at /v1/models, /v1/completions and "
-                     "/v1/chat/completions (chat models), for the openai client and the tools built on it.")
+                     "/v1/chat/completions (chat models), for the openai client and the tools built on it.",
+         computes=True)
 def cmd_serve(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("run", metavar="RUN_OR_CKPT")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -1009,7 +1034,7 @@ def build_parser() -> argparse.ArgumentParser:
         if setup is None:
             subparsers[path] = p.add_subparsers(dest=f"{path[-1]}_command", metavar="ACTION", required=True)
         else:
-            p.set_defaults(func=setup(p))
+            p.set_defaults(func=setup(p), computes=path in _COMPUTING)
     return parser
 
 
@@ -1023,6 +1048,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args, unknown = parser.parse_known_args(argv)
         overrides = _overrides(getattr(args, "overrides", []), unknown, accepts_overrides=hasattr(args, "overrides"))
+        if args.computes:
+            spare_busy_cores()
         code = args.func(args, overrides)
     except BurnoutError as exc:
         print(f"burnout: error: {exc}", file=sys.stderr)

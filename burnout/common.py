@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import math
@@ -16,6 +17,7 @@ import shlex
 import socket
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -461,3 +463,45 @@ def retain_freed_memory() -> bool:
         return False
     libc = ctypes.CDLL(None)
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+
+
+def idle_cores(interval: float = 0.2) -> float | None:
+    """The cores idle over the next `interval` seconds, this process's own use counted as idle (/proc/stat and
+    /proc/self/stat); None where those are not there."""
+    try:
+        before = _cpu_times()
+        time.sleep(interval)
+        after = _cpu_times()
+    except (OSError, ValueError, IndexError):
+        return None
+    idle, total, own = (b - a for a, b in zip(before, after))
+    cores = os.cpu_count()
+    if total <= 0 or not cores:
+        return None
+    return min(cores, (idle + own) / total * cores)
+
+
+def _cpu_times() -> tuple[int, int, int]:
+    """(idle, total) clock ticks of all cores since boot, and this process's own (user + system)."""
+    cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return cpu[3] + cpu[4], sum(cpu), int(own[11]) + int(own[12])
+
+
+@functools.cache
+def idle_cores_at_start() -> float | None:
+    """idle_cores, measured once per process: what a command's CPU threads are chosen by."""
+    return idle_cores()
+
+
+def spare_busy_cores() -> None:
+    """For a command that computes on the CPU, before torch loads: where other programs keep every core busy,
+    torch's threads are to sleep while they wait for each other (OpenMP's passive wait) instead of spinning, so each
+    gives its core back to the program beside it and runs in its own share of that core; core/device.use_idle_cores
+    then keeps a thread per core. On an idle machine spinning is faster, and stays (docs/PERFORMANCE.md, "The
+    quickstart"). OMP_WAIT_POLICY or OMP_NUM_THREADS, when set, decide instead."""
+    if "torch" in sys.modules or {"OMP_WAIT_POLICY", "OMP_NUM_THREADS"} & set(os.environ):
+        return  # OpenMP reads its wait policy once, when torch loads it
+    idle = idle_cores_at_start()
+    if idle is not None and idle < 0.5:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"

@@ -12,7 +12,7 @@ import math
 import time
 from pathlib import Path
 
-from burnout.common import COMPARE_JSON, labelled, next_steps, plural
+from burnout.common import COMPARE_JSON, format_duration, labelled, next_steps, plural
 from burnout.config import load_run_config
 from burnout.data.prepare import older_split_rule, prepare_data
 from burnout.data.shards import read_meta
@@ -27,7 +27,7 @@ from burnout.train.recipe import Pretraining
 from burnout.train.run import start_run
 from burnout.train.schedule import budget_steps
 
-# Share of the budget left for validation, samples and checkpoints.
+# Share of the budget the training takes; the rest is for validation, samples and checkpoints.
 _TRAINING_SHARE = 0.85
 
 
@@ -54,18 +54,19 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     cfg.model = dataclasses.replace(cfg.model, vocab_size=meta["vocab_size"]).resolved()
     info = model_info(cfg.model, seq_len=cfg.train.seq_len)
     step_s = measure_step_seconds(cfg, data_dir)
-    steps = max(20, budget_steps(minutes * _TRAINING_SHARE, step_s))
+    training_minutes = minutes * _TRAINING_SHARE
+    steps = budget_steps(training_minutes, step_s)
     tokens_per_step = cfg.train.batch_size * cfg.train.grad_accum * (cfg.train.seq_len or cfg.model.context_length)
-    # The step count comes from a short measurement; should the machine get slower once training is under way
-    # (other work on a laptop, thermal throttling), the time budget (max_minutes) still ends the LR schedule by
-    # the minutes given, at its final value. step_seconds is the measurement, which the run then plans with.
+    # The plan is the steps that fit at the fastest step measured; the time budget (max_minutes) places slower steps
+    # on the LR schedule by the clock (other work on a laptop, thermal throttling), so the run trains for its
+    # minutes and its last step has the final LR. step_seconds is the measurement, which the run then plans with.
     cfg.train = dataclasses.replace(cfg.train, max_steps=steps, ckpt_interval=-(-steps // 3),
                                     eval_interval=max(cfg.train.log_interval, steps // 6),
-                                    max_minutes=minutes, step_seconds=step_s)
+                                    max_minutes=training_minutes, step_seconds=step_s)
     say(f"[2/4] model: {cfg.model.family} {cfg.model.n_layer} layers × {cfg.model.d_model} wide, "
         f"{info['params_total']:,} parameters")
-    say(f"      measured {step_s:.3f} s/step for {tokens_per_step:,} tokens/step → {steps} steps "
-        f"to fit {minutes:g} minutes")
+    say(f"      measured {step_s:.3f} s/step for {tokens_per_step:,} tokens/step → up to {steps} steps "
+        f"in {format_duration(training_minutes * 60)} of training, the rest of {minutes:g} minutes for samples")
 
     run_dir = _fresh_run_dir(out_dir)
     say(f"[3/4] training into {run_dir} (loss, tokens/s and samples as it goes)")

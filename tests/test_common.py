@@ -143,3 +143,8 @@ def test_a_command_that_needs_an_extra_says_how_to_install_it_from_pypi_and_from
         assert "\n" not in err and f"needs {package}" in err.lower(), err
         assert f"pip install 'gpuburnout[{extra}]'" in err and f"pip install -e '.[{extra}]'" in err, err
         assert any(r.startswith(package) and f'extra == "{extra}"' in r for r in requires("gpuburnout")), extra
+
+
+def test_the_idle_cores_are_measured_between_none_and_every_core():
+    idle = common.idle_cores(0.1)
+    assert idle is not None and 0 <= idle <= os.cpu_count()

@@ -5,12 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import time
 from pathlib import Path
 
 import torch
 
-from burnout.common import install_extra, plural
+from burnout.common import idle_cores_at_start, install_extra, plural
 from burnout.errors import BurnoutError
 
 
@@ -36,41 +35,24 @@ _threads_chosen = False
 
 
 def use_idle_cores() -> None:
-    """Once per process, torch's CPU threads set to the cores other programs leave idle now: every core torch would
-    use on an idle machine, fewer beside busy programs, at least one. torch's threads meet at every parallel region,
-    so a thread whose core another program holds stalls the others; a step beside busy programs is faster on fewer
-    threads (docs/PERFORMANCE.md, "The quickstart"). OMP_NUM_THREADS, when set, decides instead. The weights a
-    step computes came out the same on 1 and 2 threads, so an exact resume does not depend on the choice."""
+    """Once per process, torch's CPU threads set to the cores other programs left idle when it started
+    (common.idle_cores_at_start): every core torch would use on an idle machine, fewer beside busy programs, at
+    least one. torch's threads meet at every parallel region, and a spinning thread whose core another program holds
+    stalls the others; a step beside busy programs is faster on fewer threads (docs/PERFORMANCE.md, "The
+    quickstart"). Threads that wait passively (common.spare_busy_cores, or OMP_WAIT_POLICY=passive) keep one per
+    core, as does OMP_NUM_THREADS, when set. The weights a step computes came out the same on 1 and 2 threads, so an
+    exact resume does not depend on the choice."""
     global _threads_chosen
-    if _threads_chosen or "OMP_NUM_THREADS" in os.environ:
+    if _threads_chosen or "OMP_NUM_THREADS" in os.environ or _waits_passively():
         return
     _threads_chosen = True
-    idle = idle_cores()
+    idle = idle_cores_at_start()
     if idle is not None:
         torch.set_num_threads(max(1, min(torch.get_num_threads(), round(idle))))
 
 
-def idle_cores(interval: float = 0.2) -> float | None:
-    """The cores idle over the next `interval` seconds, this process's own use counted as idle (/proc/stat and
-    /proc/self/stat); None where those are not there."""
-    try:
-        before = _cpu_times()
-        time.sleep(interval)
-        after = _cpu_times()
-    except (OSError, ValueError, IndexError):
-        return None
-    idle, total, own = (b - a for a, b in zip(before, after))
-    cores = os.cpu_count()
-    if total <= 0 or not cores:
-        return None
-    return min(cores, (idle + own) / total * cores)
-
-
-def _cpu_times() -> tuple[int, int, int]:
-    """(idle, total) clock ticks of all cores since boot, and this process's own (user + system)."""
-    cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    return cpu[3] + cpu[4], sum(cpu), int(own[11]) + int(own[12])
+def _waits_passively() -> bool:
+    return os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive"
 
 
 def describe_device(device: torch.device) -> str:

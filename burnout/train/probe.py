@@ -21,9 +21,10 @@ from burnout.train.step import TrainStep, build_model
 
 def measure_step_seconds(cfg: RunConfig, data_dir: Path, recipe: Recipe | None = None,
                          device: torch.device | None = None, precision: str | None = None, steps: int = 6) -> float:
-    """Median wall time of a training step of `recipe` (default: pretraining) for this config, on one rank (no
-    collectives), after one warm-up step (weights discarded). Six steps, not three: a median of three
-    mis-sized the quickstart on a busy host (docs/PERFORMANCE.md)."""
+    """The fastest of six timed training steps of `recipe` (default: pretraining) for this config, on one rank (no
+    collectives), after one warm-up step (weights discarded). A time budget plans the steps that fit at this pace,
+    and the clock places the slower ones (schedule.TimeBudget), so the run ends at its budget; a plan made from a
+    slower step ends early when the run's steps go faster than the probe's (docs/PERFORMANCE.md)."""
     tc, recipe = cfg.train, recipe or Pretraining()
     device = device or resolve_device(tc.device)
     loader = recipe.loaders(cfg, data_dir, tc.seq_len or cfg.model.context_length)["train"]
@@ -37,7 +38,7 @@ def measure_step_seconds(cfg: RunConfig, data_dir: Path, recipe: Recipe | None =
         t0 = time.perf_counter()
         train_step(loader, step)
         times.append(time.perf_counter() - t0)
-    return sorted(times[1:])[len(times[1:]) // 2]
+    return min(times[1:])
 
 
 def oom_message(tc: TrainConfig, seq_len: int) -> str:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from burnout.config import ModelConfig
-from burnout.core.device import autocast, idle_cores, resolve_precision
+from burnout.core.device import autocast, resolve_precision
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.eval import evaluate, scoring
@@ -250,21 +250,44 @@ def _threads_chosen(env: dict) -> int:
     return int(done.stdout)
 
 
-def test_beside_programs_busy_on_every_core_the_cpu_work_runs_on_one_thread():
-    """Busy processes on every core leave none idle: one thread, not one per core waiting on each other."""
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+# A command run by `burnout`'s own main, then the threads its CPU work gets and how they wait.
+_COMMAND_THREADS = ("import os, sys; from burnout.cli import main; main(sys.argv[1:]); import torch; "
+                    "from burnout.core.device import resolve_device; resolve_device('cpu'); "
+                    "print(os.environ.get('OMP_WAIT_POLICY'), torch.get_num_threads())")
+
+
+def _command_threads(env: dict, *argv: str) -> str:
+    done = subprocess.run([sys.executable, "-c", _COMMAND_THREADS, *argv], capture_output=True, text=True, env=env,
+                          timeout=120, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_beside_programs_busy_on_every_core_the_cpu_work_runs_on_one_thread_or_waits_passively():
+    """Busy processes on every core leave none idle. Where torch loaded first, one thread: a thread per core would
+    spin waiting on the others. A command that computes sets OpenMP's passive wait before torch loads, and keeps a
+    thread per core, each taking its share of a busy core (red when main does not call common.spare_busy_cores for
+    it, or use_idle_cores cuts passive threads to one); a command that does not compute leaves the wait alone."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count())]
     try:
         time.sleep(0.5)  # scheduled and spinning before the measurement
         assert _threads_chosen(env) == 1
+        assert _command_threads(env, "generate", "no-such-run", "--prompt", "x") == f"PASSIVE {torch.get_num_threads()}"
+        assert _command_threads(env, "model", "list") == "None 1"
         # OMP_NUM_THREADS, set, decides.
         assert _threads_chosen({**env, "OMP_NUM_THREADS": "2"}) == 2
+        assert _command_threads({**env, "OMP_NUM_THREADS": "2"}, "generate", "no-such-run", "--prompt", "x") == "None 2"
     finally:
         for proc in busy:
             proc.kill()
             proc.wait()
 
 
-def test_the_idle_cores_are_measured_between_none_and_every_core():
-    idle = idle_cores(0.1)
-    assert idle is not None and 0 <= idle <= os.cpu_count()
+@pytest.mark.parametrize("idle, policy", [(2.0, "None"), (0.6, "None"), (0.3, "PASSIVE")])
+def test_the_passive_wait_is_for_a_machine_whose_every_core_is_busy(idle, policy):
+    """A core left idle keeps the faster spinning wait (red when the passive wait is set whatever the load)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    code = (f"import os; from burnout import common; common.idle_cores_at_start = lambda: {idle}; "
+            "common.spare_busy_cores(); print(os.environ.get('OMP_WAIT_POLICY'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert done.stdout.strip() == policy
