@@ -118,7 +118,8 @@ def _overrides(values: list[str], unknown: list[str], accepts_overrides: bool = 
          computes=True)
 def cmd_quickstart(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--out", default="runs/quickstart", help="folder for data, run and checkpoints")
-    p.add_argument("--minutes", type=positive, default=3.0, help="training time budget (default 3)")
+    p.add_argument("--minutes", type=positive, default=3.0,
+                   help="time budget: most of it trains, the rest validates and samples (default 3)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.batch_size=8")
 
     def run(args, overrides):
