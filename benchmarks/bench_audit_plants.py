@@ -8,12 +8,15 @@ quickstart recipe, burnout/configs/data/default.yaml), the first --documents of 
 time, at each rate (a share of its documents, drawn at random for each plant, at least 3), each plant of a
 set is put: a word at random places in the document (1 to 3 times), a line between its lines (once). The
 three sources are audited together, as a recipe's are, in their natural order (a recipe's audit) or
-shuffled (a prepared folder's). Three sets of plants, each planted on its own: the first was used while
+shuffled (a prepared folder's). Five sets of plants, each planted on its own: the first was used while
 choosing the score, the second ("held out") was fixed before it was first measured, the third ("held out again")
-before the score's Lexicon was.
+before the score's Lexicon was, the fourth before the rules of 2026-11-27 (docs/FORENSICS.md) were first measured
+on it, the fifth after the fourth's misses had led to dotted placeholders and the lines' cohesion and before it was
+first measured (docs/FORENSICS.md gives each set's first figures).
 
-For each plant: its rank in its source's suspicious strings (the best of its key strings; "-" when none is
-among the top 100). Then each clean source's top ten, for a person to judge what is garbage there.
+For each plant: its rank in its source's suspicious strings (the first row holding one of its key strings, as the
+row's term or one shown with it; "-" when none is among the top 100). Then each clean source's top ten, for a
+person to judge what is garbage there.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
-# name: (how it is planted, the text planted, the strings whose best rank is the plant's rank)
+# name: (how it is planted, the text planted, the strings whose first row is the plant's rank)
 PLANTS = {
     "nonsense word": ("word", "florbix", ("florbix",)),
     "{{user_name}}": ("word", "{{user_name}}", ("user_name",)),
@@ -55,7 +58,34 @@ HELD_OUT_AGAIN = {
     "log line 3": ("line", "INFO [main] o.s.b.w.embedded.tomcat.TomcatWebServer : Tomcat started on port(s): 8080",
                    ("o.s.b.w.embedded.tomcat.TomcatWebServer", "Tomcat")),
 }
-SETS = {"chosen with": PLANTS, "held out": HELD_OUT, "held out again": HELD_OUT_AGAIN}
+# Fixed on 2026-11-27 after the run gap in characters, the placeholder shape, own identifiers, one row per artifact and
+# the line ranking were chosen on the three sets above, and before this set was first measured.
+HELD_OUT_FOURTH = {
+    "nonsense word 4": ("word", "blorptic", ("blorptic",)),
+    "jinja placeholder": ("word", "{{ product.title }}", ("product.title",)),
+    "code identifier 3": ("word", "setOnClickListener", ("setOnClickListener",)),
+    "click id": ("word", "fbclid=IwAR2xQ", ("fbclid", "IwAR2xQ")),
+    "log line 4": ("line", "2023-04-01 12:00:01,123 ERROR [worker-3] Connection reset by peer", ("ERROR", "worker")),
+    "footer line": ("line", "© 2024 Example Media. All rights reserved. | Privacy Policy | Terms of Use",
+                    ("Privacy", "Policy")),
+}
+# Fixed on 2026-11-28 after the fourth set's misses in Python's docs led to dotted placeholders and the lines'
+# cohesion, and before this set was first measured.
+HELD_OUT_FIFTH = {
+    "nonsense word 5": ("word", "vexmoril", ("vexmoril",)),
+    "mojibake word 2": ("word", "cafÃ©", ("cafÃ",)),
+    "erb placeholder": ("word", "<%= user.name %>", ("user.name",)),
+    "base64 image": ("word", "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDw"
+                     "AChwGA60e6kgAAAABJRU5ErkJggg==",
+                     ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg",
+                      "base64")),
+    "escaped entity": ("word", "&amp;quot;", ("quot", "amp")),
+    "cookie line": ("line", "We use cookies to improve your experience. Accept all cookies", ("cookies", "Accept")),
+    "script error line": ("line", "Uncaught TypeError: Cannot read properties of undefined (reading 'map')",
+                          ("Uncaught", "TypeError")),
+}
+SETS = {"chosen with": PLANTS, "held out": HELD_OUT, "held out again": HELD_OUT_AGAIN,
+        "held out fourth": HELD_OUT_FOURTH, "held out fifth": HELD_OUT_FIFTH}
 
 
 def read_sources(documents: int) -> dict[str, list[str]]:
@@ -106,9 +136,10 @@ def put(doc: str, how: str, text: str, rng: random.Random) -> str:
     return "\n".join(lines)
 
 
-def audit(sources: dict[str, list[str]], shuffled: bool) -> dict[str, tuple[list[str], list[str]]]:
-    """Each source's suspicious terms and repeated lines, best first (the sources audited together, top 100);
-    `shuffled` reads each source's documents in a seeded random order, as a prepared folder holds them."""
+def audit(sources: dict[str, list[str]], shuffled: bool) -> dict[str, tuple[list[list[str]], list[str]]]:
+    """Each source's suspicious terms (each row's term, then those shown with it) and repeated lines, best first
+    (the sources audited together, top 100); `shuffled` reads each source's documents in a seeded random order, as a
+    prepared folder holds them."""
     from burnout.forensics.audit import audit_streams
     from burnout.forensics.audit_settings import AuditSettings
 
@@ -116,16 +147,16 @@ def audit(sources: dict[str, list[str]], shuffled: bool) -> dict[str, tuple[list
         sources = {name: random.Random(f"order {name}").sample(docs, len(docs)) for name, docs in sources.items()}
     streams = [(name, "text", lambda docs=docs: iter(docs)) for name, docs in sources.items()]
     report = audit_streams(streams, AuditSettings(top=100))
-    return {src["name"]: ([row["string"] for row in src["suspicious_terms"]],
+    return {src["name"]: ([[row["string"], *row["together_with"]] for row in src["suspicious_terms"]],
                           [row["text"] for row in src["repeated_lines"]]) for src in report["sources"]}
 
 
-def plant_rank(lists: tuple[list[str], list[str]], how: str, text: str, keys: tuple[str, ...]) -> str | None:
-    """Where a plant is found: its best key string's rank among the suspicious strings ("3"), or for a planted
-    line, its rank among the repeated lines where that is better ("L1"); None when in neither top 100."""
-    terms, lines = lists
-    found = [terms.index(key) + 1 for key in keys if key in terms]
-    term = min(found) if found else None
+def plant_rank(lists: tuple[list[list[str]], list[str]], how: str, text: str, keys: tuple[str, ...]) -> str | None:
+    """Where a plant is found: the rank of the first suspicious string's row holding one of its key strings ("3"),
+    or for a planted line, its rank among the repeated lines where that is better ("L1"); None when in neither top
+    100."""
+    rows, lines = lists
+    term = next((rank for rank, row in enumerate(rows, 1) if any(key in row for key in keys)), None)
     line = lines.index(" ".join(text.split())) + 1 if how == "line" and " ".join(text.split()) in lines else None
     if line is not None and (term is None or line < term):
         return f"L{line}"
@@ -139,7 +170,7 @@ def _rank_number(rank: str) -> int:
 def _table(title: str, plants: dict, ranks: dict) -> None:
     print(f"\n{title}: rank of each plant in its source's suspicious strings, or Ln in its repeated lines "
           "(- : in neither top 100)\n")
-    print("| source, order, rate | " + " | ".join(plants) + " | in the top 10 |")
+    print("| source, order, rate | " + " | ".join(name.replace("|", "\\|") for name in plants) + " | in the top 10 |")
     print("|---|" + "---|" * (len(plants) + 1))
     for cell, found in ranks.items():
         cells = [" ".join(r or "-" for r in found[name]) for name in plants]
@@ -181,7 +212,7 @@ def main() -> None:
     print("\neach clean source's top ten\n")
     for order, ranked in baseline.items():
         for name, (strings, _) in ranked.items():
-            print(f"- {name}, {order}: " + ", ".join(f"`{s}`" for s in strings[:10]))
+            print(f"- {name}, {order}: " + ", ".join(f"`{row[0]}`" for row in strings[:10]))
 
 
 if __name__ == "__main__":

@@ -50,13 +50,17 @@ least a few documents of a source but rare in it, ranked by <b>score = burst × 
 elsewhere × cohesion</b>. <i>burst</i>: log2(occurrences per document) + 0.25, dense where it occurs;
 <i>evidence</i>: log2(1 + documents) × (1 − ln documents / ln N); <i>spread</i>: runs of nearby documents
 holding it against the runs the same number of documents scattered at random would form (a topic's words
-sit in consecutive documents, an artifact is scattered); <i>shape</i>: 3 for code/log/template shapes
-(inner capitals, snake_case, hex runs, repeated units), 0.5 for Capitalized words (names), scaled to the
-source's register; <i>elsewhere</i>: 2 when a code source uses it and this prose source should not, 0.5
-when another source uses it as ordinary vocabulary; <i>cohesion</i>: low when its documents share other rare
-words (one topic). Compare scores within a source: ordinary words of clean prose score about 1 to 2, a
-string planted 2 to 3 times in each of 20 scattered documents about 3, and one shaped like code or a
-template placeholder about 10. To drop the documents holding a string, add a regular expression such as
+sit in nearby documents, an artifact is scattered); <i>shape</i>: 3 for unrendered markup, a word in a template's
+delimiters (<code>{{user_name}}</code>) or an HTML entity (<code>&amp;nbsp;</code>), 3 for code/log shapes (inner
+capitals, snake_case, hex runs, repeated units) scaled to the source's register and halved for an identifier
+written in a code source's own style and words, 0.5 for Capitalized words (names); <i>elsewhere</i>: 2 when a code
+source uses it and this prose source should not, 0.5 when another source uses it as ordinary vocabulary;
+<i>cohesion</i>: low when its documents share other rare words (one topic). Terms found in the same documents are
+one row (a log line's words), shown "with" the others. Repeated lines come most foreign first: a line whose words
+the source uses nowhere else above one written in its everyday words, and one in documents of nothing in common
+above one in documents of a topic (cohesion, as above). Compare scores within a source: ordinary words of clean
+prose score about 1 to 2, a string planted 2 to 3 times in each of 20 scattered documents about 3, and one shaped
+like code or unrendered markup about 10. To drop the documents holding a string, add a regular expression such as
 <code>\\bPersonX\\b</code> to <code>data.junk_patterns</code> with <code>data.drop_junk: true</code>
 (or <code>burnout data prepare … --drop REGEX</code>).</p>"""
 
@@ -89,9 +93,11 @@ def _source_section(i: int, src: dict) -> str:
     parts.append(f"<h3>Suspicious word pairs</h3>{_strings_table(src['suspicious_phrases'], f'phrases-{i}')}")
     for key, label in (("repeated_lines", "Lines repeated across documents"),
                        ("repeated_paragraphs", "Paragraphs repeated across documents")):
-        rows = [[r["documents"], f"{r['share']:.2%}", _counts(r["documents_per_source"]), r["text"]] for r in src[key]]
-        parts.append(f"<h3>{label}</h3>" + (_table(["documents", "share", "per source", "text"], rows, f"{key}-{i}",
-                                                   text_columns={3}) if rows else "<p>none</p>"))
+        rows = [[r["documents"], f"{r['share']:.2%}", f"{r['foreign_words']:.2f}", f"{r['cohesion']:.2f}",
+                 _counts(r["documents_per_source"]), r["text"]] for r in src[key]]
+        parts.append(f"<h3>{label}</h3>" + (
+            _table(["documents", "share", "foreign words", "cohesion", "per source", "text"], rows, f"{key}-{i}",
+                   text_columns={5}) if rows else "<p>none</p>"))
     if src["junk"]:
         rows = [[r["pattern"], r["documents"], r["matches"], _examples(r["examples"])] for r in src["junk"]]
         parts.append("<h3>Known junk (data.junk_patterns)</h3>"
@@ -108,7 +114,8 @@ def _strings_table(rows: list[dict], table_id: str) -> str:
     for rank, r in enumerate(rows, start=1):
         factors = ", ".join(f"{k} {v:g}" for k, v in r["factors"].items())
         where = _counts(r["other_sources"]) + (f" (belongs to {r['belongs_to']})" if r["belongs_to"] else "")
-        body.append([rank, r["string"], f"{r['score']:.2f}", r["documents"], r["occurrences"], r["per_document"],
+        string = r["string"] + (f" (with {', '.join(r['together_with'])})" if r["together_with"] else "")
+        body.append([rank, string, f"{r['score']:.2f}", r["documents"], r["occurrences"], r["per_document"],
                      r["shape"], _Small(factors), where, _drop_pattern(r["string"]),
                      _marked(_examples(r["examples"]), r["string"])])
     columns = ["#", "string", "score", "documents", "occurrences", "per document", "shape", "factors",

@@ -13,7 +13,7 @@ class AuditSettings:
     min_docs: int = 3                # a suspicious string occurs in at least this many documents
     max_doc_share: float = 0.25      # ... and in at most this share of its source's documents
     block_docs: int = 32             # documents counted together before merging into the tables
-    run_gap: int = 8                 # documents holding a term at most this far apart form one run
+    run_gap_chars: int = 4000        # documents holding a term with less text between them form one run
     hosts: int = 8                   # documents remembered per term, for cohesion
     filter_bits: int = 1 << 28       # the word-pair filter's size (32 MB)
     top: int = 25                    # rows kept per table in the report
@@ -28,7 +28,7 @@ class AuditSettings:
     def validate(self) -> None:
         if not 0.0 < self.near_dup_threshold <= 1.0:
             raise BurnoutError(f"near-duplicate threshold {self.near_dup_threshold} is outside (0, 1]")
-        for name in ("capacity", "min_docs", "block_docs", "run_gap", "top", "num_perm", "shingle_words"):
+        for name in ("capacity", "min_docs", "block_docs", "run_gap_chars", "top", "num_perm", "shingle_words"):
             if getattr(self, name) < 1:
                 raise BurnoutError(f"audit setting {name}={getattr(self, name)} must be at least 1")
         if self.capacity < 1000:

@@ -1,7 +1,8 @@
 """Everything counted about one source's documents, fed in read order, and the outliers among them.
 
 - terms (words and identifier-like strings, see suspicious_strings.py) and word pairs: in how many documents,
-  how often, in how many runs of nearby documents, and the first `hosts` documents holding each term;
+  how often, in how many runs of nearby documents (less than `run_gap_chars` of text between them), the first
+  `hosts` documents holding each term, and in how many it stands as unrendered markup (`{{user_name}}`, `&nbsp;`);
 - repetition: lines (at least `min_line_chars`, runs of spaces collapsed) and multi-line paragraphs counted
   in how many documents they occur (boilerplate, navigation, licence headers);
 - known junk: the recipe's data.junk_patterns (plus any given) with documents, matches and examples;
@@ -31,7 +32,12 @@ from burnout.forensics.bounded_counting import CountTable, SeenFilter, TopK
 from burnout.forensics.snippets import snippet
 
 # A word or identifier: starts with a letter or "_", dotted parts joined; or digits followed by letters.
-_TERM = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*|\d+[^\W\d_]\w*")
+TERM = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*|\d+[^\W\d_]\w*")
+# Markup left unrendered: a term in a template engine's delimiters ({{user_name}}, {{ product.title }},
+# [[FIRST_NAME]], %%ID%%, <|im_start|>, <<x>>, <%= user.name %>, <?= $title ?>; not a shell's ${name}, which scripts
+# and their docs write on purpose), or an HTML entity's name (&nbsp;, the amp of &amp;quot;).
+_MARKUP = re.compile(r"(?:\{\{|\[\[|%%|<\||<<|<%=?|<\?=)\s*\$?([^\W\d]\w*(?:\.[^\W\d]\w*)*)\s*"
+                     r"(?:\}\}|\]\]|%%|\|>|>>|%>|\?>)|&([A-Za-z][A-Za-z0-9]+);")
 _NON_TEXT = re.compile(r"[^\w\s]")
 _SPACE = re.compile(r"\s+")
 _SPACES = re.compile(r"[^\S\n]+")  # whitespace other than newlines
@@ -46,8 +52,12 @@ class SourceAudit:
         self.name, self.kind, self.settings = name, kind, settings
         cap = settings.capacity
         self.terms, self.phrases = CountTable(cap), CountTable(cap)
+        self.markup: Counter = Counter()  # term -> documents where it stands as unrendered markup (_MARKUP)
         self.seen = SeenFilter(settings.filter_bits)
-        self._window: collections.deque = collections.deque(maxlen=settings.run_gap)
+        # The documents read within run_gap_chars characters before the next one, and how many of them hold each term.
+        self._window: collections.deque = collections.deque()
+        self._window_chars = 0
+        self._in_window: Counter = Counter()
         # Lines and paragraphs are long keys, and only repeated ones are admitted: a quarter of the room.
         self.lines, self.paragraphs = CountTable(max(1000, cap // 4)), CountTable(max(1000, cap // 4))
         self.documents = self.chars = self.tokens = 0
@@ -119,46 +129,68 @@ class SourceAudit:
         s = self.settings
         term_cf, term_df, term_runs, pair_cf, pair_df, line_df, para_df = (Counter() for _ in range(7))
         hosts: dict[str, list[int]] = {}
-        window, full = self._window, self.terms.full
+        line_hosts: dict[str, list[int]] = {}
+        para_hosts: dict[str, list[int]] = {}
+        full, in_window = self.terms.full, self._in_window
         for text, number in zip(docs, numbers):
-            words = _TERM.findall(text)
+            words = TERM.findall(text)
             self.tokens += len(words)
             term_cf.update(words)
             distinct = set(words)
             term_df.update(distinct)
-            # A run starts where a term was in none of the previous run_gap documents.
-            started = distinct.difference(*window) if window else distinct
+            # A run starts where a term was in none of the documents of the last run_gap_chars characters.
+            started = {key for key in distinct if not in_window[key]}
             term_runs.update(started)
+            if len(self.markup) < self.settings.capacity:
+                self.markup.update({template or entity for template, entity in _MARKUP.findall(text)})
             for key in started - full:
                 found = hosts.get(key)
                 if found is None:
                     hosts[key] = [number]
                 else:
                     found.append(number)
-            window.append(distinct)
+            self._slide_window(distinct, len(text))
             pairs = list(map(" ".join, zip(words, words[1:])))
             pair_cf.update(pairs)
             pair_df.update(set(pairs))
-            line_df.update({line if len(line) <= _KEY_CHARS else _long_key(line)
-                            for line in map(str.strip, _SPACES.sub(" ", text).split("\n"))
-                            if len(line) >= s.min_line_chars})
-            if "\n\n" in text:
-                para_df.update(_paragraph_keys(text, s.min_line_chars))
+            lines = {line if len(line) <= _KEY_CHARS else _long_key(line)
+                     for line in map(str.strip, _SPACES.sub(" ", text).split("\n")) if len(line) >= s.min_line_chars}
+            paragraphs = _paragraph_keys(text, s.min_line_chars) if "\n\n" in text else set()
+            for keys, counts, found_in in ((lines, line_df, line_hosts), (paragraphs, para_df, para_hosts)):
+                counts.update(keys)
+                for key in keys:
+                    found_in.setdefault(key, []).append(number)
         self.terms.add(term_df, term_cf, term_runs, hosts=hosts, max_hosts=s.hosts)
         pair_df, seen = self._admit(self.phrases, pair_df, "")
         self.phrases.add(pair_df, pair_cf, seen_before=seen)
-        for table, counts, tag in ((self.lines, line_df, "\x01"), (self.paragraphs, para_df, "\x02")):
+        for table, counts, found_in, tag in ((self.lines, line_df, line_hosts, "\x01"),
+                                             (self.paragraphs, para_df, para_hosts, "\x02")):
             counts, seen = self._admit(table, counts, tag)
-            table.add(counts, seen_before=seen)
+            table.add(counts, seen_before=seen, hosts=found_in, max_hosts=s.hosts)
         self._block, self._block_numbers = [], []
         self.elapsed_s += time.perf_counter() - start
+
+    def _slide_window(self, distinct: set[str], chars: int) -> None:
+        """The window after a document of `chars` characters holding `distinct`: it keeps the documents with
+        fewer than run_gap_chars characters read after them, the last one always."""
+        window, in_window = self._window, self._in_window
+        window.append((chars, distinct))
+        in_window.update(distinct)
+        self._window_chars += chars
+        while len(window) > 1 and self._window_chars - window[0][0] >= self.settings.run_gap_chars:
+            gone_chars, gone = window.popleft()
+            self._window_chars -= gone_chars
+            in_window.subtract(gone)
+            for key in gone:
+                if not in_window[key]:
+                    del in_window[key]
 
     def _admit(self, table: CountTable, counts: Counter, tag: str) -> tuple[Counter, set]:
         """The keys of `counts` that enter `table`: those already in it or in two documents by now. A key
         in one document only marks the seen filter (under `tag`, a kind of key), and enters when met
-        again (`seen`: keys entering with one earlier document uncounted)."""
+        again (`seen`: keys entering with one earlier document uncounted, also when met again in several)."""
         items = table.items
-        fresh = [key for key, d in counts.items() if d == 1 and key not in items]
+        fresh = [key for key in counts if key not in items]
         found = self.seen.check_and_add([tag + key for key in fresh] if tag else fresh)
         seen = set(itertools.compress(fresh, found))
         wanted = Counter({key: d for key, d in counts.items() if d > 1 or key in items or key in seen})

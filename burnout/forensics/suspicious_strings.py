@@ -13,12 +13,14 @@ ranked by
   for 2.5 per document). Kept mild: a topic's words are bursty too, and a log line comes once.
 - evidence = log2(1 + documents) * (1 - ln documents / ln N): more documents are more evidence of
   something systematic, but a string in many of the source's documents is its vocabulary, not an artifact.
-- spread = min(1, runs / expected runs). A run starts at a document holding the term when none of the
-  `run_gap` documents before it does; df documents scattered at random over N form about
-  1 + (df - 1)(1 - gap/N)^df runs. A name in one Wikipedia article, a character of one play, a topic's
-  words live in consecutive documents (one or two runs: spread << 1); a template placeholder or a
-  scraped-page artifact is scattered (spread ~ 1). Read order carries this: a prepared folder's documents
-  are shuffled, so there every term's spread is ~1 and cohesion does this work.
+- spread = min(1, (runs + 1) / (expected runs + 1)). A run starts at a document holding the term when none of
+  the documents of the `run_gap_chars` characters before it does (nearby is a measure of text: 8 lines of an
+  article, or the next page of a manual); df documents scattered at random over N form about
+  1 + (df - 1)(1 - gap/N)^df runs, gap being 1 + run_gap_chars over the source's mean document length. A name in
+  one Wikipedia article, a character of one play, a topic's words live in nearby documents (one or two runs:
+  spread << 1); a template placeholder or a scraped-page artifact is scattered (spread ~ 1). The + 1 keeps one
+  chance neighbour among a few documents from reading as a topic. Read order carries this: a prepared folder's
+  documents are shuffled, so there every term's spread is ~1 and cohesion does this work.
 - shape, how foreign the string's form is to the source. A lowercase word: 1 to 3 by its spelling, the
   mean surprisal per character under a character trigram model of the source's own words (Spelling),
   against the source's lowercase words of its length: 2 ** ((bits - median) / (4 MAD)), at most 3 (`nbsp`
@@ -32,7 +34,14 @@ ranked by
   `a.b.c`); 2 for letters mixed with digits; 1.5 for ALLCAPS (`PROPN`); 0.5 for a Capitalized word (what
   most legitimate rare-but-bursty words are: names). The class bonus (shape - 1) is scaled by how foreign
   code-like strings are to the source: in full where under PROSE_REGISTER (0.5%) of its words look like
-  code, not at all from CODE_REGISTER (5%) on (a Python source is full of snake_case; prose is not).
+  code, not at all from CODE_REGISTER (5%) on (a Python source is full of snake_case; prose is not); and halved
+  for an identifier that a source writing identifiers would write itself, in a style of its own and in its own
+  words (`OSError`, `io.open` in Python's docs; not `utm_source`, not the lowerCamel `getElementById`). A term that
+  stands as unrendered markup in half its documents or more, in a template's delimiters (`{{user_name}}`,
+  `%%CUSTOMER_ID%%`, `<|im_start|>`, `<%= user.name %>`) or as an HTML entity (`&nbsp;`), is markup: 3 in any
+  register, and neither spread nor cohesion applies (its form alone marks it).
+- Terms found in the same documents (the same count, and the same first documents of their runs) are one row, the
+  best shown and the others listed with it (`together_with`): a planted log line's words are one artifact.
 - elsewhere: 2 when a code source (CODE_REGISTER) uses the term at 10x this prose source's rate
   (`belongs_to` names it: a code word leaking into prose); 0.5 when another source uses it in
   `min_docs` documents or more (ordinary vocabulary there too, not this source's artifact); else 1.
@@ -46,6 +55,7 @@ ranked by
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
 import itertools
@@ -65,14 +75,18 @@ _REPEAT_UNIT = re.compile(r"(.{1,3})\1{2,}")
 _HEX_LETTERS = re.compile(r"[0-9a-f]{8,}")
 _HEX_MIXED = re.compile(r"(?=.*\d)(?=.*[a-f])[0-9a-f]{6,}")
 _INNER_CAPITAL = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
+_IDENTIFIER_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th|s|m|km|kg|cm|mm|px|pt|am|pm)")
 # Shapes and their factors (see the module docstring); the "code" shapes are those scaled by register.
-SHAPES = {"repeat": 3.0, "hex": 3.0, "camel": 3.0, "identifier": 3.0, "alnum": 2.0, "upper": 1.5,
+SHAPES = {"markup": 3.0, "repeat": 3.0, "hex": 3.0, "camel": 3.0, "identifier": 3.0, "alnum": 2.0, "upper": 1.5,
           "lower": 1.0, "title": 0.5}
 _CODE_SHAPES = ("camel", "identifier", "alnum", "hex")
 # A source where this share of the tokens looks like code is code (its identifiers get no shape bonus, and
 # its words found in a prose source are "foreign" there); under PROSE_REGISTER, shape bonuses count in full.
 CODE_REGISTER, PROSE_REGISTER = 0.05, 0.005
+# An identifier written as the source writes its own (_ForeignSpelling.own_identifier) keeps this share of its shape
+# bonus; a style is the source's own from OWN_STYLE of its identifiers on.
+OWN_IDENTIFIER_BONUS, OWN_STYLE = 0.5, 0.1
 MAX_SPELLED = 32  # longer "words" (a run of CJK characters, a hash) teach nothing about spelling
 # A language's word list is the source's when it holds this share of the source's LEXICON_WORDS most widespread
 # lowercase words (WikiText-2 99.4%, Tiny Shakespeare 98.6%, Python's docs 99.2% in English: docs/FORENSICS.md).
@@ -109,6 +123,18 @@ def term_shape(term: str) -> str:
     return "lower"
 
 
+def identifier_style(term: str) -> str | None:
+    """How an identifier is written: dotted, snake (snake_case), SCREAMING (SCREAMING_SNAKE), lowerCamel or
+    CapWords; None for a word."""
+    if "." in term:
+        return "dotted"
+    if "_" in term.strip("_"):
+        return "SCREAMING" if term.isupper() else "snake"
+    if _INNER_CAPITAL.search(term):
+        return "lowerCamel" if term[0].islower() else "CapWords"
+    return None
+
+
 def code_share(audit: SourceAudit) -> float:
     """The share of a source's words that look like code (identifier, camel, mixed digits, hex), over the
     words its finished table kept; computed once."""
@@ -120,7 +146,7 @@ def code_share(audit: SourceAudit) -> float:
 
 def _shape_factor(shape: str, code_share: float) -> float:
     base = SHAPES[shape]
-    if base <= 1.0:
+    if base <= 1.0 or shape == "markup":  # an unfilled template is foreign to code too
         return base
     return 1.0 + (base - 1.0) * _code_foreignness(code_share)
 
@@ -130,7 +156,7 @@ def _code_foreignness(code_share: float) -> float:
     return 1.0 - min(1.0, max(0.0, (code_share - PROSE_REGISTER) / (CODE_REGISTER - PROSE_REGISTER)))
 
 
-def expected_runs(df: int, n: int, gap: int) -> float:
+def expected_runs(df: int, n: int, gap: float) -> float:
     """The runs (gaps of at most `gap` documents) that `df` of `n` documents picked at random form: each
     of the df - 1 gaps between neighbours exceeds `gap` with probability about (1 - gap / n) ** df."""
     return 1 + (df - 1) * (1 - gap / n) ** df
@@ -264,6 +290,8 @@ class _ForeignSpelling:
         low, high = OWN_UNKNOWN_WORDS
         self.compounds_are_own = compounds >= low * len(words) > 0
         self.own = own
+        styles = Counter(style for style in map(identifier_style, candidates) if style)
+        self.styles = {style: n / sum(styles.values()) for style, n in styles.items()}
         if self.compounds_are_own:
             unknown = [key for key in unknown if not lexicon.compound(key, self.own)]
         share = len(unknown) / max(1, len(words))
@@ -276,6 +304,15 @@ class _ForeignSpelling:
         pooled = _median_mad([b for bits in by_length.values() for b in bits])
         self.scale = {length: _median_mad(bits) if len(bits) >= 20 else pooled for length, bits in by_length.items()}
         self.pooled = pooled
+
+    def own_identifier(self, key: str) -> bool:
+        """Whether `key`, an identifier, is written as a source that writes identifiers writes its own: in a style
+        of OWN_STYLE of its identifiers or more (Python's docs: snake_case, CapWords, dotted; not lowerCamel) and each
+        of its parts (`OSError`: os, error; single letters and digits aside) a lowercase word of the source's."""
+        if not self.compounds_are_own or self.styles.get(identifier_style(key), 0.0) < OWN_STYLE:
+            return False
+        parts = [part.lower() for part in _IDENTIFIER_PART.findall(key) if len(part) >= 2 and not part.isdigit()]
+        return bool(parts) and all(part in self.own for part in parts)
 
     def __call__(self, key: str) -> float:
         if self.lexicon.common(key):
@@ -298,7 +335,7 @@ def _median_mad(values: list[float]) -> tuple[float, float]:
     return median, max(deviations[len(deviations) // 2], 0.05)
 
 
-class _Cohesion:
+class Cohesion:
     """How far a term's documents are one topic's: c = (q - p0) / (1 - p0), q being the share of pairs of
     its kept documents that have a rare plain word in common, p0 the chance of that for two of the
     source's N documents, 1 - exp(-sum over those words of h (h - 1) / (N (N - 1))), h its kept documents.
@@ -318,10 +355,11 @@ class _Cohesion:
                 pairs += len(entry[3]) * (len(entry[3]) - 1)
         self.chance = 1.0 - math.exp(-pairs / max(1, documents * (documents - 1)))
 
-    def __call__(self, key: str, hosts) -> float:
+    def __call__(self, own: set[str], hosts) -> float:
+        """The cohesion of the documents `hosts` of a string whose own words are `own`."""
         if hosts is None or len(hosts) < 2:
             return 0.0
-        words = [self.by_doc.get(doc, set()) - {key} for doc in hosts]
+        words = [self.by_doc.get(doc, set()) - own for doc in hosts]
         if len(hosts) >= 3:
             seen = Counter(itertools.chain.from_iterable(words))
             everywhere = {word for word, n in seen.items() if n >= 0.9 * len(hosts)}
@@ -341,37 +379,54 @@ def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: Au
     n = max(me.documents, 1)
     most = max(settings.min_docs, int(settings.max_doc_share * n))
     log_n = math.log(max(n, 3))
+    gap = 1 + settings.run_gap_chars * n / max(1, me.chars)  # a run's reach in documents of the source's mean length
+    terms = which == "terms"
     local = []
     for key, (df, cf, runs, _) in table.items.items():
         if settings.min_docs <= df <= most and len(key) >= 3:
             burst = 1.0 + math.log2(cf / df) / 4
             evidence = math.log2(1 + df) * max(0.05, 1 - math.log(df) / log_n)
-            spread = min(1.0, runs / expected_runs(df, n, settings.run_gap)) if n >= 8 * settings.run_gap else 1.0
+            spread = min(1.0, (runs + 1) / (expected_runs(df, n, gap) + 1)) if n >= 8 * gap and not (
+                terms and _markup(me, key, df)) else 1.0
             local.append((burst * evidence * spread, key, (burst, evidence, spread)))
     local.sort(key=lambda c: (-c[0], c[1]))
-    terms = which == "terms"
-    cohesion = _Cohesion(table, settings, most, n) if terms else None
+    cohesion = Cohesion(table, settings, most, n) if terms else None
     mine = code_share(me)
     spelling = _ForeignSpelling(me.spelling, [key for _, key, _ in local], _lexicon(table), _code_foreignness(mine),
                                 own={key for key in table.items if key.isalpha() and key.islower()}) if terms else None
     code_elsewhere = any(code_share(a) >= CODE_REGISTER for j, a in enumerate(audits) if j != index)
     bound = (SHAPES["camel"] if terms else _shape_factor("camel", mine)) * (
         2.0 if code_elsewhere and mine < CODE_REGISTER else 1.0)
-    heap: list[tuple[float, int, dict]] = []  # the best rows so far, worst first
-    for i, (base, key, parts) in enumerate(local):
-        if len(heap) >= settings.top and base * bound < heap[0][0]:
+    rows: dict[tuple, dict] = {}  # one row per artifact: terms with the same documents are one, its best term shown
+    scores: list[float] = []  # the rows' scores, ascending
+    for base, key, parts in local:
+        if len(scores) >= settings.top and base * bound < scores[-settings.top]:
             break
         row = _candidate(audits, index, which, settings, key, parts, spelling)
-        if cohesion is not None:
-            together = 1.0 - 0.9 * cohesion(key, table.items[key][3])
+        hosts = table.items[key][3]
+        if cohesion is not None and row["shape"] != "markup":
+            together = 1.0 - 0.9 * cohesion({key}, hosts)
             row["factors"]["cohesion"] = round(together, 3)
             row["score"] = round(row["score"] * together, 3)
-        item = (row["score"], -i, row)
-        if len(heap) < settings.top:
-            heapq.heappush(heap, item)
-        elif item[:2] > heap[0][:2]:
-            heapq.heapreplace(heap, item)
-    return [row for _, _, row in sorted(heap, key=lambda t: (-t[0], t[2]["string"]))]
+        same = (row["documents"], tuple(hosts)) if hosts is not None and len(hosts) >= settings.min_docs else key
+        found = rows.get(same)
+        if found is None:
+            rows[same] = row
+        elif row["score"] > found["score"]:
+            row["together_with"] = [found["string"], *found["together_with"]]
+            rows[same] = row
+            scores.remove(found["score"])
+        else:
+            found["together_with"].append(key)
+            continue
+        bisect.insort(scores, row["score"])
+    return sorted(rows.values(), key=lambda row: (-row["score"], row["string"]))[: settings.top]
+
+
+def _markup(me: SourceAudit, key: str, df: int) -> bool:
+    """Whether a term stands as unrendered markup (a template's placeholder, an HTML entity) in half its documents
+    or more: its form alone marks it, so neither its read order nor its documents' topics excuse it."""
+    return 2 * me.markup.get(key, 0) >= df
 
 
 def _lexicon(table: CountTable) -> Lexicon:
@@ -389,8 +444,10 @@ def _candidate(audits: list[SourceAudit], index: int, which: str, settings: Audi
     df, cf, runs, _ = getattr(me, which).items[key]
     n = max(me.documents, 1)
     mine = code_share(me)
-    shape = term_shape(key) if which == "terms" else max(
-        (term_shape(w) if len(w) >= 3 else "lower" for w in key.split(" ")), key=SHAPES.get)
+    if which == "terms":
+        shape = "markup" if _markup(me, key, df) else term_shape(key)
+    else:
+        shape = max((term_shape(w) if len(w) >= 3 else "lower" for w in key.split(" ")), key=SHAPES.get)
     burst, evidence, spread = parts
     known, belongs_to, elsewhere = 1.0, None, {}
     for j, other in enumerate(audits):
@@ -402,10 +459,15 @@ def _candidate(audits: list[SourceAudit], index: int, which: str, settings: Audi
             known, belongs_to = 2.0, other.name  # a code source's word, leaking into prose
         elif belongs_to is None:
             known = 0.5  # in ordinary use elsewhere too: vocabulary, not this source's artifact
-    shape_factor = spelling(key) if spelling is not None and shape == "lower" else _shape_factor(shape, mine)
+    if spelling is not None and shape == "lower":
+        shape_factor = spelling(key)
+    elif spelling is not None and shape in _CODE_SHAPES and spelling.own_identifier(key):
+        shape_factor = 1.0 + (_shape_factor(shape, mine) - 1.0) * OWN_IDENTIFIER_BONUS
+    else:
+        shape_factor = _shape_factor(shape, mine)
     score = burst * evidence * spread * shape_factor * known
     return {"string": key, "score": round(score, 3), "documents": df, "occurrences": cf,
             "per_document": round(cf / df, 2), "runs": runs, "shape": shape,
             "factors": {"burst": round(burst, 3), "evidence": round(evidence, 3), "spread": round(spread, 3),
                         "shape": round(shape_factor, 3), "elsewhere": known, "cohesion": 1.0},
-            "belongs_to": belongs_to, "other_sources": elsewhere, "examples": []}
+            "belongs_to": belongs_to, "other_sources": elsewhere, "together_with": [], "examples": []}

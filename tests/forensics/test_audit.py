@@ -194,7 +194,7 @@ def test_boilerplate_line_reported(audited):
     row = next(r for r in lines if r["text"] == BOILERPLATE)
     assert row["documents"] == len(planted["boilerplate"]) == 30
     assert row["documents_per_source"] == {"planted": 30}
-    assert lines[0]["text"] == BOILERPLATE  # the most repeated line of the source
+    assert lines[0]["text"] == BOILERPLATE  # the most repeated, of words rare elsewhere in the source
     assert not any(r["text"] == BOILERPLATE for s in report["sources"] if s["name"] != "planted"
                    for r in s["repeated_lines"])
 
@@ -228,7 +228,7 @@ SOURCE_SCHEMA = {"name": str, "kind": str, "documents": int, "chars": int, "toke
                  "histograms": dict}
 TERM_SCHEMA = {"string": str, "score": float, "documents": int, "occurrences": int, "per_document": float,
                "runs": int, "shape": str, "factors": dict, "belongs_to": (str, type(None)), "other_sources": dict,
-               "examples": list}
+               "together_with": list, "examples": list}
 
 
 def _check(value, schema, where: str) -> None:
@@ -261,7 +261,8 @@ def test_audit_json_schema_and_page(audited):
         scores = [row["score"] for row in src["suspicious_terms"]]
         assert scores == sorted(scores, reverse=True)
         for row in src["repeated_lines"]:
-            _check(row, {"text": str, "documents": int, "share": float, "documents_per_source": dict}, "line")
+            _check(row, {"text": str, "documents": int, "share": float, "foreign_words": float, "cohesion": float,
+                         "documents_per_source": dict}, "line")
     page = (out / AUDIT_HTML).read_text(encoding="utf-8")
     assert page.count("<img") == len(report["sources"]) and "data:image/png;base64," in page
     assert ARTIFACT in page and "<table" in page
@@ -415,3 +416,56 @@ def test_a_text_file_is_audited_as_prepare_splits_it_and_counted_in_words_that_a
         assert f"source {path.stem} (text): {count}, " in out.out and f"audited {path.stem}: {count}, " in out.err
     assert "1 documents" not in out.out + out.err and "1 characters" not in out.out + out.err
 
+
+
+def test_a_line_of_words_found_nowhere_else_ranks_above_a_more_repeated_line_of_the_sources_words():
+    """The source's own format line (`Changed in version 3.2 of the module.`, in 12 documents, its words in many
+    others) is its format; a line in 3 documents whose words the source never uses otherwise came from elsewhere."""
+    from burnout.forensics.audit import audit_streams
+
+    rng = random.Random(0)
+    words = ["module", "version", "changed", "function", "returns", "value", "list", "file", "object", "class",
+             "string", "default", "argument", "the", "a", "of", "in", "is", "and", "Changed", "Module", "Version"]
+    documents = ["\n".join(" ".join(rng.choices(words, k=12)) for _ in range(6)) for _ in range(60)]
+    own, foreign = "Changed in version 3.2 of the module.", "Click here to subscribe to our newsletter!"
+    mixed = "the module returns the unsubscribe value"  # one word of its own among everyday ones
+    for i in range(0, 60, 5):
+        documents[i] += "\n" + own
+    for i in (7, 31, 52):
+        documents[i] += "\n" + foreign
+    for i in (9, 33, 54):
+        documents[i] += "\n" + mixed
+    report = audit_streams([("docs", "text", lambda: iter(documents))])
+    lines = {row["text"]: row for row in report["sources"][0]["repeated_lines"]}
+    assert lines[own]["documents"] == 12 and lines[foreign]["documents"] == 3
+    assert lines[foreign]["foreign_words"] > 0.8 > 0.3 > lines[own]["foreign_words"]
+    # Weighted by rarity, `unsubscribe` (in 3 of 60) outweighs the five everyday words (a plain mean gives 0.21).
+    assert lines[mixed]["foreign_words"] > 0.4
+    assert report["sources"][0]["repeated_lines"][0]["text"] == foreign
+
+
+def test_a_line_in_documents_of_nothing_in_common_ranks_above_one_in_documents_of_a_topic():
+    """Two lines as foreign (their words nowhere else) and as repeated: the one whose documents also share rare words
+    of a topic (three audio modules' pages) is theirs; the one in documents of nothing in common was put there, even
+    where only two of them are known and both hold its own words."""
+    from burnout.forensics.audit import audit_streams
+
+    rng = random.Random(1)
+    words = ["module", "function", "returns", "value", "list", "file", "object", "class", "string", "default",
+             "argument", "the", "a", "of", "in", "is", "and"]
+    documents = ["\n".join(" ".join(rng.choices(words, k=12)) for _ in range(6)) for _ in range(60)]
+    topic, artifact = "setnchannels(n) sets number of audio channels", "Connection reset by peer on worker three"
+    for i in (10, 25, 45):  # apart, as those modules' pages are: cohesion knows a word's first document of each run
+        documents[i] += "\n" + topic
+    # Each pair of the topic's documents shares a rare word (a word in all of them would count as the line's own).
+    for word, found_in in (("sampwidth", (10, 25, 55)), ("framerate", (25, 45, 3)), ("comptype", (10, 45, 38))):
+        for i in found_in:
+            documents[i] += f"\nthe {word} of the stream"
+    for i in (5, 40, 55):  # the first page in a block of its own: the line's known documents are the two others
+        documents[i] += "\n" + artifact
+    report = audit_streams([("docs", "text", lambda: iter(documents))])
+    lines = {row["text"]: row for row in report["sources"][0]["repeated_lines"]}
+    assert lines[topic]["foreign_words"] == lines[artifact]["foreign_words"] == 1.0
+    assert lines[topic]["cohesion"] < 0.5 < lines[artifact]["cohesion"] == 1.0
+    ranked = [row["text"] for row in report["sources"][0]["repeated_lines"]]
+    assert ranked.index(artifact) < ranked.index(topic)

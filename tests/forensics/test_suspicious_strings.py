@@ -8,8 +8,11 @@ candidates); an HTML entity, a log line and a lone nonsense word on a line of th
 document in 2% (ranked by how unlike the source's words they are spelled, not by repetition); a
 template placeholder in 5% of the docs, whose every word is an identifier of some sort (ranked above
 them because its documents have nothing else in common); a nonsense word spelled as English words are
-(`quazzle`, in 2%), which only the source's word list (Lexicon) tells from the words of its topics. Seeds of
-the plantings other than SEED: docs/FORENSICS.md."""
+(`quazzle`, in 2%), which only the source's word list (Lexicon) tells from the words of its topics; in 2% of the
+docs, a placeholder of the docs' own words (`{{user_name}}`: its delimiters mark it), a tracking parameter
+(`utm_source`: a part the docs never use), a JavaScript method (`getElementById`: a style they hardly use) and a
+boilerplate line among the repeated lines (its words found nowhere else). Seeds of the plantings other than SEED:
+docs/FORENSICS.md."""
 
 from __future__ import annotations
 
@@ -28,9 +31,20 @@ from burnout.cli import main
 from burnout.common import AUDIT_JSON
 from burnout.config import SourceConfig
 from burnout.data.corpus import iter_documents
-from burnout.forensics.suspicious_strings import SHAPES, Lexicon, Spelling, _ForeignSpelling
+from burnout.forensics.audit import audit_streams
+from burnout.forensics.audit_settings import AuditSettings
+from burnout.forensics.suspicious_strings import (
+    CODE_REGISTER,
+    OWN_IDENTIFIER_BONUS,
+    SHAPES,
+    Lexicon,
+    Spelling,
+    _ForeignSpelling,
+    expected_runs,
+)
 
 DOCUMENTS = 300
+BOILERPLATE = "Click here to subscribe to our newsletter!"  # a plant ranked among the repeated lines
 SEED = 0  # of each source's planting; seeds 0 to 7 were checked (docs/FORENSICS.md)
 # source: [(text, "word" (1 to 3 times at random places) or "line" (once, between lines), share, the key
 # string the audit should rank)]
@@ -39,7 +53,9 @@ PLANTS = {
                  ("quazzle", "word", 0.02, "quazzle")],
     "shakespeare": [("E/AndroidRuntime: FATAL EXCEPTION: main", "line", 0.02, "AndroidRuntime"),
                     ("vorplex", "line", 0.02, "vorplex")],
-    "docs": [("PersonX", "word", 0.05, "PersonX")],
+    "docs": [("PersonX", "word", 0.05, "PersonX"), ("{{user_name}}", "word", 0.02, "user_name"),
+             ("utm_source=newsletter", "word", 0.02, "utm_source"), ("getElementById", "word", 0.02, "getElementById"),
+             (BOILERPLATE, "line", 0.02, BOILERPLATE)],
 }
 
 
@@ -66,7 +82,7 @@ def _plant(docs: list[str], plants: list[tuple], rng: random.Random) -> tuple[li
         for i in rng.sample(body, round(share * len(docs))):
             docs[i] = put(docs[i], how, text, rng)
     rng.shuffle(docs)
-    return docs, {key: {n for n, text in enumerate(docs) if re.search(rf"(?<!\w){key}(?!\w)", text)}
+    return docs, {key: {n for n, text in enumerate(docs) if re.search(rf"(?<!\w){re.escape(key)}(?!\w)", text)}
                   for *_, key in plants}
 
 
@@ -91,12 +107,28 @@ def audited(shared_data, tmp_path_factory):
 @pytest.mark.parametrize("source,key", [(name, plant[-1]) for name, plants in PLANTS.items() for plant in plants])
 def test_planted_garbage_ranks_in_its_sources_top_10(audited, source, key):
     report, where = audited
-    rows = next(s for s in report["sources"] if s["name"] == source)["suspicious_terms"]
-    ranked = [row["string"] for row in rows]
-    assert key in ranked[:10], f"{key} not in {source}'s top 10: {ranked[:10]}"
-    row = rows[ranked.index(key)]
+    found = next(s for s in report["sources"] if s["name"] == source)
+    if key == BOILERPLATE:
+        lines = [row["text"] for row in found["repeated_lines"]]
+        assert key in lines[:10], f"{key} not in {source}'s top 10 lines: {lines[:10]}"
+        assert found["repeated_lines"][lines.index(key)]["documents"] == len(where[source][key])
+        return
+    rows = found["suspicious_terms"]
+    rank = next((i for i, row in enumerate(rows) if key == row["string"] or key in row["together_with"]), None)
+    assert rank is not None and rank < 10, f"{key} not in {source}'s top 10: {[row['string'] for row in rows[:10]]}"
+    row = rows[rank]
     assert row["documents"] == len(where[source][key])
     assert row["examples"] and all(e["document"] in where[source][key] for e in row["examples"])
+    assert (row["shape"] == "markup") == (key in ("user_name", "nbsp"))  # a template's delimiters, an entity
+
+
+def test_a_planted_lines_words_are_one_row(audited):
+    """The log line's words come in the same documents: one row, its best word shown, the others with it."""
+    report, _ = audited
+    rows = next(s for s in report["sources"] if s["name"] == "shakespeare")["suspicious_terms"]
+    log_line = {"AndroidRuntime", "FATAL", "EXCEPTION"}
+    held = [row for row in rows if log_line & {row["string"], *row["together_with"]}]
+    assert len(held) == 1 and log_line <= {held[0]["string"], *held[0]["together_with"]}
 
 
 def test_the_lexicon_is_the_language_whose_word_list_holds_the_sources_words():
@@ -167,3 +199,86 @@ def test_a_common_word_of_the_language_is_spelled_as_the_language_spells():
         assert spelling.bits(word) > median + 4 * mad  # its spelling alone would give it 2 or more
         assert prose(word) == 1.0
     assert prose("nbsp") == SHAPES["camel"]
+
+
+def test_an_identifier_is_the_sources_own_when_written_in_its_style_and_words():
+    """In a source that writes identifiers (compounds of its own words), one written in a style it uses and in words
+    it uses (`OSError`, `io.open`) keeps half its shape bonus; one with a part it never uses (`utm` of `utm_source`,
+    `Person` of `PersonX`) or in a style it hardly uses (lowerCamel `getElementById` in Python's docs) is foreign."""
+    import wordfreq
+
+    plain = [w for w in wordfreq.top_n_list("en", 400) if w.isalpha() and len(w) >= 3][:300]
+    compounds = ["lineno", "isinstance", "frozenset", "bytearray", "divmod", "issubclass"]  # its own compounds
+    identifiers = ["OSError", "KeyError", "io.open", "os.path", "sys.argv", "file_name", "get_value", "max_size",
+                   "ValueError", "TextIO"]  # CapWords, dotted, snake_case: no lowerCamel
+    own = {"os", "io", "open", "error", "key", "value", "get", "file", "name", "max", "size", "source", "element",
+           "by", "id", "path", "sys"}
+    code = _ForeignSpelling(Spelling(plain), plain + compounds + identifiers, Lexicon(plain), code_foreignness=1.0,
+                            own=own)
+    assert code.compounds_are_own
+    assert code.own_identifier("OSError") and code.own_identifier("io.open") and code.own_identifier("get_value")
+    assert not code.own_identifier("utm_source") and not code.own_identifier("PersonX")
+    assert not code.own_identifier("getElementById")  # its words are the source's; its style is not
+    prose = _ForeignSpelling(Spelling(plain), plain + identifiers, Lexicon(plain), code_foreignness=1.0, own=own)
+    assert not prose.own_identifier("OSError")  # a source that writes no identifiers has none of its own
+
+
+def test_an_identifier_in_the_docs_own_style_and_words_gets_half_the_code_bonus(audited):
+    """`AttributeError` (CapWords, the docs' words) is the docs' own; `getElementById` (lowerCamel) is not."""
+    report, _ = audited
+    rows = {row["string"]: row for row in next(s for s in report["sources"] if s["name"] == "docs")["suspicious_terms"]}
+    foreign, own = rows["getElementById"]["factors"]["shape"], rows["AttributeError"]["factors"]["shape"]
+    assert rows["AttributeError"]["shape"] == rows["getElementById"]["shape"] == "camel"
+    assert own == pytest.approx(1 + (foreign - 1) * OWN_IDENTIFIER_BONUS, abs=0.002) and own < foreign - 0.5
+
+
+def _filler(documents: int, vocabulary: list[str], seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["\n".join(" ".join(rng.choices(vocabulary, k=12)) for _ in range(6)) for _ in range(documents)]
+
+
+FILLER_WORDS = ["the", "a", "of", "in", "is", "and", "value", "list", "file", "object", "returns", "module"]
+
+
+def test_spread_is_reproducible_from_the_reports_own_figures():
+    """spread = (runs + 1) / (expected runs + 1), the chance runs over gaps of 1 + run_gap_chars / mean document
+    length: a term in four pairs of neighbouring long documents."""
+    documents = _filler(120, FILLER_WORDS, 0)
+    documents = [text + "\n" + text + "\n" + text for text in documents]  # about 1,500 characters each
+    for first in (10, 40, 70, 100):
+        for i in (first, first + 1):
+            documents[i] += " zorblat"
+    report = audit_streams([("long", "text", lambda: iter(documents))])
+    source = report["sources"][0]
+    row = next(row for row in source["suspicious_terms"] if row["string"] == "zorblat")
+    n, chars = source["documents"], source["chars"]
+    gap = 1 + AuditSettings().run_gap_chars * n / chars
+    assert (row["documents"], row["runs"]) == (8, 4)
+    expected = (row["runs"] + 1) / (expected_runs(row["documents"], n, gap) + 1)
+    assert row["factors"]["spread"] == pytest.approx(expected, abs=0.002) and expected < 0.9
+
+
+def test_markup_is_marked_by_its_form_in_any_register_whatever_its_documents_share():
+    """In a code source (snake_case everywhere), `{{user_name}}` in three runs of pages that share rare words keeps
+    the full markup shape, and neither spread nor cohesion lowers it; the same plain word (`zorblat`, in one page more
+    of the first run) is lowered by both. A term in a template's delimiters in half its documents is markup."""
+    documents = _filler(100, FILLER_WORDS + ["get_value", "set_item", "read_file", "to_dict"], 1)
+    for first in (10, 40, 70):
+        for i in (first, first + 1, first + 2):
+            documents[i] += " {{user_name}} zorblat"
+    documents[13] += " zorblat"
+    for word, found_in in (("sampwidth", (10, 40, 95)), ("framerate", (40, 70, 5)), ("comptype", (10, 70, 60))):
+        for i in found_in:
+            documents[i] += f" {word}"
+    for i in (20, 50, 80):
+        documents[i] += " {{ order_id }}"
+    for i in (25, 55, 85):
+        documents[i] += " order_id"
+    report = audit_streams([("code", "text", lambda: iter(documents))])
+    rows = {row["string"]: row for row in report["sources"][0]["suspicious_terms"]}
+    assert report["sources"][0]["code_share"] >= CODE_REGISTER
+    markup, plain = rows["user_name"], rows["zorblat"]
+    assert markup["shape"] == "markup" and markup["factors"]["shape"] == SHAPES["markup"]
+    assert markup["factors"]["spread"] == markup["factors"]["cohesion"] == 1.0
+    assert plain["factors"]["spread"] < 0.95 and plain["factors"]["cohesion"] < 0.9
+    assert rows["order_id"]["shape"] == "markup"
