@@ -43,7 +43,8 @@ FORMAT = "burnout-audit-v1"
 AUDIT_HTML = "audit.html"
 
 
-def _repeated(audits: list[SourceAudit], index: int, which: str, settings: AuditSettings) -> list[dict]:
+def _repeated(audits: list[SourceAudit], index: int, which: str, settings: AuditSettings,
+              cohesion: Cohesion) -> list[dict]:
     """The lines (which="lines") or paragraphs repeated in a source's documents, the most foreign first: by log2(1 +
     documents) x (1 + 9 x foreign) x (1 - 0.9 x cohesion). foreign is the mean share of its words' documents that are
     its own, weighted by their rarity (1: a word found nowhere else in the source, `FATAL`, `newsletter`; 0 for the
@@ -53,8 +54,6 @@ def _repeated(audits: list[SourceAudit], index: int, which: str, settings: Audit
     log line in four pages of nothing in common was put there."""
     me = audits[index]
     table: CountTable = getattr(me, which)
-    n = max(me.documents, 1)
-    cohesion = Cohesion(me.terms, settings, max(settings.min_docs, int(settings.max_doc_share * n)), n)
     rows = []
     for key, entry in table.items.items():
         if entry[0] >= settings.min_docs:
@@ -89,14 +88,15 @@ def _foreign_words(me: SourceAudit, text: str, documents: int) -> float:
 def source_report(audits: list[SourceAudit], index: int, settings: AuditSettings) -> dict:
     me = audits[index]
     outliers, histograms = outlier_report(me, settings)
+    cohesion = Cohesion(me.terms, settings, max(me.documents, 1))  # the terms', lines' and paragraphs' alike
     return {
         "name": me.name, "kind": me.kind, "documents": me.documents, "chars": me.chars, "tokens": me.tokens,
         "code_share": round(code_share(me), 4),
         "count_error_bound": {name: getattr(me, name).floor for name in ("terms", "phrases", "lines", "paragraphs")},
-        "suspicious_terms": rank_strings(audits, index, "terms", settings),
-        "suspicious_phrases": rank_strings(audits, index, "phrases", settings),
-        "repeated_lines": _repeated(audits, index, "lines", settings),
-        "repeated_paragraphs": _repeated(audits, index, "paragraphs", settings),
+        "suspicious_terms": rank_strings(audits, index, "terms", settings, cohesion),
+        "suspicious_phrases": rank_strings(audits, index, "phrases", settings, cohesion),
+        "repeated_lines": _repeated(audits, index, "lines", settings, cohesion),
+        "repeated_paragraphs": _repeated(audits, index, "paragraphs", settings, cohesion),
         "junk": [entry for _, _, entry in me.junk],
         "outliers": outliers, "histograms": histograms,
     }

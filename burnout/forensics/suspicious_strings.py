@@ -344,7 +344,8 @@ class Cohesion:
     A companion in 90% or more of the term's documents is part of it (a log line's other words), not a
     topic's."""
 
-    def __init__(self, table: CountTable, settings: AuditSettings, most: int, documents: int) -> None:
+    def __init__(self, table: CountTable, settings: AuditSettings, documents: int) -> None:
+        most = max(settings.min_docs, int(settings.max_doc_share * documents))
         self.by_doc: dict[int, set[str]] = {}
         pairs = 0.0
         for key, entry in table.items.items():
@@ -369,8 +370,10 @@ class Cohesion:
         return max(0.0, (shared - self.chance) / (1.0 - self.chance)) if self.chance < 1.0 else 0.0
 
 
-def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: AuditSettings) -> list[dict]:
-    """The suspicious terms (which="terms") or bigrams ("phrases") of audits[index], best first.
+def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: AuditSettings,
+                 cohesion: Cohesion) -> list[dict]:
+    """The suspicious terms (which="terms") or bigrams ("phrases") of audits[index], best first; `cohesion` is the
+    source's, which judges terms only.
 
     burst x evidence x spread is computed for every candidate; the rest (shape and elsewhere at most 6 in
     all, cohesion at most 1) best first, until no candidate left can enter the top rows."""
@@ -390,7 +393,6 @@ def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: Au
                 terms and _markup(me, key, df)) else 1.0
             local.append((burst * evidence * spread, key, (burst, evidence, spread)))
     local.sort(key=lambda c: (-c[0], c[1]))
-    cohesion = Cohesion(table, settings, most, n) if terms else None
     mine = code_share(me)
     spelling = _ForeignSpelling(me.spelling, [key for _, key, _ in local], _lexicon(table), _code_foreignness(mine),
                                 own={key for key in table.items if key.isalpha() and key.islower()}) if terms else None
@@ -404,7 +406,7 @@ def rank_strings(audits: list[SourceAudit], index: int, which: str, settings: Au
             break
         row = _candidate(audits, index, which, settings, key, parts, spelling)
         hosts = table.items[key][3]
-        if cohesion is not None and row["shape"] != "markup":
+        if terms and row["shape"] != "markup":
             together = 1.0 - 0.9 * cohesion({key}, hosts)
             row["factors"]["cohesion"] = round(together, 3)
             row["score"] = round(row["score"] * together, 3)
