@@ -14,8 +14,9 @@ from pathlib import Path
 
 from burnout.common import COMPARE_JSON, format_duration, labelled, next_steps, plural
 from burnout.config import load_run_config
-from burnout.data.prepare import older_split_rule, prepare_data
+from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta
+from burnout.data.split import older_split_rule
 from burnout.errors import BurnoutError
 from burnout.eval.compare import compare_checkpoints
 from burnout.generate.prompts import SAMPLE_PROMPTS

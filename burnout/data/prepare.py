@@ -4,17 +4,15 @@ The directory it writes, and how it is read back, are in shards.py; encoding is 
 
 Mixing is by TOKEN share: source s contributes weight_s / sum(weights) of the token budget
 (data.max_tokens, or, when unset, the token count of the max_chars sample the tokenizer is trained
-on). Each source is read in its seeded order, each whole document going to val or to train. Documents of
-the sources are interleaved in a seeded order that draws each source in proportion to the budget it still
-has left; each source sends a document to val when that keeps val's part of the tokens the source has given
-closest to val_fraction. A document larger than its source's whole share of val is cut in two instead when
-it is sent to val, or when it ends the budget with val short: its end to val, the rest to train (no other
-document is in both; `_SplitWriter._val_tokens`), so that a text of a few long documents still gives val
-about val_fraction of it. The document that crosses a source's budget is cut (and still ends with
-<|endoftext|>).
+on). Each source is read in its seeded order. Documents of the sources are interleaved in a seeded order that
+draws each source in proportion to the budget it still has left; which of each document's tokens go to val is
+split.py's `ValSplit`: a fair sample of the text by tokens, whole documents sampled within their length class, a
+document larger than a tenth of its source's val share cut (its end to val). The document that crosses a
+source's budget is cut (and still ends with <|endoftext|>).
 
-A prepared folder whose data cannot work is said so (`data_warnings`): val's share far from val_fraction, or
-train tokens too few for any model preset to learn from (train says it again against the model it trains).
+A prepared folder whose data cannot work is said so (`data_warnings`): a val split that is not a fair sample
+(split.py), or train tokens too few for any model preset to learn from (train says it again against the model
+it trains).
 
 Preparation streams: memory holds up to three encode chunks per source and one document per split, not the
 corpus. Chunks are encoded in the background (see encoder.py) while the next are read and written.
@@ -51,6 +49,7 @@ from burnout.data import shards
 from burnout.data.clean import Cleaner
 from burnout.data.corpus import MixedCorpus, interleave_rng, iter_source, mix_corpus, source_signature
 from burnout.data.encoder import CHUNKS_AHEAD, Encoder
+from burnout.data.split import SPLIT_RULE, ValSplit, is_cut, length_class, split_warnings
 from burnout.data.tokenizer import build_tokenizer, eot_id, load_tokenizer, tokenizer_kind, tokenizer_sha256
 from burnout.errors import BurnoutError, StorageError
 
@@ -65,14 +64,6 @@ FAR_TOO_FEW_TOKENS_PER_PARAM = 0.01
 # The parameters of the smallest model preset (shakespeare-char, `burnout model list`): data far too small for it
 # is far too small for every preset. tests/data/test_prepare.py keeps it equal to the presets' smallest.
 SMALLEST_PRESET_PARAMS = 421_504
-# Val's share of the tokens is far from data.val_fraction beyond this factor of it, either way.
-VAL_SHARE_FACTOR = 2
-# The rule that parts the documents into train and val, in meta.json and in an unfinished folder's fingerprint.
-# 2: a document larger than its source's share of val is cut (its end to val), and a text file's <|endoftext|>
-# lines end documents. A folder without it (rule 1) sent whole documents only: its val may be far from
-# val_fraction, so a new run refuses it (`older_split_rule`) and a resume of its preparation starts over.
-SPLIT_RULE = 2
-
 # Documents (or characters) read from one source before they are encoded together. Encoding a chunk
 # briefly holds Hugging Face Encoding objects, several values per token, which set prepare's peak memory:
 # 1M characters keep it flat whatever the corpus size; larger chunks take more memory for no more speed
@@ -124,10 +115,10 @@ def prepare_data(
 
 
 def data_warnings(meta: dict) -> list[str]:
-    """A line for each thing that makes the prepared data of `meta` unfit to train on: val's share of the tokens
-    far from data.val_fraction; train tokens far too few for any model preset to learn from."""
+    """A line for each thing that makes the prepared data of `meta` unfit to train on: a val split that is not a
+    fair sample of the text (`split_warnings`); train tokens far too few for any model preset to learn from."""
     train = meta["splits"]["train"]["tokens"]
-    lines = [val_share_warning(meta)]
+    lines = split_warnings(meta)
     if train < FAR_TOO_FEW_TOKENS_PER_PARAM * SMALLEST_PRESET_PARAMS:
         lines.append(f"warning: {plural(train, 'train token')}, far too few to learn from for any model preset: "
                      f"~{CHINCHILLA_TOKENS_PER_PARAM} per parameter is usual (Chinchilla), so they suit "
@@ -135,22 +126,7 @@ def data_warnings(meta: dict) -> list[str]:
                      f"({SMALLEST_PRESET_PARAMS:,} parameters) would get {train / SMALLEST_PRESET_PARAMS:.2g} per "
                      f"parameter, under the {FAR_TOO_FEW_TOKENS_PER_PARAM:g} where a model memorises its text; "
                      "add text")
-    return [line for line in lines if line]
-
-
-def val_share_warning(meta: dict) -> str | None:
-    """A line when val's share of the prepared tokens is far from data.val_fraction (VAL_SHARE_FACTOR), else None."""
-    fraction = (meta.get("data_config") or {}).get("val_fraction")
-    val = meta["splits"]["val"]["tokens"]
-    total = val + meta["splits"]["train"]["tokens"]
-    if not fraction or fraction / VAL_SHARE_FACTOR <= val / total <= fraction * VAL_SHARE_FACTOR:
-        return None
-    remedy = ("it was parted by an older rule of burnout's, which sent long documents whole: prepare it again "
-              "(burnout data prepare SOURCE --out DIR --overwrite)" if older_split_rule(meta) else
-              "prepare more documents, or cut each one (data.split=contiguous)")
-    return (f"warning: the val split holds {val / total:.0%} of the tokens ({val:,} of {total:,}), far from "
-            f"data.val_fraction {fraction:g}: its loss says little of how the model does on text it has not seen; "
-            f"{remedy}")
+    return lines
 
 
 def tokens_per_param_warning(train_tokens: int, params: int) -> str | None:
@@ -161,14 +137,6 @@ def tokens_per_param_warning(train_tokens: int, params: int) -> str | None:
     return (f"warning: {plural(train_tokens, 'train token')} for {plural(params, 'parameter')}: {ratio:.2g} tokens "
             f"per parameter, far too few to learn from (under {FAR_TOO_FEW_TOKENS_PER_PARAM:g} a model memorises "
             f"its text; about {CHINCHILLA_TOKENS_PER_PARAM} is usual, Chinchilla): add text, or train a smaller model")
-
-
-def older_split_rule(meta: dict) -> bool:
-    """Whether the folder of `meta` was parted into train and val by a rule before SPLIT_RULE. Such a folder is still
-    used as it is (re-preparing a large corpus costs hours, and most splits came out near val_fraction anyway); where
-    its val share is far off, val_share_warning says to prepare it again."""
-    rule = meta.get("split_rule", 1)
-    return not isinstance(rule, int) or rule < SPLIT_RULE
 
 
 def _prepare(data_cfg: DataConfig, tok_cfg: TokenizerConfig, out_dir: Path, tokenizer_path: str | Path | None,
@@ -223,11 +191,9 @@ def _prepare(data_cfg: DataConfig, tok_cfg: TokenizerConfig, out_dir: Path, toke
             else:
                 if sample is None:
                     sample = tokenizer_sample(data_cfg)
-                docs = sample.train_docs + sample.val_docs
-                # A contiguous split cuts each document in two, each part ending with <|endoftext|>.
-                per_doc = 2 if data_cfg.split == "contiguous" else 1
-                manifest["total_tokens"] = sum(len(ids) + per_doc for chunk in _encode_chunks(docs)
-                                               for ids in encoder.encode(chunk))
+                lengths = [len(ids) + 1 for chunk in _encode_chunks(sample.train_docs + sample.val_docs)
+                           for ids in encoder.encode(chunk)]
+                manifest["total_tokens"] = _sample_budget(lengths, sample.train_sources + sample.val_sources, data_cfg)
         shards.save_manifest(out_dir, manifest)
         meta = _SplitWriter(data_cfg, manifest, out_dir, encoder, eot, dtype).run(progress)
 
@@ -389,6 +355,18 @@ def _encode_chunks(docs: list[str]):
         yield chunk
 
 
+def _sample_budget(lengths: list[int], sources: list[int], cfg: DataConfig) -> int:
+    """The token budget that prepares every document of the sample: their `lengths` (with <|endoftext|>; `sources`,
+    each one's source index), and the <|endoftext|> each document cut between train and val adds (every one in a
+    contiguous split; those `is_cut` names otherwise: a larger budget only raises its threshold)."""
+    total = sum(lengths)
+    if cfg.split == "contiguous":
+        return total + len(lengths)
+    budgets = _budgets(cfg, total)
+    return total + sum(is_cut(length, budgets[cfg.sources[i].name], cfg.val_fraction)
+                       for length, i in zip(lengths, sources))
+
+
 def _budgets(cfg: DataConfig, total_tokens: int) -> dict[str, int]:
     total_weight = sum(s.weight for s in cfg.sources)
     return {s.name: int(total_tokens * s.weight / total_weight) for s in cfg.sources}
@@ -415,6 +393,7 @@ class _SplitWriter:
                         for i, s in enumerate(cfg.sources)]
         self.names = [s.name for s in cfg.sources]
         self.rng = interleave_rng(cfg.seed, "mix")
+        self.split = ValSplit(cfg.val_fraction, cfg.seed, self.names, self.budgets)
         point = _usable_resume_point(manifest, out_dir, dtype)
         positions = self._start() if point is None else self._restore(point)
         self.writers = {split: shards.ShardWriter(out_dir, split, cfg.shard_tokens, dtype, manifest, *positions[split])
@@ -428,7 +407,7 @@ class _SplitWriter:
         """Start the mix from the first document; returns where each split's writer starts."""
         for stale in self.out_dir.glob(".*.partial"):
             stale.unlink()
-        self.stats = {split: {name: {"tokens": 0, "documents": 0, "chars": 0} for name in self.names}
+        self.stats = {split: {name: {"tokens": 0, "documents": 0, "chars": 0, "lengths": {}} for name in self.names}
                       for split in shards.SPLITS}
         self.remaining = np.array([self.budgets[n] if self.streams[i] else 0 for i, n in enumerate(self.names)],
                                   dtype=np.int64)
@@ -444,6 +423,7 @@ class _SplitWriter:
         self.remaining, self.taken, self.taken_val = (np.array(point[key], dtype=np.int64)
                                                       for key in ("remaining", "taken", "taken_val"))
         self.rng.bit_generator.state = point["rng"]
+        self.split.restore(point["val_split"])
         return point["writers"]
 
     def _save_resume_point(self) -> None:
@@ -456,7 +436,7 @@ class _SplitWriter:
         self.manifest["resume"] = {
             "fills": self.fill_log, "taken_docs": [stream.taken if stream else 0 for stream in self.streams],
             "rng": self.rng.bit_generator.state, "remaining": self.remaining.tolist(), "taken": self.taken.tolist(),
-            "taken_val": self.taken_val.tolist(),
+            "taken_val": self.taken_val.tolist(), "val_split": self.split.state(),
             "stats": json.loads(json.dumps(self.stats)),  # a copy: it goes on counting
             "writers": {split: [writer.index, writer.filled] for split, writer in self.writers.items()},
             "documents": {split: doc_writer.count for split, doc_writer in self.doc_writers.items()},
@@ -486,52 +466,31 @@ class _SplitWriter:
                 "document_index": self._document_index}
 
     def _add_document(self, i: int, ids: np.ndarray, chars: int, bar) -> None:
-        """Source i's next document, cut at its budget, whole to val or to train, or cut in two (`_val_tokens`):
-        its end to val, the rest to train, each part ending with <|endoftext|>."""
+        """Source i's next document, cut at its budget, whole to val or to train, or cut in two (`ValSplit`): its
+        end to val, the rest to train, each part ending with <|endoftext|>."""
         length = min(len(ids) + 1, int(self.remaining[i]))
-        val_tokens = self._val_tokens(i, length)
+        val_tokens = self.split.val_tokens(i, length, first_due=self.taken_val[i] == 0 and self.taken[i] > 0)
+        group = length_class(length)
         if val_tokens in (0, length):
             part_chars = chars if length == len(ids) + 1 else round(chars * length / (len(ids) + 1))
-            self._add_part("val" if val_tokens else "train", i, ids[: length - 1], part_chars, bar)
+            self._add_part("val" if val_tokens else "train", i, ids[: length - 1], part_chars, bar, group)
             return
         # Both parts' <|endoftext|> within the budget: a document that meets it exactly gives up its last token.
         body = ids[: min(len(ids), int(self.remaining[i]) - 2)]
         cut = len(body) - val_tokens + 1
         for split, part in (("train", body[:cut]), ("val", body[cut:])):
-            self._add_part(split, i, part, round(chars * len(part) / len(ids)), bar)
+            self._add_part(split, i, part, round(chars * len(part) / len(ids)), bar, group)
 
-    def _add_part(self, split: str, i: int, ids: np.ndarray, chars: int, bar) -> None:
-        """A document of source i, or a part of one, with <|endoftext|> after it, to `split`, counted."""
+    def _add_part(self, split: str, i: int, ids: np.ndarray, chars: int, bar, group: int) -> None:
+        """A document of source i, or a part of one, with <|endoftext|> after it, to `split`, counted (under the
+        length class `group` of the whole document)."""
         doc = np.empty(len(ids) + 1, dtype=self.dtype)
         doc[:-1] = ids
         doc[-1] = self.eot
-        self._write(split, i, doc, chars, bar)
+        self._write(split, i, doc, chars, bar, group)
         self.taken[i] += len(doc)
         self.taken_val[i] += len(doc) if split == "val" else 0
         self.remaining[i] -= len(doc)
-
-    def _val_tokens(self, i: int, length: int) -> int:
-        """How many of the `length` tokens of source i's next document go to val: all, none, or (a document larger
-        than the source's whole share of val) the number that brings the source's val share to val_fraction.
-
-        A whole document goes to val when that brings the source's val share closer to val_fraction than
-        sending it to train would, so the share holds even when it runs short; a source's second document goes
-        to val if none has yet, so every source is in val. A document larger than the source's val share would
-        take that share far past val_fraction, so it is cut instead, and so is one that ends the source's budget
-        while val holds under half its share: a text of a few long documents (a story each, or one book) splits
-        near val_fraction too, where whole documents give val none of one document, or half of two.
-        """
-        fraction, taken, taken_val = self.cfg.val_fraction, int(self.taken[i]), int(self.taken_val[i])
-        need = fraction * (taken + length) - taken_val  # what val lacks of its share once this document is in
-        to_val = need > length / 2 or (taken_val == 0 and taken > 0)
-        larger = length > fraction * self.budgets[self.names[i]]
-        short_at_end = length >= self.remaining[i] and need > fraction * (taken + length) / 2
-        if not larger or not (to_val or short_at_end):
-            return length if to_val else 0
-        tokens = round(need)
-        if tokens < 2:  # val's part would hold no text, only its <|endoftext|>
-            return 0
-        return length if tokens >= length - 1 else tokens
 
     def _add_contiguous(self, i: int, ids: np.ndarray, chars: int, bar) -> None:
         """data.split=contiguous: the document's first 1 - val_fraction of tokens (+ <|endoftext|>) to train,
@@ -544,17 +503,19 @@ class _SplitWriter:
             doc = np.empty(len(part) + 1, dtype=self.dtype)
             doc[:-1] = part
             doc[-1] = self.eot
-            self._write(split, i, doc, round(chars * len(part) / max(len(ids), 1)), bar)
+            self._write(split, i, doc, round(chars * len(part) / max(len(ids), 1)), bar, length_class(whole + 1))
         self.remaining[i] -= min(whole + 2, budget)
 
-    def _write(self, split: str, i: int, doc: np.ndarray, chars: int, bar) -> None:
-        """Append `doc` (a document of source i, or part of one, holding `chars` characters) to `split`."""
+    def _write(self, split: str, i: int, doc: np.ndarray, chars: int, bar, group: int) -> None:
+        """Append `doc` (a document of source i, or part of one, holding `chars` characters, of a whole document in
+        the length class `group`) to `split`."""
         self.doc_writers[split].add(self.writers[split].position, i)
         self.writers[split].add(doc)
         entry = self.stats[split][self.names[i]]
         entry["tokens"] += len(doc)
         entry["documents"] += 1
         entry["chars"] += chars
+        entry["lengths"][str(group)] = entry["lengths"].get(str(group), 0)
         bar.update(len(doc))
 
     def _finish(self) -> dict:
@@ -600,6 +561,8 @@ class _SplitWriter:
                 "train_documents": train["documents"],
                 "val_documents": val["documents"],
                 "chars": train["chars"] + val["chars"],
+                # Tokens by the length class of their whole document (split.length_class): val's fairness.
+                "lengths": {"train": train["lengths"], "val": val["lengths"]},
             }
         totals = {
             "tokens": total,

@@ -40,8 +40,9 @@ from burnout.config import ModelConfig, RunConfig, TrainConfig, load_run_config
 from burnout.core.checkpoint import CHECKPOINT_DIR, checkpoint_problem, list_checkpoints, run_dir_of
 from burnout.core.model_files import copy_weights, load_model
 from burnout.data.loader import TokenLoader, loader_mode
-from burnout.data.prepare import prepare_data, tokens_per_param_warning, val_share_warning
+from burnout.data.prepare import prepare_data, tokens_per_param_warning
 from burnout.data.shards import META_FILE, read_meta
+from burnout.data.split import split_warnings
 from burnout.data.tokenizer import load_tokenizer, tokenizer_sha256
 from burnout.errors import BurnoutError
 from burnout.eval.loss import evaluate_loss
@@ -119,8 +120,9 @@ class Pretraining(Recipe):
                 progress: bool | None) -> tuple[RunConfig, Path]:
         """Data: `data_dir`, else data.prepared_dir, else the config's sources prepared into RUN/data (a folder
         already finished there, by an earlier start of the same command, is used as it is). A warning is said
-        when the data cannot work for this model: val's share far from val_fraction, or train tokens far too
-        few for the model's parameters. With train.init_from: the parent's model and tokenizer (with_parent)."""
+        when the data cannot work for this model: a val split that is not a fair sample of the text, or train
+        tokens far too few for the model's parameters. With train.init_from: the parent's model and tokenizer
+        (with_parent)."""
         rank, parent = int(os.environ.get("RANK", "0")), None
         if cfg.train.init_from:
             parent = parent_checkpoint(cfg.train.init_from, say)
@@ -138,7 +140,7 @@ class Pretraining(Recipe):
             check_parent_tokenizer(parent, Path(data_dir))
         if rank == 0:
             params = param_counts(cfg.model).total
-            for line in (val_share_warning(meta), tokens_per_param_warning(meta["splits"]["train"]["tokens"], params)):
+            for line in (*split_warnings(meta), tokens_per_param_warning(meta["splits"]["train"]["tokens"], params)):
                 if line:
                     say(line)
         # Recorded so that `--resume` and the saved config find the same tokens.

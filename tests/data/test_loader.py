@@ -201,8 +201,11 @@ def test_eval_windows_are_every_whole_window_of_the_split(data_dir):
     none cut short, none left out (seq_lens with N = kT + 1 and N = kT - 1 both among those tried)."""
     tokens = read_tokens(data_dir, "val").astype(np.int64)
     n = len(tokens)
-    assert any((n - 1) % t == 0 for t in range(3, 200)) and any((n + 1) % t == 0 for t in range(3, 200))
-    for seq_len in range(2, 200):
+    # The smallest seq_len past 2 that divides N - 1, and N + 1, beside the first 200.
+    exact = [next(t for t in range(3, m + 1) if m % t == 0) for m in (n - 1, n + 1)]
+    seq_lens = sorted({*range(2, 200), *exact})
+    assert any((n - 1) % t == 0 for t in seq_lens[1:]) and any((n + 1) % t == 0 for t in seq_lens[1:])
+    for seq_len in seq_lens:
         loader = TokenLoader(data_dir, "val", batch_size=B, seq_len=seq_len, seed=0)
         fits = 0
         while (fits + 1) * seq_len + 1 <= n:

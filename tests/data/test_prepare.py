@@ -339,7 +339,7 @@ def test_a_val_share_far_from_val_fraction_is_said_at_prepare_and_at_train(tmp_p
                  "train.max_steps=1", "train.batch_size=2", "train.seq_len=8", "train.eval_batches=1",
                  "train.device=cpu", "train.precision=fp32", "train.sample_tokens=0"]) == 0
     out_text = capsys.readouterr().out
-    assert said in out_text and "it was parted by an older rule of burnout's" in out_text
+    assert said in out_text and "parted into train and val by an older rule of burnout's" in out_text
 
 
 def test_the_smallest_preset_a_prepared_folder_is_measured_against_is_the_smallest_preset():
