@@ -12,6 +12,7 @@ OpenAI-compatible servers ignore them. A max_tokens beyond what the context leav
 then ends with finish_reason "length"; a prompt that fills the context is refused. Errors come in OpenAI's shape,
 {"error": {"message", "type", "param", "code"}}, with its status codes: 400 a bad request, 401 a missing or wrong
 API key, 404 an unknown model or path, 413 a body over MAX_BODY_BYTES, 429 when the queue is full, 500 our fault.
+A body is JSON in UTF-8, at most MAX_DEPTH levels deep, its text valid Unicode; a number is not true or false.
 
 --concurrency generations run at once (default 1: on a CPU one already uses every core) and up to --queue-size
 more wait; a request beyond those is refused at once with 429 rather than left to time out.
