@@ -12,6 +12,7 @@ OpenAI-compatible servers ignore them. A max_tokens beyond what the context leav
 then ends with finish_reason "length"; a prompt that fills the context is refused. Errors come in OpenAI's shape,
 {"error": {"message", "type", "param", "code"}}, with its status codes: 400 a bad request, 401 a missing or wrong
 API key, 404 an unknown model or path, 413 a body over MAX_BODY_BYTES, 429 when the queue is full, 500 our fault.
+A body is JSON in UTF-8, at most MAX_DEPTH levels deep, its text valid Unicode; a number is not true or false.
 
 --concurrency generations run at once (default 1: on a CPU one already uses every core) and up to --queue-size
 more wait; a request beyond those is refused at once with 429 rather than left to time out.
@@ -23,6 +24,7 @@ import asyncio
 import hmac
 import ipaddress
 import json
+import re
 import socket
 import sys
 import time
@@ -30,12 +32,14 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 from burnout.common import EOT_TOKEN, SEED_MAX, first_line, install_extra
 from burnout.errors import BurnoutError
 
 try:
     import pydantic
+    import pydantic_core
     import uvicorn
     from starlette.applications import Starlette
     from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
@@ -52,6 +56,9 @@ from burnout.core.model_files import load_model  # noqa: E402
 from burnout.generate.sampling import check_sampling, stream_continuation  # noqa: E402
 
 MAX_BODY_BYTES = 1 << 20
+# Levels of arrays and objects in a body (the body itself is one); OpenAI's requests, tool schemas included, need
+# far fewer, and Python's JSON parser recurses once per level.
+MAX_DEPTH = 100
 # Choices in one request: prompts × n.
 MAX_CHOICES = 16
 MAX_STOPS = 4
@@ -61,16 +68,27 @@ MAX_STOPS = 4
 # Requests
 
 
+def _not_a_boolean(value):
+    """JSON's true and false are not numbers (pydantic would take true as 1): refused in a number's field."""
+    if isinstance(value, bool):
+        raise pydantic_core.PydanticCustomError("bool_type", "true or false is not a number; send a number")
+    return value
+
+
+_Int = Annotated[int, pydantic.BeforeValidator(_not_a_boolean)]
+_Float = Annotated[float, pydantic.BeforeValidator(_not_a_boolean)]
+
+
 class _Request(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="ignore")
 
     model: str
-    max_tokens: int | None = pydantic.Field(None, ge=1)
-    temperature: float = pydantic.Field(1.0, ge=0, le=2, allow_inf_nan=False)
-    top_p: float = pydantic.Field(1.0, gt=0, le=1, allow_inf_nan=False)
-    n: int = pydantic.Field(1, ge=1, le=MAX_CHOICES)
+    max_tokens: _Int | None = pydantic.Field(None, ge=1)
+    temperature: _Float = pydantic.Field(1.0, ge=0, le=2, allow_inf_nan=False)
+    top_p: _Float = pydantic.Field(1.0, gt=0, le=1, allow_inf_nan=False)
+    n: _Int = pydantic.Field(1, ge=1, le=MAX_CHOICES)
     stop: str | list[str] | None = pydantic.Field(None, validate_default=True)  # a list once validated
-    seed: int | None = pydantic.Field(None, ge=0, le=SEED_MAX)
+    seed: _Int | None = pydantic.Field(None, ge=0, le=SEED_MAX)
     stream: bool = False
     stream_options: dict | None = None
 
@@ -96,7 +114,7 @@ class _Request(pydantic.BaseModel):
 
 class CompletionRequest(_Request):
     prompt: str | list[str]
-    max_tokens: int | None = pydantic.Field(16, ge=1)  # OpenAI's default for completions
+    max_tokens: _Int | None = pydantic.Field(16, ge=1)  # OpenAI's default for completions
 
     @property
     def prompts(self) -> list[str]:
@@ -105,7 +123,7 @@ class CompletionRequest(_Request):
 
 class ChatRequest(_Request):
     messages: list[dict]
-    max_completion_tokens: int | None = pydantic.Field(None, ge=1)
+    max_completion_tokens: _Int | None = pydantic.Field(None, ge=1)
 
 
 class APIError(Exception):
@@ -127,16 +145,80 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
 
 
 async def _parsed(request: Request, model: type[_Request]) -> _Request:
-    try:
-        body = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError):
-        raise APIError(400, "the body is not JSON; send a JSON object") from None
+    body = _json_body(await request.body())
     try:
         return model.model_validate(body)
     except pydantic.ValidationError as exc:
         error = exc.errors()[0]
         param = ".".join(str(part) for part in error["loc"]) or None
         raise APIError(400, f"{param or 'body'}: {error['msg']}", param=param) from None
+
+
+# A JSON string once its escapes are blanked (unterminated, the rest of the body: then it is not JSON), or a bracket.
+_JSON_TOKEN = re.compile(rb'"[^"]*"?|[][{}]')
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# A \u escape of a surrogate, which JSON allows alone although it is no character.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _json_body(raw: bytes) -> object:
+    """A request's body parsed as JSON in UTF-8, or a 400 naming the field at fault: nested deeper than MAX_DEPTH
+    (Python's parser would overflow its stack), or text that is not Unicode (bytes that are not UTF-8, a lone
+    surrogate), which the tokenizer and the response's own UTF-8 cannot take."""
+    deep = _too_deep(raw)
+    if deep:
+        raise APIError(400, f"{deep}: nested more than {MAX_DEPTH} arrays or objects deep; send a flatter body",
+                       param=deep)
+    text = raw.decode("utf-8-sig", "surrogateescape")  # a byte that is not UTF-8 becomes a lone surrogate
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise APIError(400, "the body is not JSON; send a JSON object") from None
+    found = _surrogate_in(body) if _SURROGATE.search(text) or _SURROGATE_ESCAPE.search(raw) else None
+    if found:
+        path, char = found
+        what = (f"the byte 0x{ord(char) - 0xDC00:02x}, which is not UTF-8; send the body encoded as UTF-8"
+                if char in text  # strict UTF-8 never decodes to a surrogate: this one was a byte
+                else f"\\u{ord(char):04x}, half of a surrogate pair, which is no character; send valid Unicode")
+        raise APIError(400, f"{path}: holds {what}", param=path)
+    return body
+
+
+def _too_deep(raw: bytes) -> str | None:
+    """The top-level field of `raw` (or "body") that nests arrays and objects more than MAX_DEPTH deep, if one does;
+    counted on the bytes, before a parser recurses into them."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return None
+    blanked = raw.replace(b"\\\\", b"__").replace(b'\\"', b"__")  # the same length, and no quote escaped
+    depth, field, keyed = 0, "body", raw.lstrip()[:1] == b"{"
+    for token in _JSON_TOKEN.finditer(blanked):
+        if token.group()[:1] == b'"':
+            if depth == 1 and keyed:  # a key, or a value that the next key follows
+                field = raw[token.start() + 1:token.end() - 1].decode("utf-8", "backslashreplace")
+        elif token.group() in (b"[", b"{"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return field
+        else:
+            depth -= 1
+    return None
+
+
+def _surrogate_in(body: object) -> tuple[str, str] | None:
+    """The path (as pydantic writes it: prompt.1) of a string or key of `body` that holds a surrogate, and that
+    surrogate; None if none does."""
+    stack: list[tuple[tuple, object]] = [((), body)]
+    while stack:
+        path, value = stack.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            stack.append(((*path, key), item))
+            if isinstance(key, str):
+                stack.append(((*path, key), key))  # a key is text too
+        if isinstance(value, str) and (found := _SURROGATE.search(value)):
+            name = ".".join(str(part).encode("utf-8", "backslashreplace").decode() for part in path)
+            return name or "body", found.group()
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -379,15 +461,16 @@ class _Limits:
     error of ours is one line on the server's terminal and a 500 in OpenAI's shape (when nothing was sent yet)."""
 
     def __init__(self, app, api_key: str | None):
-        self.app, self.api_key = app, api_key
+        self.app, self.key = app, _key_bytes(api_key)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        if self.api_key and scope["path"] != "/health":
-            given = headers.get(b"authorization", b"").decode("latin-1").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+        if self.key is not None and scope["path"] != "/health":
+            # The header's own bytes, compared in constant time: equal, not a prefix, not another case.
+            given = headers.get(b"authorization", b"").removeprefix(b"Bearer ").strip()
+            if not hmac.compare_digest(given, self.key):
                 return await error_response(401, "missing or wrong API key: send it as 'Authorization: Bearer KEY'",
                                             code="invalid_api_key")(scope, receive, send)
         length = headers.get(b"content-length", b"0")
@@ -418,6 +501,24 @@ class _Limits:
                 await _internal_error(exc)(scope, receive, send)
 
 
+def _key_bytes(api_key: str | None) -> bytes | None:
+    """The bytes a client sends after 'Bearer ' for `api_key` (None: no key asked). HTTP clients, the openai one
+    among them, send a header in ASCII and drop spaces at its ends: a key that could never match is refused."""
+    if api_key is None:
+        return None
+    odd = next((i for i, c in enumerate(api_key) if not (c.isascii() and c.isprintable())), None)
+    if not api_key.strip():
+        raise BurnoutError("--api-key (or $BURNOUT_API_KEY) is empty; give a key, or unset both to serve without one")
+    if odd is not None:
+        raise BurnoutError(f"--api-key (or $BURNOUT_API_KEY): character {odd + 1} is not printable ASCII, and HTTP "
+                           "clients (the openai one among them) send a key only in ASCII; choose a key of ASCII "
+                           "letters, digits and punctuation")
+    if api_key != api_key.strip():
+        raise BurnoutError("--api-key (or $BURNOUT_API_KEY) starts or ends with a space, which HTTP drops from a "
+                           "header; remove it")
+    return api_key.encode("ascii")
+
+
 # ----------------------------------------------------------------------------------------------
 # The command
 
@@ -427,6 +528,7 @@ def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, api_key: s
     """`burnout serve`: serve `run` until interrupted."""
     if concurrency < 1 or queue_size < 0:
         raise BurnoutError("--concurrency must be at least 1 and --queue-size at least 0")
+    _key_bytes(api_key)  # before the model loads
     served = load_served(run, name)
     app = build_app(served, api_key, concurrency, queue_size)
     sock = _listening(host, port)
