@@ -72,6 +72,7 @@ class Facts:
     cfg: RunConfig
     info: dict
     data_dir: Path
+    data_dirs: list[Path] = field(default_factory=list)  # the data folders of every stage, this run's first
     datasets: list[DataSet] = field(default_factory=list)  # every stage's, the first stage first
     bases: list[tuple[str, int | None]] = field(default_factory=list)  # (run, step) started from, the nearest first
     missing: list[str] = field(default_factory=list)  # what of its history could not be read
@@ -119,7 +120,7 @@ def model_card(checkpoint: str | Path, name: str, gguf_file: str | None = None) 
         eval_results=_eval_results(facts.evals) or None)
     sections = [f"# {name}", _summary(cfg, facts.chat), _model_section(cfg), _data_section(facts),
                 _license_section(facts), _training_section(facts), _start_section(facts),
-                _eval_section(facts), _audit_section(facts.data_dir),
+                _eval_section(facts), _audit_section(facts.data_dirs),
                 f"## Intended use and limits\n\n{LIMITS}", _use_section(facts.chat, gguf_file)]
     return f"---\n{front.to_yaml()}\n---\n{_MARK}\n\n" + "\n\n".join(s for s in sections if s) + "\n"
 
@@ -182,6 +183,7 @@ def _read_history(facts: Facts) -> None:
                                     if isinstance(launch.get("cwd"), str)))
         data_dir = _data_dir(cfg, run_dir)
         meta = _json(data_dir / META_FILE)
+        facts.data_dirs.append(data_dir)
         if cfg.fine_tune is not None:
             kind = _fine_tune_kind(cfg)
             facts.datasets[:0] = [fine_tune_set(kind, _FINE_TUNE_DATA[kind], cfg.fine_tune.source, meta, search)]
@@ -350,8 +352,9 @@ def _eval_section(facts: Facts) -> str:
                if published else ""))
 
 
-def _audit_section(data_dir: Path) -> str:
-    audit = _json(data_dir / AUDIT_DIR / AUDIT_JSON)
+def _audit_section(data_dirs: list[Path]) -> str:
+    """The summary of the audit of the nearest data folder that has one (`burnout data audit` writes it there)."""
+    audit = next((found for d in data_dirs if (found := _json(d / AUDIT_DIR / AUDIT_JSON)) is not None), None)
     if audit is None:
         return ""
     try:  # the audit's target as a placeholder: its path is the machine's

@@ -17,6 +17,7 @@ import resource
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -286,13 +287,16 @@ def test_without_the_gguf_package_the_export_says_how_to_install_it(sampled_runs
 
 
 @pytest.mark.parametrize("name", ["M.GGUF", "model.Gguf"])
-def test_a_gguf_suffix_in_any_case_writes_a_gguf_file_with_its_card_beside_it(sampled_runs, tmp_path, name):
+def test_a_gguf_suffix_in_any_case_writes_a_gguf_file_beside_the_users_files(sampled_runs, tmp_path, name, capsys):
+    """A GGUF file however its suffix is written; a FILE.md of the user's where its card would go is kept."""
     gguf = pytest.importorskip("gguf")
-    out = tmp_path / name
+    out, mine = tmp_path / name, tmp_path / f"{Path(name).stem}.md"
+    mine.write_text("my notes\n")
     assert main(["export", str(sampled_runs[0]), "--to", str(out)]) == 0
     assert out.is_file()
     assert gguf.GGUFReader(out).get_field("general.architecture").contents() == "llama"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, f"{out.stem}.md"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, mine.name])
+    assert mine.read_text() == "my notes\n" and f"keeping the {mine.name} there" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("to, said", [

@@ -143,6 +143,7 @@ def published(shared_data, tiny_run_config, tmp_path_factory) -> Published:
         patch.setattr("burnout.train.loop.training_precision", lambda name, device, say: PRECISION_RAN)
         start_training(base_cfg, root / "base", on_event=lambda line: None, progress=False)
         start_training(chat_cfg, root / "chat", on_event=lambda line: None, progress=False)
+    assert main(["data", "audit", str(root / "base" / "data")]) == 0  # its summary goes on the card
     return Published(root / "base", root / "chat", notes, shakespeare, alpaca)
 
 
@@ -236,3 +237,4 @@ def test_no_file_of_an_export_names_a_path_of_the_machine(published, shared_data
         assert f"license: {license_}" in fields["general.description"]
     assert fields["general.base_model.0.name"].startswith("base step ")
     assert "## Licenses" in gguf_card and "llama-cli -m chat.gguf" in gguf_card
+    assert "## Data audit" in hf_card and "## Data audit" in gguf_card
