@@ -94,8 +94,8 @@ def read_facts(checkpoint: str | Path) -> Facts:
     cfg = load_run_config(ckpt / RUN_CONFIG_FILE)
     facts = Facts(ckpt, cfg, _json(ckpt / "info.json") or {}, _data_dir(cfg, run_dir_of(ckpt)))
     _read_history(facts)
-    record = _json(facts.run_dir / "eval" / f"{ckpt.name}.json")
-    if record is not None and record.get("step") == facts.info.get("step"):  # this step's scores, no other's
+    record = _json(facts.run_dir / "eval" / f"{ckpt.name}.json")  # `burnout eval` of this checkpoint, no other's
+    if record is not None:
         facts.evals, facts.eval_limit = record.get("tasks") or {}, record.get("limit")
     return facts
 
