@@ -345,7 +345,7 @@ def _eval_section(facts: Facts) -> str:
                 "scores its card shows; another step's scores are not this model's).")
     rows = [(task, metric, f"{value:.4f}" if isinstance(value, float) else value)
             for task, scores in facts.evals.items() for metric, value in scores.items()]
-    limit = f" (on the first {facts.eval_limit:,} examples of each task)" if facts.eval_limit else ""
+    limit = f" (on the first {facts.eval_limit:,} examples of each task: windows, for val)" if facts.eval_limit else ""
     published = reference_table(facts.evals)
     return (f"## Evaluation\n\nScores of step {step:,}{limit}:\n\n" + _table(rows, ["task", "metric", "score"])
             + ("\n\nPublished scores of public models near this size, for context:\n\n" + published

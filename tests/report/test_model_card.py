@@ -56,13 +56,13 @@ def test_the_export_carries_a_card_hugging_face_parses_with_the_runs_own_figures
 
 
 def test_the_card_of_an_older_checkpoint_shows_its_own_steps_scores_and_no_other(tiny_run, tmp_path):
-    """Steps 6 and 24 scored, step 12 not: step 6's card shows step 6's scores, step 12's shows none (the newest's
-    are another model's), and each card's figures are its own step's."""
+    """Steps 6 (on its first 3 val windows) and 24 scored, step 12 not: step 6's card shows step 6's scores, and says
+    on what, step 12's shows none (the newest's are another model's), and each card's figures are its own step's."""
     run = tmp_path / "run"
     shutil.copytree(tiny_run.run_dir, run)
     checkpoints = {int(p.name[5:]): p for p in list_checkpoints(run)}
-    for step in (6, 24):
-        assert main(["eval", str(checkpoints[step]), "--tasks", "val"]) == 0
+    assert main(["eval", str(checkpoints[6]), "--tasks", "val", "--limit", "3"]) == 0
+    assert main(["eval", str(checkpoints[24]), "--tasks", "val"]) == 0
     scores = {step: {metric: value for metric, value in json.loads(
         (run / "eval" / f"step_{step:07d}.json").read_text())["tasks"]["val"].items() if isinstance(value, float)}
         for step in (6, 24)}  # the loss, perplexity and bits per byte (the token count is the same)
@@ -72,6 +72,7 @@ def test_the_card_of_an_older_checkpoint_shows_its_own_steps_scores_and_no_other
     card = ModelCard.load(tmp_path / "hf6" / "README.md")
     [result] = card.data.eval_results
     assert result.metric_value == scores[6][result.metric_type]
+    assert "Scores of step 6 (on the first 3 examples of each task: windows, for val):" in card.text
     for metric, value in scores[6].items():
         assert f"| val | {metric} | {value:.4f} |" in card.text
     for value in scores[24].values():
