@@ -47,6 +47,10 @@ def test_the_export_carries_a_card_hugging_face_parses_with_the_runs_own_figures
                    f"{meta['splits']['train']['tokens']:,} train and {meta['splits']['val']['tokens']:,} val tokens"):
         assert figure in body, figure
     assert "## Intended use and limits" in body and "was not evaluated" not in body
+    # The built-in corpus: Python's own docs and source, under Python's license.
+    for name, source in meta["sources"]["per_source"].items():
+        assert card_rows(body)[name] == ["pretraining", source["kind"], *card_rows(body)[name][2:3],
+                                         f"{source['tokens']:,}", "PSF-2.0"]
     # Exported again: its own card rewritten; a README.md of the user's kept as it is.
     assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 0
     assert ModelCard.load(tmp_path / "hf" / "README.md").data.tags == card.data.tags
@@ -239,3 +243,23 @@ def test_no_file_of_an_export_names_a_path_of_the_machine(published, shared_data
     assert fields["general.base_model.0.name"].startswith("base step ")
     assert "## Licenses" in gguf_card and "llama-cli -m chat.gguf" in gguf_card
     assert "## Data audit" in hf_card and "## Data audit" in gguf_card
+
+
+def test_a_hugging_face_data_set_is_known_by_its_id_in_any_case_and_any_other_is_unknown(tmp_path):
+    """known_data.yaml's Hugging Face ids (read here on their own) name their license whatever the case they are
+    written in; an id not there, and a file not found, are unknown."""
+    from burnout.report.model_card import KNOWN_DATA_FILE, fine_tune_set, pretraining_sets
+
+    known = {entry["name"]: entry["license"] for entry in yaml.safe_load(KNOWN_DATA_FILE.read_text())["hf"]}
+    dataset = "HuggingFaceFW/fineweb-edu"
+    sources = [{"name": "web", "kind": "hf", "dataset": dataset.upper(), "subset": "sample-10BT"},
+               {"name": "mine", "kind": "hf", "dataset": "someone/own-set"},
+               {"name": "gone", "kind": "jsonl", "path": str(tmp_path / "gone" / "file.jsonl")}]
+    meta = {"data_config": {"sources": sources},
+            "sources": {"per_source": {s["name"]: {"kind": s["kind"], "tokens": 10} for s in sources}}}
+    web, mine, gone = pretraining_sets(meta, [])
+    assert (web.license, web.hf_id) == (known[dataset], dataset.upper())
+    assert web.origin == f"hf:{dataset.upper()} (sample-10BT)"
+    assert mine.license == UNKNOWN and gone.license == UNKNOWN and gone.origin == "file.jsonl"
+    sft = fine_tune_set("SFT", "conversations", "hf:Tatsu-Lab/Alpaca", {"splits": {"train": {"tokens": 5}}}, [])
+    assert sft.license == known["tatsu-lab/alpaca"] and sft.tokens == 5
