@@ -113,6 +113,26 @@ def test_a_card_says_what_of_the_models_history_could_not_be_read(chat_checkpoin
     assert f"| SFT | conversations.jsonl | conversations | conversations.jsonl | not recorded | {UNKNOWN} |" in text
 
 
+def test_a_continued_run_of_a_grown_model_names_each_model_it_started_from_and_the_data_once(tiny_run, tmp_path):
+    """tiny_run grown deeper (`burnout grow`), then trained on with --init-from on the same data: the card follows
+    the child to the grown model and on to tiny_run's step 24, and names their data (one folder) once."""
+    assert main(["grow", str(tiny_run.run_dir), "--out", str(tmp_path / "grown"), "model.n_layer=3"]) == 0
+    config = tmp_path / "child.yaml"
+    config.write_text(yaml.safe_dump({"train": {"device": "cpu", "precision": "fp32", "batch_size": 2, "seq_len": 32,
+                                                "max_steps": 2, "warmup_steps": 1, "eval_interval": 2,
+                                                "ckpt_interval": 2}}))
+    assert main(["train", str(config), "--out", str(tmp_path / "child"), "--init-from", str(tmp_path / "grown"),
+                 "--data", str(tiny_run.data_dir)]) == 0
+    assert main(["export", str(tmp_path / "child"), "--to", str(tmp_path / "hf")]) == 0
+    text = ModelCard.load(tmp_path / "hf" / "README.md").text
+    parent_step = json.loads((list_checkpoints(tiny_run.run_dir)[-1] / "info.json").read_text())["step"]
+    assert ("## Started from\n\n`grown` step 0, continued pretraining on the data above.\n\nWhich itself started "
+            f"from `run` step {parent_step}.") in text
+    meta = read_meta(tiny_run.data_dir)
+    assert sorted(card_rows(text)) == sorted(meta["sources"]["per_source"])
+    assert text.count("| pretraining |") == len(meta["sources"]["per_source"])
+
+
 # ----------------------------------------------------------------------------------------------
 # A card fit to publish: a base model pretrained on a known public text and a text of the user's, fine-tuned (SFT)
 # on a known public set.
