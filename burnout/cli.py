@@ -871,28 +871,50 @@ def cmd_export(p: argparse.ArgumentParser) -> Handler:
 
     def run(args, overrides):
         from burnout.core.model_files import export_hf
-        from burnout.report.model_card import write_model_card
+        from burnout.report.model_card import CARD_FILE, write_model_card
 
-        if args.to.endswith(".gguf"):
+        if _export_is_gguf(args.to):
             return _export_gguf(args)
         if args.gguf_type is not None:
             raise BurnoutError(f"--gguf-type {args.gguf_type}: --to {args.to} is a folder (a Hugging Face export); "
                                "give a --to ending in .gguf for a GGUF file")
         export_hf(args.checkpoint, args.to, overwrite=args.overwrite)
-        card = write_model_card(args.checkpoint, args.to)
+        card = write_model_card(args.checkpoint, Path(args.to) / CARD_FILE, Path(args.to).resolve().name)
         about = "with its model card (README.md)" if card else "keeping the README.md there (not a card of ours)"
         print("\n".join([f"wrote a Hugging Face model folder to {args.to}, {about}",
                          *_after_export(args.checkpoint, args.to)]))
     return run
 
 
+# Names of one file that a Hugging Face export (a folder) is not: said rather than made a folder of that name.
+_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".ggml", ".onnx")
+
+
+def _export_is_gguf(to: str) -> bool:
+    """Whether --to names a GGUF file (FILE.gguf, in any case) rather than a Hugging Face folder; a --to that could be
+    either (FILE.gguf/, or a file name of another format) refused in one line."""
+    suffix = Path(to).suffix.lower()
+    if suffix == ".gguf" and to.endswith(("/", os.sep)):
+        raise BurnoutError(f"--to {to}: ends in .gguf (a GGUF file) and in / (a folder); drop the / for a GGUF file, "
+                           "or give the Hugging Face folder a name without .gguf")
+    if suffix in _FILE_SUFFIXES:
+        raise BurnoutError(f"--to {to}: names a {suffix} file, but an export is a Hugging Face folder (config.json, "
+                           "model.safetensors, tokenizer files) or a FILE.gguf; give a folder name, or a name ending "
+                           "in .gguf for llama.cpp")
+    return suffix == ".gguf"
+
+
 def _export_gguf(args: argparse.Namespace) -> None:
     from burnout.common import next_steps
     from burnout.core.gguf_export import export_gguf
+    from burnout.report.model_card import gguf_metadata, write_model_card
 
-    gguf_type = args.gguf_type or "f16"
-    export_gguf(args.checkpoint, args.to, gguf_type, overwrite=args.overwrite)
-    print("\n".join([f"wrote a GGUF file ({gguf_type}) to {args.to}",
+    gguf_type, to = args.gguf_type or "f16", Path(args.to)
+    export_gguf(args.checkpoint, to, gguf_type, overwrite=args.overwrite, about=gguf_metadata(args.checkpoint, to.stem))
+    card = write_model_card(args.checkpoint, to.with_suffix(".md"), to.stem, gguf_file=to.name)
+    about = (f"with its model card beside it ({to.with_suffix('.md').name})" if card else
+             f"keeping the {to.with_suffix('.md').name} there (not a card of ours)")
+    print("\n".join([f"wrote a GGUF file ({gguf_type}) to {args.to}, {about}",
                      *next_steps([("llama.cpp", f"llama-cli -m {shlex.quote(args.to)}")])]))
 
 

@@ -298,3 +298,15 @@ def chat_run(tiny_run, fine_tune_data, tmp_path_factory) -> Path:
     cfg = load_run_config({"sft": {"base": str(tiny_run.run_dir), "source": str(fine_tune_data.chats)}, "train": train})
     start_training(cfg, run, on_event=lambda line: None, progress=False)
     return run
+
+
+@pytest.fixture(scope="session")
+def export_label():
+    """How an export (its OWNER_FILE, a GGUF file's burnout.source) names the checkpoint it was written from: the run's
+    and the checkpoint's folder names and the sha256 of its weights, no path of the machine (an export is published)."""
+    import hashlib
+
+    def label(checkpoint: Path) -> str:
+        digest = hashlib.sha256((checkpoint / "model.safetensors").read_bytes()).hexdigest()
+        return f"{checkpoint.parent.parent.name}/{checkpoint.name} (weights sha256 {digest[:16]})"
+    return label

@@ -296,7 +296,8 @@ CASES = [
     Case("export-into-its-run", ["export", "{dir}/run", "--to", "{dir}/run"],
          ["--to {dir}/run holds {dir}/run/checkpoints/step_0000024, which this command reads"], setup=_copy_run),
     Case("export-over-another-checkpoints-export", ["export", "{run}", "--to", "{dir}/hf"],
-         ["--to {dir}/hf holds a Hugging Face export of ", "step_0000008, not of ", "step_0000024; pass --overwrite"],
+         ["--to {dir}/hf holds a Hugging Face export of ", "step_0000008 (weights sha256 ", "), not of ",
+          "step_0000024 (weights sha256 ", "); pass --overwrite"],
          setup=lambda d, data, run: _export(run, d / "hf")),
     # -- GGUF exports (burnout/core/gguf_export.py)
     Case("gguf-unknown-type", ["export", "{run}", "--to", "{dir}/model.gguf", "--gguf-type", "q3_x"],
@@ -422,6 +423,11 @@ CASES = [
     Case("trace-a-checkpoints-folder", ["data", "trace", "The", "{dir}/run/checkpoints"],
          ["'{dir}/run/checkpoints' is not a data folder", "inside the run folder {dir}/run",
           "whose data folder is {data}"], setup=_copy_run),
+    # -- export: a --to that could name a file or a folder (burnout/cli.py)
+    Case("export-gguf-name-ending-in-a-slash", ["export", "{run}", "--to", "{dir}/model.gguf/"],
+         ["--to {dir}/model.gguf/: ends in .gguf (a GGUF file) and in / (a folder)", "drop the /"]),
+    Case("export-to-a-weights-file-name", ["export", "{run}", "--to", "{dir}/model.safetensors"],
+         ["--to {dir}/model.safetensors: names a .safetensors file", "give a folder name, or a name ending in .gguf"]),
 ]
 
 

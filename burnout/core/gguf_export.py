@@ -28,13 +28,17 @@ the tokenizer lacks (a vocabulary padded past it) as unused; no BOS is added. A 
 template (tokenizer.chat_template) and <|im_end|> as its EOS and end-of-turn token, so llama.cpp's chat stops there.
 The char-level tokenizer has no GGUF form.
 
-The file records the checkpoint it was written from (`burnout.source`): an existing --to is replaced only when it
-is an export of the same checkpoint, or of another with `overwrite`.
+The file records the checkpoint it was written from (`burnout.source`: the run's name, the checkpoint's and its
+weights' sha256, no path of the machine): an existing --to is replaced only when it is an export of the same
+checkpoint, or of another with `overwrite`. What the model is and learned from (its card's facts) goes into the
+general.* keys llama.cpp defines (general.description, general.dataset.N.*, general.base_model.N.*).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,12 +46,12 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from burnout.common import EOT_TOKEN, install_extra, write_atomic_with
+from burnout.common import EOT_TOKEN, format_bytes, install_extra, write_atomic_with
 from burnout.config import ModelConfig
 from burnout.core.chat_template import CHAT_TEMPLATE, chat_token_ids, is_chat_model
 from burnout.core.checkpoint import resolve_checkpoint
-from burnout.core.model_files import load_model
-from burnout.errors import BurnoutError
+from burnout.core.model_files import export_source, load_model
+from burnout.errors import BurnoutError, StorageError
 from burnout.models import Transformer
 from burnout.models.lora import lora_layers, merge_lora
 
@@ -76,18 +80,22 @@ class Vocabulary:
 
 
 def export_gguf(checkpoint: str | Path, out_file: str | Path, gguf_type: str = "f16",
-                overwrite: bool = False) -> Path:
-    """Write a checkpoint (a run folder: its newest) as the GGUF file `out_file`, its matrices in `gguf_type`.
+                overwrite: bool = False, about: dict | None = None) -> Path:
+    """Write a checkpoint (a run folder: its newest) as the GGUF file `out_file`, its matrices in `gguf_type`;
+    `about`, the fields of the gguf package's Metadata (general.name, .description, .dataset.N.*, ...), else the
+    run's name alone.
 
     LoRA adapters are folded into the weights first. `out_file` is new or a GGUF export of this checkpoint (of
-    another: with `overwrite`), never anything else, and not inside the checkpoint it reads.
+    another: with `overwrite`), never anything else, and not inside the checkpoint it reads. The file is written
+    under a temporary name and renamed: a write cut short (a full disk) leaves nothing of it, and an earlier file
+    at `out_file` as it was.
     """
     if gguf_type not in GGUF_TYPES:
         raise BurnoutError(f"--gguf-type {gguf_type}: not a type burnout writes; use one of {', '.join(GGUF_TYPES)} "
                            "(f16 keeps the weights as trained, q8_0 and q4_0 quantize them)")
     gguf = _gguf()
     path = resolve_checkpoint(checkpoint)
-    source = str(path.resolve())
+    source = export_source(path)
     out_file = Path(out_file)
     _check_output_file(out_file, source, path, overwrite)
     model, tokenizer, ckpt = load_model(path)
@@ -96,25 +104,49 @@ def export_gguf(checkpoint: str | Path, out_file: str | Path, gguf_type: str = "
     vocabulary = gguf_vocabulary(tokenizer, model.cfg.vocab_size, is_chat_model(ckpt.config), str(path))
     qtype = gguf.GGMLQuantizationType[gguf_type.upper()]
     tensors = [(name, *_encoded(gguf, name, array, qtype)) for name, array in gguf_tensors(model)]
+    size = _file_bytes(tensors, vocabulary)
     out_file.parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(out_file.parent).free
+    if free < size:
+        raise StorageError(f"--to {out_file}: the GGUF file takes about {format_bytes(size)} and its disk has "
+                           f"{format_bytes(free)} free; free some space or write it to another disk")
 
     def write(tmp: Path) -> None:
         writer = gguf.GGUFWriter(str(tmp), model.cfg.family)
-        writer.add_string(SOURCE_KEY, source)
-        writer.add_name(_run_name(path))
-        writer.add_file_type(gguf.LlamaFileType[f"MOSTLY_{gguf_type.upper()}"])
-        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        _add_hyperparameters(writer, model.cfg)
-        _add_vocabulary(writer, vocabulary)
-        for name, data, tensor_type in tensors:
-            writer.add_tensor(name, data, raw_dtype=tensor_type)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        try:
+            writer.add_string(SOURCE_KEY, source)
+            gguf.Metadata(**(about or {"name": _run_name(path)})).set_gguf_meta_model(writer)
+            writer.add_file_type(gguf.LlamaFileType[f"MOSTLY_{gguf_type.upper()}"])
+            writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+            _add_hyperparameters(writer, model.cfg)
+            _add_vocabulary(writer, vocabulary)
+            for name, data, tensor_type in tensors:
+                writer.add_tensor(name, data, raw_dtype=tensor_type)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+            writer.close()
+        finally:
+            with suppress(OSError):  # a write cut short left the file open: closed, so that its space is freed
+                writer.close()
 
-    write_atomic_with(out_file, write)
+    earlier = out_file.exists()
+    try:
+        write_atomic_with(out_file, write)
+    except OSError as exc:  # a full disk, a quota, a file-size limit: the file named, nothing of it left
+        # numpy's tofile says a short write as "N requested and M written", without an errno.
+        reason = exc.strerror or "a write was cut short: the disk is full, or a quota or file-size limit was reached"
+        raise StorageError(f"writing the GGUF file {out_file} failed ({reason}); nothing of it was kept"
+                           + (f" and the earlier {out_file.name} is as it was" if earlier else "")
+                           + f": check that its folder is writable and its disk has {format_bytes(size)} free, then "
+                           "export again") from None
     return out_file
+
+
+def _file_bytes(tensors: list[tuple[str, np.ndarray, object]], vocabulary: Vocabulary) -> int:
+    """About the bytes of the GGUF file: its tensors' data, its vocabulary's strings, and 1 MiB for the rest."""
+    strings = sum(len(s.encode()) + 8 for s in (*vocabulary.tokens, *vocabulary.merges))
+    return sum(data.nbytes for _, data, _ in tensors) + strings + (1 << 20)
 
 
 def _check_output_file(out_file: Path, source: str, checkpoint: Path, overwrite: bool) -> None:

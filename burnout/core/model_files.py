@@ -7,8 +7,9 @@ checked and locked."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 
 import torch
@@ -23,6 +24,7 @@ from burnout.common import (
     TOKENIZER_FILE,
     check_output_folder,
     folder_owner,
+    sha256_file,
     unwrapped,
     write_atomic,
     writing_into,
@@ -31,6 +33,7 @@ from burnout.config import apply_override, load_run_config
 from burnout.core.chat_template import CHAT_TEMPLATE, CHAT_TOKENS, chat_token_ids, is_chat_model
 from burnout.core.checkpoint import (
     CHECKPOINT_DIR,
+    MANIFEST_FILE,
     Checkpoint,
     holds_run,
     list_checkpoints,
@@ -102,7 +105,7 @@ def export_hf(checkpoint: str | Path, out_dir: str | Path, overwrite: bool = Fal
     `out_dir` is new, empty or an export of this checkpoint (of another: with `overwrite`), never anything else.
     """
     path = resolve_checkpoint(checkpoint)
-    source = str(path.resolve())
+    source = export_source(path)
     check_output_folder(out_dir, "--to", "export", source, reads=[path], overwrite=overwrite,
                         recognise=_told_by_content)
     model, tokenizer, ckpt = load_model(path)
@@ -115,6 +118,19 @@ def export_hf(checkpoint: str | Path, out_dir: str | Path, overwrite: bool = Fal
         return save_hf(model, Path(out_dir), tokenizer_path=ckpt.path / TOKENIZER_FILE,
                        eos_token_id=tokenizer.token_to_id(EOT_TOKEN), chat_template=CHAT_TEMPLATE if chat else None,
                        chat_tokens=CHAT_TOKENS if chat else None)
+
+
+def export_source(checkpoint: Path) -> str:
+    """What an export records of the checkpoint it was written from, to tell a rewrite of its own export from another
+    checkpoint's: the run's folder name, the checkpoint's and its weights' sha256 (as sha256.json recorded it, else
+    read). No path: an export is made to be published, and a path names the user's machine."""
+    recorded = {}
+    with suppress(OSError, ValueError):
+        recorded = json.loads((checkpoint / MANIFEST_FILE).read_text())
+    weights = checkpoint / "model.safetensors"
+    digest = recorded.get("model.safetensors") if isinstance(recorded, dict) else None
+    run = f"{checkpoint.parent.parent.name}/" if checkpoint.parent.name == CHECKPOINT_DIR else ""
+    return f"{run}{checkpoint.name} (weights sha256 {(digest or sha256_file(weights))[:16]})"
 
 
 def grow_run(source: str | Path, out_dir: str | Path, overrides: Iterable[str]) -> tuple[Path, dict]:

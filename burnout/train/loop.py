@@ -393,7 +393,8 @@ class Trainer:
             if resumed_with:
                 append_jsonl(self.run_dir / RESUMES_FILE, resumed_with)
             write_atomic(self.run_dir / RUN_CONFIG_FILE, yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
-            record_launch(self.run_dir, self.step, self.device, dist.world_size, self.recipe.lineage)
+            record_launch(self.run_dir, self.step, self.device, dist.world_size, self.recipe.lineage,
+                          precision=self.precision)
         show_bar = dist.is_main and (sys.stderr.isatty() if self.progress is None else self.progress)
         self.bar = tqdm(total=self.stop_at, initial=self.step, disable=not show_bar, unit="step", dynamic_ncols=True)
         measure_again = hw.measure_again if hw else None

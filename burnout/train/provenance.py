@@ -7,6 +7,7 @@ which command, code and machine produced its numbers.
                       or null for an installed package
     versions          burnout, torch, python
     device            what the steps ran on: the GPU's name, or the CPU's model and thread count
+    precision         what the steps ran in (fp32, bf16, fp16, fp8): train.precision, `auto` as it resolved here
     world_size        processes under torchrun (1 otherwise)
     lineage           a continued run's first launch (train.init_from): the checkpoint its step 0 loaded, its
                       run and step, the parent's data folder and this run's, the loaded weights' sha256
@@ -29,7 +30,7 @@ from burnout.core.device import describe_device
 
 
 def record_launch(run_dir: Path, step: int, device: torch.device, world_size: int,
-                  lineage: dict | None = None) -> None:
+                  lineage: dict | None = None, precision: str | None = None) -> None:
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "step": step,
@@ -40,6 +41,8 @@ def record_launch(run_dir: Path, step: int, device: torch.device, world_size: in
         "device": describe_device(device),
         "world_size": world_size,
     }
+    if precision is not None:
+        entry["precision"] = precision
     if lineage is not None:
         entry["lineage"] = lineage
     append_jsonl(run_dir / LAUNCHES_FILE, entry)

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
+import resource
+import signal
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -251,7 +256,7 @@ def native_chat_prompt(llama_cpp, llm, messages: list[dict]) -> str:
 
 
 def test_gguf_export_rewrites_its_own_and_replaces_another_checkpoints_only_with_overwrite(sampled_runs, tmp_path,
-                                                                                          capsys):
+                                                                                          capsys, export_label):
     pytest.importorskip("gguf")
     first, last = list_checkpoints(sampled_runs[0])[0], list_checkpoints(sampled_runs[0])[-1]
     out = tmp_path / "model.gguf"
@@ -261,15 +266,16 @@ def test_gguf_export_rewrites_its_own_and_replaces_another_checkpoints_only_with
     capsys.readouterr()
 
     assert main(["export", str(sampled_runs[0]), "--to", str(out)]) == 2  # the run's latest: another checkpoint
-    assert capsys.readouterr().err == (f"burnout: error: --to {out} holds a GGUF export of {first.resolve()}, not of "
-                                       f"{last.resolve()}; pass --overwrite to replace it, or choose another file\n")
+    assert capsys.readouterr().err == (f"burnout: error: --to {out} holds a GGUF export of {export_label(first)}, not "
+                                       f"of {export_label(last)}; pass --overwrite to replace it, or choose another "
+                                       "file\n")
     assert out.read_bytes() == written
 
     assert main(["export", str(sampled_runs[0]), "--to", str(out), "--overwrite"]) == 0
     assert out.read_bytes() != written
     assert main(["export", str(last), "--to", str(out)]) == 0  # now the file is that checkpoint's export
     assert main(["export", str(first), "--to", str(out)]) == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]  # no temporary file left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf", "model.md"]  # and its card; no temporary file
 
 
 def test_without_the_gguf_package_the_export_says_how_to_install_it(sampled_runs, tmp_path, monkeypatch, capsys):
@@ -277,4 +283,71 @@ def test_without_the_gguf_package_the_export_says_how_to_install_it(sampled_runs
     assert main(["export", str(sampled_runs[0]), "--to", str(tmp_path / "model.gguf")]) == 2
     assert capsys.readouterr().err == ("burnout: error: a GGUF export needs the gguf package; pip install "
                                        "'gpuburnout[gguf]' (from a clone: pip install -e '.[gguf]')\n")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", ["M.GGUF", "model.Gguf"])
+def test_a_gguf_suffix_in_any_case_writes_a_gguf_file_beside_the_users_files(sampled_runs, tmp_path, name, capsys):
+    """A GGUF file however its suffix is written; a FILE.md of the user's where its card would go is kept."""
+    gguf = pytest.importorskip("gguf")
+    out, mine = tmp_path / name, tmp_path / f"{Path(name).stem}.md"
+    mine.write_text("my notes\n")
+    assert main(["export", str(sampled_runs[0]), "--to", str(out)]) == 0
+    assert out.is_file()
+    assert gguf.GGUFReader(out).get_field("general.architecture").contents() == "llama"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, mine.name])
+    assert mine.read_text() == "my notes\n" and f"keeping the {mine.name} there" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("to, said", [
+    ("model.gguf/", "ends in .gguf (a GGUF file) and in / (a folder)"),
+    ("model.safetensors", "names a .safetensors file, but an export is a Hugging Face folder"),
+    ("weights.BIN", "names a .bin file, but an export is a Hugging Face folder")])
+def test_a_to_that_could_be_a_file_or_a_folder_is_said_and_nothing_is_written(sampled_runs, tmp_path, capsys, to,
+                                                                              said):
+    assert main(["export", str(sampled_runs[0]), "--to", str(tmp_path) + os.sep + to]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("burnout: error: --to ") and said in err and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
+
+
+def _file_size_limit(limit: int):
+    def apply():  # files may not grow past `limit`: a write fails with EFBIG, as with ENOSPC on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    return apply
+
+
+def test_a_gguf_write_cut_short_names_the_file_and_leaves_nothing_of_it(sampled_runs, tmp_path):
+    """The write fails part way (a file-size limit, as a full disk): one line naming the file, exit code 74, no partial
+    or temporary file left, the earlier export at --to and the user's own file beside it byte for byte as they were."""
+    pytest.importorskip("gguf")
+    out, mine = tmp_path / "model.gguf", tmp_path / "notes.txt"
+    mine.write_text("my notes\n")
+    checkpoint = list_checkpoints(sampled_runs[0])[-1]
+    assert main(["export", str(checkpoint), "--to", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert len(before[out.name]) > 128 * 1024
+    command = [sys.executable, "-m", "burnout", "export", str(checkpoint), "--to", str(out)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=_file_size_limit(64 * 1024))
+    assert proc.returncode == 74, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert lines[0].startswith(f"burnout: error: writing the GGUF file {out} failed ("), lines[0]
+    assert "); nothing of it was kept and the earlier model.gguf is as it was: check that" in lines[0], lines[0]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_disk_without_room_for_the_gguf_file_is_said_before_writing(sampled_runs, tmp_path, monkeypatch, capsys):
+    import shutil
+    from collections import namedtuple
+
+    pytest.importorskip("gguf")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 50_000, 50_000))
+    out = tmp_path / "model.gguf"
+    assert main(["export", str(sampled_runs[0]), "--to", str(out)]) == 74
+    err = capsys.readouterr().err
+    assert err.startswith(f"burnout: error: --to {out}: the GGUF file takes about ") and err.count("\n") == 1, err
+    assert "and its disk has 50.0 kB free" in err
     assert not list(tmp_path.iterdir())

@@ -1,6 +1,7 @@
 """burnout/core/model_files.py: `burnout export --to` writes into a new or empty folder or an export of the same
-checkpoint; an export of another checkpoint is replaced only with --overwrite, which leaves anything else there. Its
-files, and a checkpoint's, have the mode the umask gives."""
+checkpoint (told by its run's name and its weights' sha256, not by a path); an export of another checkpoint is
+replaced only with --overwrite, which leaves anything else there. Its files, and a checkpoint's, have the mode the
+umask gives."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from burnout.cli import main
 from burnout.core.checkpoint import list_checkpoints
 
 
-def test_export_rewrites_its_own_and_replaces_another_checkpoints_only_with_overwrite(sampled_runs, tmp_path, capsys):
+def test_export_rewrites_its_own_and_replaces_another_checkpoints_only_with_overwrite(sampled_runs, tmp_path, capsys,
+                                                                                    export_label):
     first, last = list_checkpoints(sampled_runs[0])[0], list_checkpoints(sampled_runs[0])[-1]
     hf = tmp_path / "hf"
     assert main(["export", str(first), "--to", str(hf)]) == 0
@@ -21,8 +23,8 @@ def test_export_rewrites_its_own_and_replaces_another_checkpoints_only_with_over
 
     assert main(["export", str(sampled_runs[0]), "--to", str(hf)]) == 2  # the run's latest: another checkpoint
     err = capsys.readouterr().err
-    assert err == (f"burnout: error: --to {hf} holds a Hugging Face export of {first.resolve()}, not of "
-                   f"{last.resolve()}; pass --overwrite to replace it, or choose another folder\n")
+    assert err == (f"burnout: error: --to {hf} holds a Hugging Face export of {export_label(first)}, not of "
+                   f"{export_label(last)}; pass --overwrite to replace it, or choose another folder\n")
     assert (hf / "model.safetensors").read_bytes() == weights
 
     assert main(["export", str(sampled_runs[0]), "--to", str(hf), "--overwrite"]) == 0

@@ -238,8 +238,10 @@ def test_a_reward_that_fails_mid_run_is_one_line_and_the_run_keeps_its_checkpoin
 def test_an_rl_run_exports_with_a_model_card_that_says_how_it_was_tuned(rl_run, chat_run, tmp_path):
     assert main(["export", str(rl_run), "--to", str(tmp_path / "hf")]) == 0
     card = (tmp_path / "hf" / "README.md").read_text()
-    assert "Fine-tuned (RL (GRPO))" in card and "fine-tuned with RL (GRPO)" in card
-    assert str(list_checkpoints(chat_run)[-1].resolve()) in card
+    base = list_checkpoints(chat_run)[-1]
+    step = json.loads((base / "info.json").read_text())["step"]
+    assert f"## Started from\n\n`{chat_run.name}` step {step}, fine-tuned with RL (GRPO)." in card
+    assert "| RL (GRPO) |" in card and str(base.resolve()) not in card
 
 
 def test_tokens_per_second_counts_the_sampled_answers_trained_on(rl_run):

@@ -1,4 +1,4 @@
-"""RUN/launches.jsonl: every start and resume records its command, code, versions and device."""
+"""RUN/launches.jsonl: every start and resume records its command, code, versions, device and precision."""
 
 import re
 import shutil
@@ -20,12 +20,14 @@ def test_start_and_resume_each_record_a_launch(tiny_run, tmp_path, monkeypatch):
     assert start["step"] == 0 and start["argv"] == sys.argv and start["world_size"] == 1
     assert start["versions"]["torch"] == torch.__version__
     assert start["device"].endswith(f", {plural(torch.get_num_threads(), 'thread')}")
+    assert start["precision"] == tiny_run.cfg.train.precision == "fp32"  # what the steps ran in
 
     monkeypatch.setattr(sys, "argv", ["burnout", "train", "--resume", str(run), "train.max_steps=30"])
     resume_training(run, ["train.max_steps=30"], on_event=lambda line: None, progress=False)
     launches = read_launches(run)
     assert [launch["step"] for launch in launches] == [0, 24]
     assert launches[1]["argv"] == ["burnout", "train", "--resume", str(run), "train.max_steps=30"]
+    assert launches[1]["precision"] == "fp32"
 
 
 def test_git_commit_is_the_checkout_head():
