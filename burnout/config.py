@@ -154,8 +154,9 @@ class DataConfig:
     # Token budget of the prepared data (train + val); each source gives weight/sum(weights) of it.
     max_tokens: int | None = None
     val_fraction: float = 0.05
-    # documents: each whole document goes to train or val (token shares kept near val_fraction); one larger
-    # than its source's share of val is cut instead, its end to val, when it is sent there or is the last.
+    # documents: val a fair sample of the text by tokens (data/split.py): whole documents sampled within their
+    # length class, each with val_fraction as its chance; one larger than its source's share of val is cut, its
+    # last val_fraction of tokens to val.
     # contiguous: every document is cut in two, its first 1 - val_fraction of tokens to train and the
     # rest to val (nanoGPT's split of one file: with a char tokenizer, a 90/10 split by characters).
     split: Literal["documents", "contiguous"] = "documents"

@@ -515,7 +515,7 @@ class _SplitWriter:
         entry["tokens"] += len(doc)
         entry["documents"] += 1
         entry["chars"] += chars
-        entry["lengths"][str(group)] = entry["lengths"].get(str(group), 0)
+        entry["lengths"][str(group)] = entry["lengths"].get(str(group), 0) + len(doc)
         bar.update(len(doc))
 
     def _finish(self) -> dict:
