@@ -333,7 +333,14 @@ class GRPOObjective(StepMetrics, AgainstReference, nn.Module):
             answers = sample_answers(self.policy, self.tokenizer, tasks, self.section, seeds)
         rewards = torch.tensor([score(self.reward, self.section.reward, tasks[n // group], text)
                                 for n, text in enumerate(answers.texts)]).view(len(tasks), group)
-        device = self.policy.lm_head.weight.device
+        return self.answers_loss(answers, rewards)
+
+    def answers_loss(self, answers: Answers, rewards: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss and metrics of sampled `answers` (rl.group_size a question) with their (P, G) `rewards`: each
+        answer's reward less rl.kl_coef × its KL estimate (log π − log π_ref summed over its tokens, a constant),
+        its advantage that less its group's mean, and the loss −Σ advantage × log π over the answer tokens divided by
+        their count, so that neither the prompt's length nor the padding changes the step."""
+        group, device = self.section.group_size, self.policy.lm_head.weight.device
         x, y = answer_batch(answers, group, self.end_id, device)
         # What tokens/s and MFU count: the sampled answers trained on (the sampling itself is not counted).
         self.positions_built = x.numel()

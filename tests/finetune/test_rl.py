@@ -4,6 +4,8 @@ function that raises or returns a non-number), a short run of chat_run through t
 reward, signal, KL, answer length and held-out pass@1/pass@k, a run stopped and resumed equal bitwise to the
 uninterrupted one, the flat-groups warning, and a reward that fails mid-run leaving the run's checkpoints."""
 
+import copy
+import dataclasses
 import itertools
 import json
 import math
@@ -13,14 +15,16 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
+import torch.nn as nn
 
 from burnout.cli import main
-from burnout.config import ModelConfig
+from burnout.config import ModelConfig, RLConfig
 from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
 from burnout.finetune.dpo import sequence_logprobs
 from burnout.finetune.rl import (
     Answers,
+    GRPOObjective,
     Task,
     answer_batch,
     exact_reward,
@@ -101,6 +105,105 @@ def test_the_loss_is_minus_the_mean_over_answer_tokens_of_advantage_times_log_pr
             tokens += 1
     assert tokens == 2 + 1 + 1 + 3 + 1 + 1 + 1
     assert loss.item() == pytest.approx(-total / tokens, rel=1e-5)
+
+
+def _chat_tokenizer():
+    from burnout.config import TokenizerConfig
+    from burnout.core.chat_template import ensure_chat_tokens
+    from burnout.data.tokenizer import train_tokenizer
+
+    return ensure_chat_tokens(train_tokenizer(["Paris is it. Capital of France?"] * 20,
+                                              TokenizerConfig(kind="bpe", vocab_size=300)))[0]
+
+
+def _objective(policy: Transformer, tokenizer, group: int, kl_coef: float) -> GRPOObjective:
+    section = RLConfig(base="chat", source="tasks.jsonl", group_size=group, kl_coef=kl_coef)
+    return GRPOObjective(policy, tokenizer, [], exact_reward, section, seed=0)
+
+
+# Two questions, three answers each: prompts of 3 and 7 tokens (so rows are padded), answers of 1 to 4 tokens, some
+# cut by max_new_tokens (no <|im_end|> to learn), rewards with a flat group's worth of ties in the second.
+GROUP = Answers(prompts=[[5, 6, 7], [8, 9, 10, 11, 12, 13, 14]], ids=[[20, 21], [22], [23, 24, 25, 26], [27, 28], [29],
+                                                                     [30, 31, 32]],
+                stopped=[True, False, True, True, True, False], texts=[""] * 6)
+REWARDS = [[1.0, 0.0, 0.0], [0.5, 0.5, 1.0]]
+
+
+def _by_hand(model: nn.Module, answers: Answers, group: int, end: int) -> tuple[list, list[int]]:
+    """Each answer's summed log-prob of its targets (its tokens, then <|im_end|> where it stopped), each answer run
+    alone, unpadded, through the model's log-softmax; and its number of targets."""
+    logprobs, counts = [], []
+    for number, ids in enumerate(answers.ids):
+        prompt = answers.prompts[number // group]
+        targets = ids + ([end] if answers.stopped[number] else [])
+        row = torch.tensor([prompt + targets])
+        table = model(row).log_softmax(-1)[0]
+        logprobs.append(sum(table[len(prompt) - 1 + t, token] for t, token in enumerate(targets)))
+        counts.append(len(targets))
+    return logprobs, counts
+
+
+def test_the_grpo_loss_of_a_fixed_group_equals_a_hand_computation_kl_mask_and_normalisation():
+    """The loss GRPOObjective trains on, against the formula worked out answer by answer: shaped reward
+    r − β·(log π − log π_ref) (the KL penalty holds the policy near its start: an answer the policy likes more than
+    the reference is worth less), advantage = shaped − its group's mean, loss = −Σ advantage·log π / (answer tokens),
+    where only the answers' tokens and their <|im_end|> count: not the prompt, not the padding. The advantage is a
+    constant: the gradient is −Σ advantage·∇log π / tokens."""
+    torch.manual_seed(0)
+    tokenizer = _chat_tokenizer()
+    policy = Transformer(ModelConfig(family="llama", vocab_size=tokenizer.get_vocab_size(), n_layer=1, d_model=32,
+                                     n_head=2, context_length=32).resolved())
+    beta, group, end = 0.5, 3, tokenizer.token_to_id("<|im_end|>")
+    objective = _objective(policy, tokenizer, group, beta)  # its reference: a copy of the policy as it is now
+    start = copy.deepcopy(policy)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.3)  # the policy has moved: log π − log π_ref differs from answer to answer
+    loss, metrics = objective.answers_loss(GROUP, torch.tensor(REWARDS))
+    loss.backward()
+    got = {name: p.grad.clone() for name, p in policy.named_parameters()}
+    policy.zero_grad()
+
+    logprobs, counts = _by_hand(policy, GROUP, group, end)
+    with torch.no_grad():
+        reference, _ = _by_hand(start, GROUP, group, end)
+    shaped = [r - beta * (lp.item() - ref.item())
+              for r, lp, ref in zip(sum(REWARDS, []), logprobs, reference)]
+    advantages = [value - sum(shaped[q * group : (q + 1) * group]) / group
+                  for q in range(2) for value in shaped[q * group : (q + 1) * group]]
+    assert counts == [3, 1, 5, 3, 2, 3]
+    hand = -sum(a * lp for a, lp in zip(advantages, logprobs)) / sum(counts)
+    assert loss.item() == pytest.approx(hand.item(), rel=1e-5)
+    assert metrics["kl"].item() == pytest.approx(sum(lp.item() - ref.item() for lp, ref in zip(logprobs, reference))
+                                                 / 6, rel=1e-5)
+    hand.backward()
+    for name, p in policy.named_parameters():
+        torch.testing.assert_close(got[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_grpo_step_does_not_change_with_the_prompts_length():
+    """A model whose output at a position depends on that position's token alone (attention and MLP outputs zeroed,
+    no position embedding): the same answers after a 2-token and a 20-token prompt ending in the same token have the
+    same log-probs, so the loss, and the gradient of the head that scores them, must be the same."""
+    torch.manual_seed(0)
+    tokenizer = _chat_tokenizer()
+    model = Transformer(ModelConfig(family="llama", vocab_size=tokenizer.get_vocab_size(), n_layer=1, d_model=32,
+                                    n_head=2, context_length=64).resolved())
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.down.weight")):
+                p.zero_()
+    objective = _objective(model, tokenizer, 2, 0.0)
+    results = []
+    for prompt in ([9, 12], [40 + i for i in range(18)] + [9, 12]):
+        answers = Answers(prompts=[prompt], ids=[[20, 21, 22], [23]], stopped=[True, False], texts=["", ""])
+        model.zero_grad()
+        loss, _ = objective.answers_loss(answers, torch.tensor([[1.0, 0.0]]))
+        loss.backward()
+        results.append((loss.item(), model.lm_head.weight.grad.clone()))
+    (short, short_grad), (long, long_grad) = results
+    assert short != 0 and long == pytest.approx(short, rel=1e-6)
+    torch.testing.assert_close(long_grad, short_grad)
 
 
 @pytest.mark.parametrize("n,correct,k", [(4, 0, 1), (4, 1, 1), (4, 1, 2), (5, 2, 3), (8, 3, 8), (6, 5, 2)])
@@ -281,6 +384,27 @@ def test_the_report_has_an_rl_section_with_the_reward_and_pass_rates_of_the_log(
                                    ["groups with signal", *first_last("signal")],
                                    ["held-out pass@1", *first_last("val_pass@1")],
                                    ["held-out pass@4", *first_last("val_pass@k")]]
+
+
+def test_held_out_pass_rates_do_not_depend_on_the_batch_size(rl_run, chat_run):
+    """The held-out questions scored 1 at a time and 4 at a time (train.batch_size × train.eval_batches the same 4
+    questions): each question's answers are seeded by its place among the held-out questions, not in its batch, so
+    pass@1, pass@k and the reward are the same."""
+    from burnout.config import load_run_config
+    from burnout.core.model_files import load_model
+    from burnout.finetune.rl import read_prepared_tasks
+    from burnout.runs import recipe_for
+
+    cfg = load_run_config(rl_run / "config.yaml")
+    recipe = recipe_for(cfg)
+    model, _, _ = load_model(chat_run)
+    objective = recipe.objective(model, cfg, resumed=False)
+    held_out = read_prepared_tasks(Path(cfg.data.prepared_dir))["val"]
+    assert len(held_out) == 4
+    scores = [recipe.evaluate(objective, held_out, dataclasses.replace(cfg.train, batch_size=size, eval_batches=n),
+                              torch.device("cpu"), "fp32") for size, n in ((1, 4), (4, 1), (3, 2))]
+    assert 0 < scores[0]["val_pass@1"] < 1, scores  # answers that differ: seeds that differ would show
+    assert scores[1] == scores[0] and scores[2] == scores[0], scores
 
 
 def test_the_run_answers_held_out_questions_before_and_after_and_the_report_shows_them(rl_run, chat_run):
