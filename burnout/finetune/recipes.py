@@ -91,6 +91,7 @@ class FineTune(Recipe):
         del base, base_ckpt
         try:
             self._prepare_data(cfg, tokenizer, data_dir, say)
+            self.check_prepared(cfg, data_dir, say)
         except BurnoutError:
             # Bad examples: the half-made data/ goes, and with it a run folder this command made (writing_run).
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -111,6 +112,10 @@ class FineTune(Recipe):
         for line in format_report(meta).splitlines():
             say(line)
         return meta
+
+    def check_prepared(self, cfg: RunConfig, data_dir: Path, say: Say) -> None:
+        """Before anything trains, with the data prepared: a refusal (BurnoutError) of a run that cannot work takes
+        the prepared data away with it."""
 
     def data_meta(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
         """The folder's meta with `splits.train.tokens` counting rows (pairs) of seq_len, so that

@@ -46,13 +46,14 @@ from burnout.common import TOKENIZER_FILE, first_line, kind_of, write_atomic
 from burnout.config import RLConfig, RunConfig, TrainConfig
 from burnout.core.chat_template import IM_END, encode_prompt, message_text
 from burnout.core.checkpoint import Checkpoint
+from burnout.core.device import resolve_device
 from burnout.core.model_files import load_model
 from burnout.data.shards import META_FILE
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.finetune.conversations import iter_records
-from burnout.finetune.dpo import AgainstReference, StepMetrics, sequence_logprobs, trained_adapters
-from burnout.finetune.recipes import FineTune, from_chat_model
+from burnout.finetune.dpo import AgainstReference, StepMetrics, eval_mode, sequence_logprobs, trained_adapters
+from burnout.finetune.recipes import FineTune, from_chat_model, load_base
 from burnout.finetune.tokenized import RowBatches, held_out_split
 from burnout.generate.sampling import generate_batch
 from burnout.models import Transformer
@@ -216,6 +217,12 @@ def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - rewards.mean(dim=1, keepdim=True)
 
 
+def differing_groups(rewards: torch.Tensor) -> torch.Tensor:
+    """(P, G) rewards → (P,) whether a question's answers got rewards that differ: the groups with any signal (in
+    an all-equal group every advantage is 0)."""
+    return rewards.amax(dim=1) != rewards.amin(dim=1)
+
+
 def grpo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, answer_tokens: int) -> torch.Tensor:
     """−mean over the answer tokens of advantage × log π: `logprobs` (N,) each answer's summed token log-probs,
     `advantages` (N,) its advantage, shared by its tokens. On-policy (one update per sampling), so no ratio and
@@ -352,7 +359,7 @@ class GRPOObjective(StepMetrics, AgainstReference, nn.Module):
             shaped, kl = rewards - self.section.kl_coef * log_ratio.view_as(rewards), log_ratio.mean()
         loss = grpo_loss(logprobs, group_advantages(shaped).flatten(), int((y != -1).sum()))
         lengths = torch.tensor([float(len(ids)) for ids in answers.ids], device=device)
-        signal = (rewards.amax(dim=1) != rewards.amin(dim=1)).float().mean()
+        signal = differing_groups(rewards).float().mean()
         return loss, {"loss": loss.detach(), "reward": rewards.mean(), "signal": signal, "kl": kl,
                       "answer_length": lengths.mean()}
 
@@ -405,6 +412,57 @@ class TaskBatches(RowBatches):
     def get_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         numbers = torch.from_numpy(self.examples_of(index)).view(-1, 1)
         return numbers, torch.full_like(numbers, index)
+
+
+@dataclass
+class Probe:
+    """What the base answered before training (probe_base): `questions` train questions over `batches` train batches,
+    rl.group_size answers each, `differing` of them with rewards that differ; every answer's reward; one answer."""
+    questions: int
+    batches: int
+    differing: int
+    rewards: list[float]
+    example: tuple[str, str]  # (a question, the first answer to it)
+
+
+def probe_base(policy: Transformer, tokenizer: Tokenizer, tasks: Sequence[Task], batches: TaskBatches,
+               reward: Callable, section: RLConfig, seed: int, limit: int) -> Probe:
+    """The questions of the first train batches answered by `policy` as the first steps sample them (the same rows,
+    the same seeds), a batch at a time (no more memory than a step's sampling), until a question's answers get
+    rewards that differ or `limit` questions are answered."""
+    group, answered, batch, differing, rewards, example = section.group_size, 0, 0, 0, [], ("", "")
+    with torch.no_grad(), eval_mode(policy):
+        while answered < limit and not differing:
+            chunk = [tasks[n] for n in batches.examples_of(batch)[: limit - answered]]
+            seeds = [sample_seed(seed, _TRAIN_STREAM, batch, row) for row in range(len(chunk) * group)]
+            answers = sample_answers(policy, tokenizer, chunk, section, seeds)
+            scores = [score(reward, section.reward, chunk[n // group], text) for n, text in enumerate(answers.texts)]
+            differing += int(differing_groups(torch.tensor(scores).view(len(chunk), group)).sum())
+            example = example if batch else (chunk[0].prompt, answers.texts[0])
+            rewards += scores
+            answered, batch = answered + len(chunk), batch + 1
+    return Probe(answered, batch, differing, rewards, example)
+
+
+def nothing_to_learn(probe: Probe, section: RLConfig) -> str:
+    """The refusal of a run whose probe found no question with answers of differing rewards: what was sampled, what
+    they all got, and what would give GRPO something to learn."""
+    values = sorted(set(probe.rewards))
+    got = (f"all {len(probe.rewards)} answers got the reward {values[0]:g}" if len(values) == 1 else
+           f"each question's answers got one reward between them ({', '.join(f'{v:g}' for v in values[:4])})")
+    if values[0] >= SOLVED:
+        fix = "give harder questions"
+    elif values[-1] < SOLVED:
+        fix = "SFT it first on answers written like the references (burnout sft), or give easier questions"
+    else:
+        fix = "give questions it gets right only sometimes"
+    question, answer = probe.example
+    return (f"rl.base {section.base}: nothing to learn: before training it answered {probe.questions} train "
+            f"question(s) {section.group_size} times each (the first {probe.batches} batch(es), sampled as training "
+            f"samples them) and {got}, e.g. {answer[:60]!r} to {question[:60]!r}; GRPO learns only from a question "
+            f"whose answers' rewards differ (here every advantage, and every step's loss, would be 0): {fix}, raise "
+            "rl.group_size or rl.temperature, or use a reward that gives partial credit (rl.probe_questions=0 trains "
+            "anyway)")
 
 
 def read_prepared_tasks(data_dir: Path) -> dict[str, list[Task]]:
@@ -479,6 +537,24 @@ class RL(FineTune):
         write_atomic(data_dir / META_FILE, json.dumps(meta, indent=2))
         say(f"{meta['splits']['train']['examples']:,} train questions, {meta['splits']['val']['examples']:,} held out")
         return meta
+
+    def check_prepared(self, cfg: RunConfig, data_dir: Path, say: Say) -> None:
+        """The base answers rl.probe_questions train questions first, on the run's device (probe_base), and a run in
+        which none got answers of differing rewards is refused: it would train every step at loss 0. Rank 0 alone
+        under torchrun (the others wait for it at their first collective; its refusal ends them)."""
+        section = cfg.rl
+        if section.probe_questions == 0 or int(os.environ.get("RANK", "0")) != 0:
+            return
+        tasks = read_prepared_tasks(data_dir)["train"]
+        policy, tokenizer, _, _ = load_base(section.base)
+        batches = TaskBatches(len(tasks), cfg.train.batch_size, cfg.train.seed, f"'{data_dir}' train questions")
+        probe = probe_base(policy.to(resolve_device(cfg.train.device)), tokenizer, tasks, batches, self.reward,
+                           section, cfg.train.seed, min(section.probe_questions, len(tasks)))
+        if not probe.differing:
+            raise BurnoutError(nothing_to_learn(probe, section))
+        say(f"before training: the base answered {probe.questions} train question(s) {section.group_size} times "
+            f"each; {probe.differing} of them got answers whose rewards differ (mean reward "
+            f"{sum(probe.rewards) / len(probe.rewards):.3g}): something to learn")
 
     def data_meta(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
         """meta.json with `splits.train.tokens` = questions × seq_len, so train.max_epochs counts passes over them."""

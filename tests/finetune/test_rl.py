@@ -310,11 +310,42 @@ def test_a_run_stopped_and_resumed_equals_the_uninterrupted_one_bitwise(rl_run, 
 def test_mostly_flat_groups_are_said_once_in_the_log(chat_run, tasks, tmp_path, capsys):
     """A reward no answer can earn: every group all-equal, one warning line for the stretch."""
     assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(tmp_path / "flat"), *RL_ARGS,
-                 "--reward", "regex:never-said", "train.max_steps=3", "train.eval_interval=10"]) == 0
+                 "--reward", "regex:never-said", "train.max_steps=3", "train.eval_interval=10",
+                 "rl.probe_questions=0"]) == 0  # past the check before training, which would refuse this run
     out = capsys.readouterr().out
     warnings = [line for line in out.splitlines() if "all-equal rewards teach nothing" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: step 1: 100% of the groups"), out
     assert all(r["signal"] == 0 and r["reward"] == 0 for r in _metrics(tmp_path / "flat"))
+
+
+@pytest.mark.parametrize("reward,fix", [("regex:never-said", "SFT it first"), ("regex:^", "give harder questions")],
+                         ids=["all-wrong", "all-right"])
+def test_a_run_in_which_no_group_can_differ_is_refused_before_training(chat_run, tasks, tmp_path, capsys, reward,
+                                                                       fix):
+    """A reward no answer earns (or every answer earns): the base answers rl.probe_questions = 8 of the 12 train
+    questions (4 batches of 2, 4 answers each) and the run is refused in one line saying so, before a step, leaving
+    no run folder behind."""
+    run = tmp_path / "run"
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS, "--reward", reward]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err and err.startswith(f"burnout: error: rl.base {list_checkpoints(chat_run)[-1].resolve()}: "
+                                               "nothing to learn"), err
+    assert "answered 8 train question(s) 4 times each (the first 4 batch(es)" in err, err
+    assert f"all 32 answers got the reward {0 if reward == 'regex:never-said' else 1}" in err and fix in err, err
+    assert "rl.group_size" in err and "rl.probe_questions=0" in err, err
+    assert not run.exists() and "step 1" not in captured.out
+
+
+def test_the_check_before_training_samples_what_step_1_samples(chat_run, tasks, tmp_path, capsys):
+    """The base's answers to the first batch's questions are step 1's (the same rows, seeds and policy): the mean
+    reward the check says is the one step 1 logs; it stops at the first batch with a group that differs."""
+    run = tmp_path / "run"
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS, "train.max_steps=1"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("before training:"))
+    assert line.startswith("before training: the base answered 2 train question(s) 4 times each; "), line
+    said = float(line.split("(mean reward ")[1].split(")")[0])
+    assert said == pytest.approx(_metrics(run)[0]["reward"], abs=5e-4), line  # said to 3 significant digits
 
 
 def test_a_reward_that_fails_mid_run_is_one_line_and_the_run_keeps_its_checkpoint(chat_run, tasks, tmp_path,
@@ -331,7 +362,7 @@ def test_a_reward_that_fails_mid_run_is_one_line_and_the_run_keeps_its_checkpoin
     monkeypatch.setattr("sys.path", list(os.sys.path))
     run = tmp_path / "run"
     code = main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS,
-                 "--reward", "late_failure:reward", "train.eval_interval=10"])
+                 "--reward", "late_failure:reward", "train.eval_interval=10", "rl.probe_questions=0"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("burnout: error: rl.reward late_failure:reward raised KeyError"), err
     assert "\n" not in err and "Traceback" not in err
