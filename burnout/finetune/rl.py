@@ -69,6 +69,10 @@ QUESTION_KEYS = ("question", "prompt", "problem")
 ANSWER_KEYS = ("answer", "reference", "solution")
 # An answer counts as solved (pass@k) when its reward reaches the built-in rewards' full marks.
 SOLVED = 1.0
+# The largest reward (in size) a reward function may give. Rewards become float32 advantages times summed log-probs:
+# past about 1e7 a reward's units are lost to rounding, past 3.4e38 it is inf and every loss NaN; a reward's scale
+# buys nothing (Adam divides it out), so a value this large is a bug in the function (a count, a sentinel).
+MAX_REWARD = 1e6
 # Below this share of groups with any signal, the step is "mostly flat" and the log says so, at most once in
 # FLAT_WARNING_EVERY steps: a run near the threshold would otherwise say it every few steps.
 FLAT_SHARE = 0.5
@@ -105,16 +109,24 @@ def read_tasks(source: str | Path, split: str = "train", subset: str | None = No
 
 
 def _task(record: dict, where: str) -> Task:
-    question = next((record[key] for key in QUESTION_KEYS if key in record), None)
-    if question is None:
+    key = next((key for key in QUESTION_KEYS if key in record), None)
+    if key is None:
         raise BurnoutError(f"{where} has no question: a task needs a {' or '.join(QUESTION_KEYS)} field (it has "
                            f"{', '.join(map(str, record))})")
-    answer = next((record[key] for key in ANSWER_KEYS if record.get(key) not in (None, "")), None)
+    prompt = message_text(record[key], f"{where}: question")
+    if not prompt.strip():
+        raise BurnoutError(f"{where} has an empty question: the model would be asked nothing and scored on its answer "
+                           "to the chat template alone; write the question in or remove the record")
+    answer = next((record[key] for key in ANSWER_KEYS if not _blank(record.get(key))), None)
     if answer is None:
         raise BurnoutError(f"{where} has no answer: the reward checks each sampled answer against the record's "
                            f"{' or '.join(ANSWER_KEYS)} field (e.g. \"... #### 42\"); add one or remove the record")
     reference = str(answer) if isinstance(answer, numbers.Number) else message_text(answer, f"{where}: answer")
-    return Task(message_text(question, f"{where}: question"), reference)
+    return Task(prompt, reference)
+
+
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,6 +196,10 @@ def load_reward(spec: str) -> Callable[[str, str, str], float]:
     except Exception as exc:  # the user's module failed while it was imported
         raise BurnoutError(f"rl.reward {spec}: importing {module_name} raised {type(exc).__name__}: "
                            f"{first_line(exc)}; fix the module") from None
+    except SystemExit as exc:  # the module's top level called sys.exit (a script's `main()` run on import)
+        raise BurnoutError(f"rl.reward {spec}: importing {module_name} called sys.exit("
+                           f"{'' if exc.code is None else repr(exc.code)[:60]}); guard its script part with "
+                           "`if __name__ == \"__main__\":`") from None
     function = getattr(module, name, None)
     if not callable(function):
         raise BurnoutError(f"rl.reward {spec}: {module_name} has no function '{name}'; define "
@@ -192,16 +208,27 @@ def load_reward(spec: str) -> Callable[[str, str, str], float]:
 
 
 def score(reward: Callable, spec: str, task: Task, answer: str) -> float:
-    """reward(prompt, answer, reference) as a float; one line if it raises or gives anything but a finite number."""
+    """reward(prompt, answer, reference) as a float; one line naming the answer and its question if the function
+    raises, calls sys.exit, or gives anything but a number within ±MAX_REWARD."""
+    where = f"for the answer {answer[:60]!r} to {task.prompt[:60]!r}"
     try:
         value = reward(task.prompt, answer, task.reference)
     except Exception as exc:  # the user's function: whatever it raises is theirs to fix
-        raise BurnoutError(f"rl.reward {spec} raised {type(exc).__name__}: {first_line(exc, 120)} for the answer "
-                           f"{answer[:60]!r} to {task.prompt[:60]!r}; make it return a number for any answer "
-                           "(0.0 for one it cannot read)") from None
-    if not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise BurnoutError(f"rl.reward {spec} returned {value!r} ({kind_of(value)}) for the answer {answer[:60]!r}; "
-                           "it must return a finite number (e.g. 1.0 right, 0.0 wrong)")
+        raise BurnoutError(f"rl.reward {spec} raised {type(exc).__name__}: {first_line(exc, 120)} {where}; make it "
+                           "return a number for any answer (0.0 for one it cannot read)") from None
+    except SystemExit as exc:  # sys.exit() would end the run without a word, with exit status 0 if it gave none
+        raise BurnoutError(f"rl.reward {spec} called sys.exit({'' if exc.code is None else repr(exc.code)[:60]}) "
+                           f"{where}; a reward function must return a number (0.0 for an answer it cannot read), "
+                           "not exit") from None
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
+    # NOTE: compared as it is, not as a float: float() of an int past 1.8e308 raises.
+    if not isinstance(value, numbers.Real) or value != value or abs(value) == math.inf:
+        raise BurnoutError(f"rl.reward {spec} returned {shown} ({kind_of(value)}) {where}; it must return a finite "
+                           "number (e.g. 1.0 right, 0.0 wrong)")
+    if abs(value) > MAX_REWARD:
+        raise BurnoutError(f"rl.reward {spec} returned {shown} {where}: beyond ±{MAX_REWARD:g}, where the float32 "
+                           "advantages and loss lose their precision or overflow (every loss NaN); return a score on "
+                           "a small scale (e.g. 1.0 right, 0.0 wrong)")
     return float(value)
 
 

@@ -33,6 +33,7 @@ from burnout.finetune.rl import (
     gsm8k_reward,
     load_reward,
     pass_at_k,
+    read_tasks,
     regex_reward,
     sample_answers,
     score,
@@ -258,6 +259,55 @@ def test_a_user_reward_function_is_imported_from_the_current_folder(tmp_path, mo
         load_reward("not_there:f")
 
 
+def test_a_reward_that_exits_or_returns_a_non_finite_or_absurd_number_is_one_line_naming_question_and_value(
+        tmp_path, monkeypatch):
+    """sys.exit inside the function (which would end `burnout rl` without a word, exit status 0) and values that would
+    make every loss NaN (inf, NaN, 1e308, an int past float's range) or swamp it (beyond ±MAX_REWARD) are refused
+    with the function, the answer, its question and the value; any real number within the bound is a reward."""
+    from fractions import Fraction
+
+    from burnout.finetune.rl import MAX_REWARD
+
+    (tmp_path / "odd_rewards.py").write_text("import sys\n"
+                                             "def quits(prompt, answer, reference):\n"
+                                             "    sys.exit(3)\n"
+                                             "def quits_quietly(prompt, answer, reference):\n"
+                                             "    sys.exit()\n")
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit('usage: exits_on_import FILE')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(os.sys.path))
+    task = Task("Capital of France?", "Paris.")
+    for name, code in (("quits", "sys.exit(3)"), ("quits_quietly", "sys.exit()")):
+        with pytest.raises(BurnoutError) as exited:
+            score(load_reward(f"odd_rewards:{name}"), f"odd_rewards:{name}", task, "Rome")
+        assert str(exited.value).startswith(f"rl.reward odd_rewards:{name} called {code} for the answer 'Rome' to "
+                                            "'Capital of France?'"), str(exited.value)
+    with pytest.raises(BurnoutError, match=r"importing exits_on_import called sys.exit\('usage"):
+        load_reward("exits_on_import:f")
+    for value, shown, why in ((math.inf, "inf", "finite number"), (math.nan, "nan", "finite number"),
+                              (1e308, "1e+308", "beyond ±1e+06"), (-1e7, "-10000000.0", "beyond ±1e+06"),
+                              (10**400, "10000000000000000000... (401 characters)", "beyond ±1e+06")):
+        with pytest.raises(BurnoutError) as refused:
+            score(lambda p, a, r, value=value: value, "mine:f", task, "Rome")
+        message = str(refused.value)
+        assert message.startswith(f"rl.reward mine:f returned {shown}") and why in message, message
+        assert "for the answer 'Rome' to 'Capital of France?'" in message and "\n" not in message, message
+    for value in (True, Fraction(1, 2), MAX_REWARD, -MAX_REWARD, 0):
+        assert score(lambda p, a, r, value=value: value, "mine:f", task, "Rome") == float(value)
+
+
+@pytest.mark.parametrize("record,problem", [({"question": "", "answer": "#### 2"}, "has an empty question"),
+                                            ({"question": " \n", "answer": "#### 2"}, "has an empty question"),
+                                            ({"question": None, "answer": "#### 2"}, "has an empty question"),
+                                            ({"question": "1 + 1?", "answer": "  "}, "has no answer")])
+def test_a_task_with_an_empty_question_or_answer_is_refused_naming_its_file_and_record(tmp_path, record, problem):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"question": "2 + 2?", "answer": "#### 4"}) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(BurnoutError) as refused:
+        read_tasks(path)
+    assert str(refused.value).startswith(f"'{path}' record 2 {problem}"), str(refused.value)
+
+
 # ----------------------------------------------------------------------------------------------
 # Runs
 
@@ -367,6 +417,25 @@ def test_a_reward_that_fails_mid_run_is_one_line_and_the_run_keeps_its_checkpoin
     assert code == 2 and err.startswith("burnout: error: rl.reward late_failure:reward raised KeyError"), err
     assert "\n" not in err and "Traceback" not in err
     assert [p.name for p in list_checkpoints(run)] == ["step_0000002"]
+
+
+@pytest.mark.parametrize("body,start", [("    sys.exit(0)\n", "called sys.exit(0) for the answer"),
+                                        ("    return 1e308 if 'is' in answer else 0.0\n",
+                                         "returned 1e+308 for the answer")], ids=["sys-exit", "1e308"])
+def test_a_reward_that_exits_or_overflows_in_training_ends_the_run_in_one_line(chat_run, tasks, tmp_path, monkeypatch,
+                                                                               capsys, body, start):
+    """Past the check before training (rl.probe_questions=0), step 1's scoring: before, sys.exit(0) ended the run
+    without a word and exit status 0, and 1e308 made every loss NaN and the run still ended `done:`."""
+    module = f"bad_reward_{len(body)}"  # a module name of its own: an imported module stays in sys.modules
+    (tmp_path / f"{module}.py").write_text(f"import sys\ndef reward(prompt, answer, reference):\n{body}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(os.sys.path))
+    code = main(["rl", str(chat_run), "--data", str(tasks), "--out", str(tmp_path / "run"), *RL_ARGS,
+                 "--reward", f"{module}:reward", "rl.probe_questions=0"])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2 and err.startswith(f"burnout: error: rl.reward {module}:reward {start}"), (code, err)
+    assert "\n" not in err and "Traceback" not in err and "done:" not in captured.out
 
 
 def test_an_rl_run_exports_with_a_model_card_that_says_how_it_was_tuned(rl_run, chat_run, tmp_path):
