@@ -92,8 +92,9 @@ class FineTune(Recipe):
         try:
             self._prepare_data(cfg, tokenizer, data_dir, say)
             self.check_prepared(cfg, data_dir, say)
-        except BurnoutError:
-            # Bad examples: the half-made data/ goes, and with it a run folder this command made (writing_run).
+        except BaseException:
+            # Bad examples, a refusal, Ctrl-C: the half-made data/ goes (a fine-tune prepares its data from the start
+            # every time), and with it a run folder this command made (writing_run).
             shutil.rmtree(data_dir, ignore_errors=True)
             raise
         return cfg, data_dir

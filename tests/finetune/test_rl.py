@@ -10,6 +10,10 @@ import itertools
 import json
 import math
 import os
+import shlex
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -436,6 +440,76 @@ def test_a_reward_that_exits_or_overflows_in_training_ends_the_run_in_one_line(c
     err = captured.err.strip()
     assert code == 2 and err.startswith(f"burnout: error: rl.reward {module}:reward {start}"), (code, err)
     assert "\n" not in err and "Traceback" not in err and "done:" not in captured.out
+
+
+def test_resuming_a_fine_tune_killed_before_training_names_the_command_that_started_it(chat_run, tasks, tmp_path,
+                                                                                        monkeypatch, capsys):
+    """`burnout rl` killed (SIGKILL) while its data are prepared and checked, before any step: `burnout train --resume`
+    refuses, naming that `burnout rl` command (not `burnout train CONFIG`), and that command, run again, trains."""
+    (tmp_path / "blocker.py").write_text("import os, time\n"
+                                         "def reward(prompt, answer, reference):\n"
+                                         "    if os.path.exists('block'):\n"
+                                         "        open('ready', 'w').close()\n"
+                                         "        time.sleep(600)\n"
+                                         "    return float('is' in answer)\n")
+    (tmp_path / "block").touch()
+    run = tmp_path / "run"
+    argv = ["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS, "--reward", "blocker:reward"]
+    proc = subprocess.Popen([sys.executable, "-m", "burnout", *argv], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        for _ in range(3000):  # the reward is first called in the check before training, the data written
+            if (tmp_path / "ready").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (tmp_path / "ready").exists(), proc.communicate(timeout=60)[1][-2000:]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    (tmp_path / "block").unlink()
+    assert (run / "data").is_dir() and not list_checkpoints(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    command = err.split("run the command that started it again (")[1].split("), which prepares them again")[0]
+    assert shlex.split(command) == ["burnout", *argv], err
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(os.sys.path))
+    assert main(shlex.split(command)[1:]) == 0
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000002", "step_0000004"]
+
+
+def test_an_rl_run_started_again_into_its_folder_is_told_the_command_that_resumes_it(rl_run, chat_run, tasks,
+                                                                                        capsys):
+    """`burnout rl` has no --resume: the refusal names `burnout train --resume RUN`, which resumes any run."""
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(rl_run), *RL_ARGS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"burnout: error: run folder {rl_run} already holds a run; resume it with `burnout train "
+                          f"--resume {rl_run}`"), err
+
+
+@pytest.mark.parametrize("command", ["sft", "dpo", "rl"])
+def test_a_fine_tune_interrupted_while_preparing_leaves_nothing_and_resume_names_no_wrong_command(
+        chat_run, fine_tune_data, tasks, tmp_path, monkeypatch, capsys, command):
+    """Ctrl-C (KeyboardInterrupt) while a fine-tune prepares its data: the half-made data/ goes with the folder the
+    command made (a fine-tune prepares from the start every time), and `--resume` of it says so without claiming a
+    `burnout train` started it."""
+    from burnout.finetune import recipes, rl
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for recipe in (recipes.FineTune, rl.RL):  # once the data are written
+        monkeypatch.setattr(recipe, "check_prepared", interrupted)
+    run = tmp_path / "run"
+    data = {"sft": fine_tune_data.chats, "dpo": fine_tune_data.pairs, "rl": tasks}[command]
+    extra = ["--reward", "regex:is"] if command == "rl" else []
+    assert main([command, str(chat_run), "--data", str(data), "--out", str(run), *extra, "train.device=cpu",
+                 "train.max_steps=1"]) == 130
+    assert not run.exists()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 2
+    assert capsys.readouterr().err.strip() == (f"burnout: error: --resume {run}: no such folder; give the --out of the "
+                                               "command that started the run (burnout train, sft, dpo or rl)")
 
 
 def test_an_rl_run_exports_with_a_model_card_that_says_how_it_was_tuned(rl_run, chat_run, tmp_path):
