@@ -5,7 +5,8 @@ resume, metrics) and knows nothing of fine-tuning.
     FineTune   what both share: the base checkpoint's model and tokenizer with the chat tokens (vocabulary grown,
                new rows the mean), the examples tokenized into RUN/data at the run's seq_len, their batches (the
                train ones packed with sft.packing / dpo.packing), the base's weights at step 0 (LoRA adapters keep
-               their own init), RUN/adapter/ at each session's end
+               their own init), RUN/adapter/ at each session's end; a preparation that fails, is refused
+               (check_prepared) or interrupted takes its half-made RUN/data away
     SFT        loss on the assistant tokens; a LoRA run also trains the embedding rows of the tokens it added
     DPO        the policy wrapped in dpo.DPOObjective (its reference: the starting weights, which a resumed run
                loads again first), the reference's forward in the FLOPs, held-out pairs' metrics, a warning when

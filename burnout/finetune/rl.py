@@ -11,9 +11,11 @@
                 group's mean; an optional KL penalty to the starting policy (rl.kl_coef)
     RL          the recipe the Trainer runs (one TrainStep, checkpoints, exact resume): the mean reward, the share
                 of groups with any signal, the KL to the start and the answer length beside the loss; pass@1 and
-                pass@k on the held-out questions as val_*; a warning when most groups are flat. Under torchrun
-                (DDP or FSDP) each rank samples its own questions (TaskBatches says why), under FSDP from the
-                weights gathered whole while it samples (train/distributed.py: whole_weights), since each rank
+                pass@k on the held-out questions as val_*; a warning when most groups are flat. Before training
+                (check_prepared), the base answers a few train questions as the first steps will (probe_base), and a
+                run in which no question's answers get rewards that differ is refused: it could learn nothing.
+                Under torchrun (DDP or FSDP) each rank samples its own questions (TaskBatches says why), under FSDP
+                from the weights gathered whole while it samples (train/distributed.py: whole_weights), since each rank
                 decodes as many tokens as its own answers take
 
 The simplifications, as nanochat's chat_rl.py takes them: one update per sampling (on-policy), so the importance
