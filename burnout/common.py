@@ -284,6 +284,15 @@ class FolderLock:
         self.release()
 
 
+def killed_writer(folder: str | Path) -> list[str] | None:
+    """The arguments (after the program's name) of a process that took `folder` with FolderLock and never released
+    it: its lock file stays behind when it is killed, naming its command line. None where there is none to read."""
+    try:
+        return shlex.split(json.loads((Path(folder) / LOCK_FILE).read_text(encoding="utf-8"))["command"])[1:]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _in_use(folder: Path, record: bytes) -> str:
     """The refusal of a second writer: who holds `folder`, from its lock file's `record`."""
     try:

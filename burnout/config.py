@@ -512,6 +512,9 @@ class RLConfig(FineTuneSource):
     top_k: int | None = None
     # Weight of the KL penalty to the starting policy (0: none, and no reference forward).
     kl_coef: float = 0.0
+    # Before training, the base answers this many train questions (group_size times each, as the first steps
+    # sample them): a run in which no group's rewards differ has nothing to learn and is refused. 0: no check.
+    probe_questions: int = 8
 
     def validate(self) -> None:
         self._check_source("rl", "name the starting model (a chat run folder or checkpoint), e.g. rl.base=runs/sft",
@@ -527,6 +530,9 @@ class RLConfig(FineTuneSource):
             _require_positive("rl.top_k", self.top_k)
         if self.kl_coef < 0:
             raise BurnoutError(f"rl.kl_coef: {self.kl_coef} is negative; use 0 (no penalty) or more, e.g. 0.05")
+        if self.probe_questions < 0:
+            raise BurnoutError(f"rl.probe_questions: {self.probe_questions} is negative; use 0 (no check before "
+                               "training) or more, e.g. 8")
         if not self.reward:
             raise BurnoutError("rl.reward: name a reward: gsm8k, exact, regex:PATTERN or module:function")
 

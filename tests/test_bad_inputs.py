@@ -428,7 +428,32 @@ CASES = [
          ["--to {dir}/model.gguf/: ends in .gguf (a GGUF file) and in / (a folder)", "drop the /"]),
     Case("export-to-a-weights-file-name", ["export", "{run}", "--to", "{dir}/model.safetensors"],
          ["--to {dir}/model.safetensors: names a .safetensors file", "give a folder name, or a name ending in .gguf"]),
+    # -- fine-tuning: rl (issue 48). {chat} answers every question "Paris.".
+    Case("rl-empty-questions", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl"],
+         ["'{dir}/tasks.jsonl' record 1 has an empty question", "write the question in or remove the record"],
+         setup=lambda d, *_: (d / "tasks.jsonl").write_text('{"question": "", "answer": "#### 2"}\n' * 3)),
+    Case("rl-nothing-to-learn", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl"],
+         ["nothing to learn", "answered 1 train question(s) 8 times each", "all 8 answers got the reward 0",
+          "burnout sft", "rl.group_size"], setup=lambda d, *_: _tasks(d, {"answer": "#### 2"})),
+    Case("rl-reward-calls-sys-exit", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl",
+                                      "--reward", "quits:reward"],
+         ["rl.reward quits:reward called sys.exit(0) for the answer 'Paris.' to 'What is 1 plus 1?'"],
+         setup=lambda d, *_: _reward_module(d, "quits", "sys.exit(0)")),
+    Case("rl-reward-of-1e308", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl",
+                                "--reward", "huge:reward"],
+         ["rl.reward huge:reward returned 1e+308 for the answer 'Paris.' to 'What is 1 plus 1?'", "beyond ±1e+06"],
+         setup=lambda d, *_: _reward_module(d, "huge", "return 1e308")),
 ]
+
+
+def _reward_module(d: Path, name: str, body: str) -> None:
+    """An RL task file and the reward module NAME.py whose reward() runs `body`, compiled now (so that importing
+    it writes no __pycache__ into the case's folder)."""
+    import py_compile
+
+    _tasks(d, {"answer": "#### 2"})
+    (d / f"{name}.py").write_text(f"import sys\n\ndef reward(prompt, answer, reference):\n    {body}\n")
+    py_compile.compile(str(d / f"{name}.py"), doraise=True)
 
 
 def _tasks(d: Path, answer: dict) -> None:

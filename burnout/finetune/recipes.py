@@ -5,7 +5,8 @@ resume, metrics) and knows nothing of fine-tuning.
     FineTune   what both share: the base checkpoint's model and tokenizer with the chat tokens (vocabulary grown,
                new rows the mean), the examples tokenized into RUN/data at the run's seq_len, their batches (the
                train ones packed with sft.packing / dpo.packing), the base's weights at step 0 (LoRA adapters keep
-               their own init), RUN/adapter/ at each session's end
+               their own init), RUN/adapter/ at each session's end; a preparation that fails, is refused
+               (check_prepared) or interrupted takes its half-made RUN/data away
     SFT        loss on the assistant tokens; a LoRA run also trains the embedding rows of the tokens it added
     DPO        the policy wrapped in dpo.DPOObjective (its reference: the starting weights, which a resumed run
                loads again first), the reference's forward in the FLOPs, held-out pairs' metrics, a warning when
@@ -91,8 +92,10 @@ class FineTune(Recipe):
         del base, base_ckpt
         try:
             self._prepare_data(cfg, tokenizer, data_dir, say)
-        except BurnoutError:
-            # Bad examples: the half-made data/ goes, and with it a run folder this command made (writing_run).
+            self.check_prepared(cfg, data_dir, say)
+        except BaseException:
+            # Bad examples, a refusal, Ctrl-C: the half-made data/ goes (a fine-tune prepares its data from the start
+            # every time), and with it a run folder this command made (writing_run).
             shutil.rmtree(data_dir, ignore_errors=True)
             raise
         return cfg, data_dir
@@ -111,6 +114,10 @@ class FineTune(Recipe):
         for line in format_report(meta).splitlines():
             say(line)
         return meta
+
+    def check_prepared(self, cfg: RunConfig, data_dir: Path, say: Say) -> None:
+        """Before anything trains, with the data prepared: a refusal (BurnoutError) of a run that cannot work takes
+        the prepared data away with it."""
 
     def data_meta(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
         """The folder's meta with `splits.train.tokens` counting rows (pairs) of seq_len, so that

@@ -11,9 +11,11 @@
                 group's mean; an optional KL penalty to the starting policy (rl.kl_coef)
     RL          the recipe the Trainer runs (one TrainStep, checkpoints, exact resume): the mean reward, the share
                 of groups with any signal, the KL to the start and the answer length beside the loss; pass@1 and
-                pass@k on the held-out questions as val_*; a warning when most groups are flat. Under torchrun
-                (DDP or FSDP) each rank samples its own questions (TaskBatches says why), under FSDP from the
-                weights gathered whole while it samples (train/distributed.py: whole_weights), since each rank
+                pass@k on the held-out questions as val_*; a warning when most groups are flat. Before training
+                (check_prepared), the base answers a few train questions as the first steps will (probe_base), and a
+                run in which no question's answers get rewards that differ is refused: it could learn nothing.
+                Under torchrun (DDP or FSDP) each rank samples its own questions (TaskBatches says why), under FSDP
+                from the weights gathered whole while it samples (train/distributed.py: whole_weights), since each rank
                 decodes as many tokens as its own answers take
 
 The simplifications, as nanochat's chat_rl.py takes them: one update per sampling (on-policy), so the importance
@@ -46,13 +48,14 @@ from burnout.common import TOKENIZER_FILE, first_line, kind_of, write_atomic
 from burnout.config import RLConfig, RunConfig, TrainConfig
 from burnout.core.chat_template import IM_END, encode_prompt, message_text
 from burnout.core.checkpoint import Checkpoint
+from burnout.core.device import resolve_device
 from burnout.core.model_files import load_model
 from burnout.data.shards import META_FILE
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.finetune.conversations import iter_records
-from burnout.finetune.dpo import AgainstReference, StepMetrics, sequence_logprobs, trained_adapters
-from burnout.finetune.recipes import FineTune, from_chat_model
+from burnout.finetune.dpo import AgainstReference, StepMetrics, eval_mode, sequence_logprobs, trained_adapters
+from burnout.finetune.recipes import FineTune, from_chat_model, load_base
 from burnout.finetune.tokenized import RowBatches, held_out_split
 from burnout.generate.sampling import generate_batch
 from burnout.models import Transformer
@@ -68,6 +71,10 @@ QUESTION_KEYS = ("question", "prompt", "problem")
 ANSWER_KEYS = ("answer", "reference", "solution")
 # An answer counts as solved (pass@k) when its reward reaches the built-in rewards' full marks.
 SOLVED = 1.0
+# The largest reward (in size) a reward function may give. Rewards become float32 advantages times summed log-probs:
+# past about 1e7 a reward's units are lost to rounding, past 3.4e38 it is inf and every loss NaN; a reward's scale
+# buys nothing (Adam divides it out), so a value this large is a bug in the function (a count, a sentinel).
+MAX_REWARD = 1e6
 # Below this share of groups with any signal, the step is "mostly flat" and the log says so, at most once in
 # FLAT_WARNING_EVERY steps: a run near the threshold would otherwise say it every few steps.
 FLAT_SHARE = 0.5
@@ -104,16 +111,24 @@ def read_tasks(source: str | Path, split: str = "train", subset: str | None = No
 
 
 def _task(record: dict, where: str) -> Task:
-    question = next((record[key] for key in QUESTION_KEYS if key in record), None)
-    if question is None:
+    key = next((key for key in QUESTION_KEYS if key in record), None)
+    if key is None:
         raise BurnoutError(f"{where} has no question: a task needs a {' or '.join(QUESTION_KEYS)} field (it has "
                            f"{', '.join(map(str, record))})")
-    answer = next((record[key] for key in ANSWER_KEYS if record.get(key) not in (None, "")), None)
+    prompt = message_text(record[key], f"{where}: question")
+    if not prompt.strip():
+        raise BurnoutError(f"{where} has an empty question: the model would be asked nothing and scored on its answer "
+                           "to the chat template alone; write the question in or remove the record")
+    answer = next((record[key] for key in ANSWER_KEYS if not _blank(record.get(key))), None)
     if answer is None:
         raise BurnoutError(f"{where} has no answer: the reward checks each sampled answer against the record's "
                            f"{' or '.join(ANSWER_KEYS)} field (e.g. \"... #### 42\"); add one or remove the record")
     reference = str(answer) if isinstance(answer, numbers.Number) else message_text(answer, f"{where}: answer")
-    return Task(message_text(question, f"{where}: question"), reference)
+    return Task(prompt, reference)
+
+
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -183,6 +198,10 @@ def load_reward(spec: str) -> Callable[[str, str, str], float]:
     except Exception as exc:  # the user's module failed while it was imported
         raise BurnoutError(f"rl.reward {spec}: importing {module_name} raised {type(exc).__name__}: "
                            f"{first_line(exc)}; fix the module") from None
+    except SystemExit as exc:  # the module's top level called sys.exit (a script's `main()` run on import)
+        raise BurnoutError(f"rl.reward {spec}: importing {module_name} called sys.exit("
+                           f"{'' if exc.code is None else repr(exc.code)[:60]}); guard its script part with "
+                           "`if __name__ == \"__main__\":`") from None
     function = getattr(module, name, None)
     if not callable(function):
         raise BurnoutError(f"rl.reward {spec}: {module_name} has no function '{name}'; define "
@@ -191,16 +210,27 @@ def load_reward(spec: str) -> Callable[[str, str, str], float]:
 
 
 def score(reward: Callable, spec: str, task: Task, answer: str) -> float:
-    """reward(prompt, answer, reference) as a float; one line if it raises or gives anything but a finite number."""
+    """reward(prompt, answer, reference) as a float; one line naming the answer and its question if the function
+    raises, calls sys.exit, or gives anything but a number within ±MAX_REWARD."""
+    where = f"for the answer {answer[:60]!r} to {task.prompt[:60]!r}"
     try:
         value = reward(task.prompt, answer, task.reference)
     except Exception as exc:  # the user's function: whatever it raises is theirs to fix
-        raise BurnoutError(f"rl.reward {spec} raised {type(exc).__name__}: {first_line(exc, 120)} for the answer "
-                           f"{answer[:60]!r} to {task.prompt[:60]!r}; make it return a number for any answer "
-                           "(0.0 for one it cannot read)") from None
-    if not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise BurnoutError(f"rl.reward {spec} returned {value!r} ({kind_of(value)}) for the answer {answer[:60]!r}; "
-                           "it must return a finite number (e.g. 1.0 right, 0.0 wrong)")
+        raise BurnoutError(f"rl.reward {spec} raised {type(exc).__name__}: {first_line(exc, 120)} {where}; make it "
+                           "return a number for any answer (0.0 for one it cannot read)") from None
+    except SystemExit as exc:  # sys.exit() would end the run without a word, with exit status 0 if it gave none
+        raise BurnoutError(f"rl.reward {spec} called sys.exit({'' if exc.code is None else repr(exc.code)[:60]}) "
+                           f"{where}; a reward function must return a number (0.0 for an answer it cannot read), "
+                           "not exit") from None
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
+    # NOTE: compared as it is, not as a float: float() of an int past 1.8e308 raises.
+    if not isinstance(value, numbers.Real) or value != value or abs(value) == math.inf:
+        raise BurnoutError(f"rl.reward {spec} returned {shown} ({kind_of(value)}) {where}; it must return a finite "
+                           "number (e.g. 1.0 right, 0.0 wrong)")
+    if abs(value) > MAX_REWARD:
+        raise BurnoutError(f"rl.reward {spec} returned {shown} {where}: beyond ±{MAX_REWARD:g}, where the float32 "
+                           "advantages and loss lose their precision or overflow (every loss NaN); return a score on "
+                           "a small scale (e.g. 1.0 right, 0.0 wrong)")
     return float(value)
 
 
@@ -214,6 +244,12 @@ def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
     question most when its group is nearly all right or all wrong (a small std), weighting questions by how settled
     they are rather than by what is left to learn (Dr. GRPO, Liu et al. 2025, drops it for this; nanochat too)."""
     return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+def differing_groups(rewards: torch.Tensor) -> torch.Tensor:
+    """(P, G) rewards → (P,) whether a question's answers got rewards that differ: the groups with any signal (in
+    an all-equal group every advantage is 0)."""
+    return rewards.amax(dim=1) != rewards.amin(dim=1)
 
 
 def grpo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, answer_tokens: int) -> torch.Tensor:
@@ -333,7 +369,14 @@ class GRPOObjective(StepMetrics, AgainstReference, nn.Module):
             answers = sample_answers(self.policy, self.tokenizer, tasks, self.section, seeds)
         rewards = torch.tensor([score(self.reward, self.section.reward, tasks[n // group], text)
                                 for n, text in enumerate(answers.texts)]).view(len(tasks), group)
-        device = self.policy.lm_head.weight.device
+        return self.answers_loss(answers, rewards)
+
+    def answers_loss(self, answers: Answers, rewards: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss and metrics of sampled `answers` (rl.group_size a question) with their (P, G) `rewards`: each
+        answer's reward less rl.kl_coef × its KL estimate (log π − log π_ref summed over its tokens, a constant),
+        its advantage that less its group's mean, and the loss −Σ advantage × log π over the answer tokens divided by
+        their count, so that neither the prompt's length nor the padding changes the step."""
+        group, device = self.section.group_size, self.policy.lm_head.weight.device
         x, y = answer_batch(answers, group, self.end_id, device)
         # What tokens/s and MFU count: the sampled answers trained on (the sampling itself is not counted).
         self.positions_built = x.numel()
@@ -345,7 +388,7 @@ class GRPOObjective(StepMetrics, AgainstReference, nn.Module):
             shaped, kl = rewards - self.section.kl_coef * log_ratio.view_as(rewards), log_ratio.mean()
         loss = grpo_loss(logprobs, group_advantages(shaped).flatten(), int((y != -1).sum()))
         lengths = torch.tensor([float(len(ids)) for ids in answers.ids], device=device)
-        signal = (rewards.amax(dim=1) != rewards.amin(dim=1)).float().mean()
+        signal = differing_groups(rewards).float().mean()
         return loss, {"loss": loss.detach(), "reward": rewards.mean(), "signal": signal, "kl": kl,
                       "answer_length": lengths.mean()}
 
@@ -398,6 +441,57 @@ class TaskBatches(RowBatches):
     def get_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         numbers = torch.from_numpy(self.examples_of(index)).view(-1, 1)
         return numbers, torch.full_like(numbers, index)
+
+
+@dataclass
+class Probe:
+    """What the base answered before training (probe_base): `questions` train questions over `batches` train batches,
+    rl.group_size answers each, `differing` of them with rewards that differ; every answer's reward; one answer."""
+    questions: int
+    batches: int
+    differing: int
+    rewards: list[float]
+    example: tuple[str, str]  # (a question, the first answer to it)
+
+
+def probe_base(policy: Transformer, tokenizer: Tokenizer, tasks: Sequence[Task], batches: TaskBatches,
+               reward: Callable, section: RLConfig, seed: int, limit: int) -> Probe:
+    """The questions of the first train batches answered by `policy` as the first steps sample them (the same rows,
+    the same seeds), a batch at a time (no more memory than a step's sampling), until a question's answers get
+    rewards that differ or `limit` questions are answered."""
+    group, answered, batch, differing, rewards, example = section.group_size, 0, 0, 0, [], ("", "")
+    with torch.no_grad(), eval_mode(policy):
+        while answered < limit and not differing:
+            chunk = [tasks[n] for n in batches.examples_of(batch)[: limit - answered]]
+            seeds = [sample_seed(seed, _TRAIN_STREAM, batch, row) for row in range(len(chunk) * group)]
+            answers = sample_answers(policy, tokenizer, chunk, section, seeds)
+            scores = [score(reward, section.reward, chunk[n // group], text) for n, text in enumerate(answers.texts)]
+            differing += int(differing_groups(torch.tensor(scores).view(len(chunk), group)).sum())
+            example = example if batch else (chunk[0].prompt, answers.texts[0])
+            rewards += scores
+            answered, batch = answered + len(chunk), batch + 1
+    return Probe(answered, batch, differing, rewards, example)
+
+
+def nothing_to_learn(probe: Probe, section: RLConfig) -> str:
+    """The refusal of a run whose probe found no question with answers of differing rewards: what was sampled, what
+    they all got, and what would give GRPO something to learn."""
+    values = sorted(set(probe.rewards))
+    got = (f"all {len(probe.rewards)} answers got the reward {values[0]:g}" if len(values) == 1 else
+           f"each question's answers got one reward between them ({', '.join(f'{v:g}' for v in values[:4])})")
+    if values[0] >= SOLVED:
+        fix = "give harder questions"
+    elif values[-1] < SOLVED:
+        fix = "SFT it first on answers written like the references (burnout sft), or give easier questions"
+    else:
+        fix = "give questions it gets right only sometimes"
+    question, answer = probe.example
+    return (f"rl.base {section.base}: nothing to learn: before training it answered {probe.questions} train "
+            f"question(s) {section.group_size} times each (the first {probe.batches} batch(es), sampled as training "
+            f"samples them) and {got}, e.g. {answer[:60]!r} to {question[:60]!r}; GRPO learns only from a question "
+            f"whose answers' rewards differ (here every advantage, and every step's loss, would be 0): {fix}, raise "
+            "rl.group_size or rl.temperature, or use a reward that gives partial credit (rl.probe_questions=0 trains "
+            "anyway)")
 
 
 def read_prepared_tasks(data_dir: Path) -> dict[str, list[Task]]:
@@ -472,6 +566,24 @@ class RL(FineTune):
         write_atomic(data_dir / META_FILE, json.dumps(meta, indent=2))
         say(f"{meta['splits']['train']['examples']:,} train questions, {meta['splits']['val']['examples']:,} held out")
         return meta
+
+    def check_prepared(self, cfg: RunConfig, data_dir: Path, say: Say) -> None:
+        """The base answers rl.probe_questions train questions first, on the run's device (probe_base), and a run in
+        which none got answers of differing rewards is refused: it would train every step at loss 0. Rank 0 alone
+        under torchrun (the others wait for it at their first collective; its refusal ends them)."""
+        section = cfg.rl
+        if section.probe_questions == 0 or int(os.environ.get("RANK", "0")) != 0:
+            return
+        tasks = read_prepared_tasks(data_dir)["train"]
+        policy, tokenizer, _, _ = load_base(section.base)
+        batches = TaskBatches(len(tasks), cfg.train.batch_size, cfg.train.seed, f"'{data_dir}' train questions")
+        probe = probe_base(policy.to(resolve_device(cfg.train.device)), tokenizer, tasks, batches, self.reward,
+                           section, cfg.train.seed, min(section.probe_questions, len(tasks)))
+        if not probe.differing:
+            raise BurnoutError(nothing_to_learn(probe, section))
+        say(f"before training: the base answered {probe.questions} train question(s) {section.group_size} times "
+            f"each; {probe.differing} of them got answers whose rewards differ (mean reward "
+            f"{sum(probe.rewards) / len(probe.rewards):.3g}): something to learn")
 
     def data_meta(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
         """meta.json with `splits.train.tokens` = questions × seq_len, so train.max_epochs counts passes over them."""

@@ -99,7 +99,8 @@ class TrainResult:
 
 def refuse_existing_run(run_dir: Path) -> None:
     if holds_run(run_dir):
-        raise BurnoutError(f"run folder {run_dir} already holds a run; resume it with --resume (or train with "
+        raise BurnoutError(f"run folder {run_dir} already holds a run; resume it with `burnout train --resume "
+                           f"{run_dir}` (whichever command started it; `burnout train CONFIG` also takes "
                            "--resume-if-exists) or choose a new --out")
 
 

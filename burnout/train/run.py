@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from burnout.common import RUN_CONFIG_FILE
+from burnout.common import RUN_CONFIG_FILE, killed_writer
 from burnout.config import RunConfig, load_run_config
 from burnout.core.checkpoint import holds_run
 from burnout.core.model_files import is_run_folder, writing_run
@@ -98,12 +99,19 @@ def _not_resumable(run_dir: Path) -> str:
         folder = run_dir.parent if (run_dir.parent / RUN_CONFIG_FILE).is_file() else "RUN"
         return f"--resume {run_dir}: that is a file; give the run folder: burnout train --resume {folder}"
     if not run_dir.is_dir():
-        return f"--resume {run_dir}: no such folder; give the --out of the `burnout train` that started the run"
+        return (f"--resume {run_dir}: no such folder; give the --out of the command that started the run (burnout "
+                "train, sft, dpo or rl)")
     if (run_dir / "data").is_dir() and not holds_run(run_dir):
+        # The command a killed process left in its lock file: a fine-tune's (sft, dpo, rl) prepares its data again.
+        args = killed_writer(run_dir) or []
+        fine_tune = args[:1] in (["sft"], ["dpo"], ["rl"])
+        command = shlex.join(["burnout", *args]) if fine_tune or args[:1] == ["train"] else \
+            f"burnout train CONFIG --out {run_dir}"
         return (f"--resume {run_dir}: no training started there yet: it was stopped while preparing its data into "
-                f"{run_dir / 'data'}; run the command that started it again (burnout train CONFIG --out {run_dir}), "
-                "which goes on with the preparation where it stopped")
-    return f"--resume {run_dir}: no config.yaml there; is it a run folder made by `burnout train`?"
+                f"{run_dir / 'data'}; run the command that started it again ({command}), which "
+                f"{'prepares them again' if fine_tune else 'goes on with the preparation where it stopped'}")
+    return (f"--resume {run_dir}: no config.yaml there; is it a run folder made by `burnout train` (or sft, dpo, "
+            "rl)?")
 
 
 def _writing(run_dir: Path, label: str) -> AbstractContextManager:

@@ -4,23 +4,31 @@ function that raises or returns a non-number), a short run of chat_run through t
 reward, signal, KL, answer length and held-out pass@1/pass@k, a run stopped and resumed equal bitwise to the
 uninterrupted one, the flat-groups warning, and a reward that fails mid-run leaving the run's checkpoints."""
 
+import copy
+import dataclasses
 import itertools
 import json
 import math
 import os
+import shlex
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import safetensors.torch
 import torch
+import torch.nn as nn
 
 from burnout.cli import main
-from burnout.config import ModelConfig
+from burnout.config import ModelConfig, RLConfig
 from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
 from burnout.finetune.dpo import sequence_logprobs
 from burnout.finetune.rl import (
     Answers,
+    GRPOObjective,
     Task,
     answer_batch,
     exact_reward,
@@ -29,6 +37,7 @@ from burnout.finetune.rl import (
     gsm8k_reward,
     load_reward,
     pass_at_k,
+    read_tasks,
     regex_reward,
     sample_answers,
     score,
@@ -103,6 +112,105 @@ def test_the_loss_is_minus_the_mean_over_answer_tokens_of_advantage_times_log_pr
     assert loss.item() == pytest.approx(-total / tokens, rel=1e-5)
 
 
+def _chat_tokenizer():
+    from burnout.config import TokenizerConfig
+    from burnout.core.chat_template import ensure_chat_tokens
+    from burnout.data.tokenizer import train_tokenizer
+
+    return ensure_chat_tokens(train_tokenizer(["Paris is it. Capital of France?"] * 20,
+                                              TokenizerConfig(kind="bpe", vocab_size=300)))[0]
+
+
+def _objective(policy: Transformer, tokenizer, group: int, kl_coef: float) -> GRPOObjective:
+    section = RLConfig(base="chat", source="tasks.jsonl", group_size=group, kl_coef=kl_coef)
+    return GRPOObjective(policy, tokenizer, [], exact_reward, section, seed=0)
+
+
+# Two questions, three answers each: prompts of 3 and 7 tokens (so rows are padded), answers of 1 to 4 tokens, some
+# cut by max_new_tokens (no <|im_end|> to learn), rewards with a flat group's worth of ties in the second.
+GROUP = Answers(prompts=[[5, 6, 7], [8, 9, 10, 11, 12, 13, 14]], ids=[[20, 21], [22], [23, 24, 25, 26], [27, 28], [29],
+                                                                     [30, 31, 32]],
+                stopped=[True, False, True, True, True, False], texts=[""] * 6)
+REWARDS = [[1.0, 0.0, 0.0], [0.5, 0.5, 1.0]]
+
+
+def _by_hand(model: nn.Module, answers: Answers, group: int, end: int) -> tuple[list, list[int]]:
+    """Each answer's summed log-prob of its targets (its tokens, then <|im_end|> where it stopped), each answer run
+    alone, unpadded, through the model's log-softmax; and its number of targets."""
+    logprobs, counts = [], []
+    for number, ids in enumerate(answers.ids):
+        prompt = answers.prompts[number // group]
+        targets = ids + ([end] if answers.stopped[number] else [])
+        row = torch.tensor([prompt + targets])
+        table = model(row).log_softmax(-1)[0]
+        logprobs.append(sum(table[len(prompt) - 1 + t, token] for t, token in enumerate(targets)))
+        counts.append(len(targets))
+    return logprobs, counts
+
+
+def test_the_grpo_loss_of_a_fixed_group_equals_a_hand_computation_kl_mask_and_normalisation():
+    """The loss GRPOObjective trains on, against the formula worked out answer by answer: shaped reward
+    r − β·(log π − log π_ref) (the KL penalty holds the policy near its start: an answer the policy likes more than
+    the reference is worth less), advantage = shaped − its group's mean, loss = −Σ advantage·log π / (answer tokens),
+    where only the answers' tokens and their <|im_end|> count: not the prompt, not the padding. The advantage is a
+    constant: the gradient is −Σ advantage·∇log π / tokens."""
+    torch.manual_seed(0)
+    tokenizer = _chat_tokenizer()
+    policy = Transformer(ModelConfig(family="llama", vocab_size=tokenizer.get_vocab_size(), n_layer=1, d_model=32,
+                                     n_head=2, context_length=32).resolved())
+    beta, group, end = 0.5, 3, tokenizer.token_to_id("<|im_end|>")
+    objective = _objective(policy, tokenizer, group, beta)  # its reference: a copy of the policy as it is now
+    start = copy.deepcopy(policy)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.3)  # the policy has moved: log π − log π_ref differs from answer to answer
+    loss, metrics = objective.answers_loss(GROUP, torch.tensor(REWARDS))
+    loss.backward()
+    got = {name: p.grad.clone() for name, p in policy.named_parameters()}
+    policy.zero_grad()
+
+    logprobs, counts = _by_hand(policy, GROUP, group, end)
+    with torch.no_grad():
+        reference, _ = _by_hand(start, GROUP, group, end)
+    shaped = [r - beta * (lp.item() - ref.item())
+              for r, lp, ref in zip(sum(REWARDS, []), logprobs, reference)]
+    advantages = [value - sum(shaped[q * group : (q + 1) * group]) / group
+                  for q in range(2) for value in shaped[q * group : (q + 1) * group]]
+    assert counts == [3, 1, 5, 3, 2, 3]
+    hand = -sum(a * lp for a, lp in zip(advantages, logprobs)) / sum(counts)
+    assert loss.item() == pytest.approx(hand.item(), rel=1e-5)
+    assert metrics["kl"].item() == pytest.approx(sum(lp.item() - ref.item() for lp, ref in zip(logprobs, reference))
+                                                 / 6, rel=1e-5)
+    hand.backward()
+    for name, p in policy.named_parameters():
+        torch.testing.assert_close(got[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_grpo_step_does_not_change_with_the_prompts_length():
+    """A model whose output at a position depends on that position's token alone (attention and MLP outputs zeroed,
+    no position embedding): the same answers after a 2-token and a 20-token prompt ending in the same token have the
+    same log-probs, so the loss, and the gradient of the head that scores them, must be the same."""
+    torch.manual_seed(0)
+    tokenizer = _chat_tokenizer()
+    model = Transformer(ModelConfig(family="llama", vocab_size=tokenizer.get_vocab_size(), n_layer=1, d_model=32,
+                                    n_head=2, context_length=64).resolved())
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.down.weight")):
+                p.zero_()
+    objective = _objective(model, tokenizer, 2, 0.0)
+    results = []
+    for prompt in ([9, 12], [40 + i for i in range(18)] + [9, 12]):
+        answers = Answers(prompts=[prompt], ids=[[20, 21, 22], [23]], stopped=[True, False], texts=["", ""])
+        model.zero_grad()
+        loss, _ = objective.answers_loss(answers, torch.tensor([[1.0, 0.0]]))
+        loss.backward()
+        results.append((loss.item(), model.lm_head.weight.grad.clone()))
+    (short, short_grad), (long, long_grad) = results
+    assert short != 0 and long == pytest.approx(short, rel=1e-6)
+    torch.testing.assert_close(long_grad, short_grad)
+
+
 @pytest.mark.parametrize("n,correct,k", [(4, 0, 1), (4, 1, 1), (4, 1, 2), (5, 2, 3), (8, 3, 8), (6, 5, 2)])
 def test_pass_at_k_is_the_share_of_k_subsets_holding_a_right_answer(n, correct, k):
     samples = [True] * correct + [False] * (n - correct)
@@ -153,6 +261,55 @@ def test_a_user_reward_function_is_imported_from_the_current_folder(tmp_path, mo
         load_reward("my_rewards:missing")
     with pytest.raises(BurnoutError, match="no module 'not_there'"):
         load_reward("not_there:f")
+
+
+def test_a_reward_that_exits_or_returns_a_non_finite_or_absurd_number_is_one_line_naming_question_and_value(
+        tmp_path, monkeypatch):
+    """sys.exit inside the function (which would end `burnout rl` without a word, exit status 0) and values that would
+    make every loss NaN (inf, NaN, 1e308, an int past float's range) or swamp it (beyond ±MAX_REWARD) are refused
+    with the function, the answer, its question and the value; any real number within the bound is a reward."""
+    from fractions import Fraction
+
+    from burnout.finetune.rl import MAX_REWARD
+
+    (tmp_path / "odd_rewards.py").write_text("import sys\n"
+                                             "def quits(prompt, answer, reference):\n"
+                                             "    sys.exit(3)\n"
+                                             "def quits_quietly(prompt, answer, reference):\n"
+                                             "    sys.exit()\n")
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit('usage: exits_on_import FILE')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(os.sys.path))
+    task = Task("Capital of France?", "Paris.")
+    for name, code in (("quits", "sys.exit(3)"), ("quits_quietly", "sys.exit()")):
+        with pytest.raises(BurnoutError) as exited:
+            score(load_reward(f"odd_rewards:{name}"), f"odd_rewards:{name}", task, "Rome")
+        assert str(exited.value).startswith(f"rl.reward odd_rewards:{name} called {code} for the answer 'Rome' to "
+                                            "'Capital of France?'"), str(exited.value)
+    with pytest.raises(BurnoutError, match=r"importing exits_on_import called sys.exit\('usage"):
+        load_reward("exits_on_import:f")
+    for value, shown, why in ((math.inf, "inf", "finite number"), (math.nan, "nan", "finite number"),
+                              (1e308, "1e+308", "beyond ±1e+06"), (-1e7, "-10000000.0", "beyond ±1e+06"),
+                              (10**400, "10000000000000000000... (401 characters)", "beyond ±1e+06")):
+        with pytest.raises(BurnoutError) as refused:
+            score(lambda p, a, r, value=value: value, "mine:f", task, "Rome")
+        message = str(refused.value)
+        assert message.startswith(f"rl.reward mine:f returned {shown}") and why in message, message
+        assert "for the answer 'Rome' to 'Capital of France?'" in message and "\n" not in message, message
+    for value in (True, Fraction(1, 2), MAX_REWARD, -MAX_REWARD, 0):
+        assert score(lambda p, a, r, value=value: value, "mine:f", task, "Rome") == float(value)
+
+
+@pytest.mark.parametrize("record,problem", [({"question": "", "answer": "#### 2"}, "has an empty question"),
+                                            ({"question": " \n", "answer": "#### 2"}, "has an empty question"),
+                                            ({"question": None, "answer": "#### 2"}, "has an empty question"),
+                                            ({"question": "1 + 1?", "answer": "  "}, "has no answer")])
+def test_a_task_with_an_empty_question_or_answer_is_refused_naming_its_file_and_record(tmp_path, record, problem):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"question": "2 + 2?", "answer": "#### 4"}) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(BurnoutError) as refused:
+        read_tasks(path)
+    assert str(refused.value).startswith(f"'{path}' record 2 {problem}"), str(refused.value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,11 +364,42 @@ def test_a_run_stopped_and_resumed_equals_the_uninterrupted_one_bitwise(rl_run, 
 def test_mostly_flat_groups_are_said_once_in_the_log(chat_run, tasks, tmp_path, capsys):
     """A reward no answer can earn: every group all-equal, one warning line for the stretch."""
     assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(tmp_path / "flat"), *RL_ARGS,
-                 "--reward", "regex:never-said", "train.max_steps=3", "train.eval_interval=10"]) == 0
+                 "--reward", "regex:never-said", "train.max_steps=3", "train.eval_interval=10",
+                 "rl.probe_questions=0"]) == 0  # past the check before training, which would refuse this run
     out = capsys.readouterr().out
     warnings = [line for line in out.splitlines() if "all-equal rewards teach nothing" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: step 1: 100% of the groups"), out
     assert all(r["signal"] == 0 and r["reward"] == 0 for r in _metrics(tmp_path / "flat"))
+
+
+@pytest.mark.parametrize("reward,fix", [("regex:never-said", "SFT it first"), ("regex:^", "give harder questions")],
+                         ids=["all-wrong", "all-right"])
+def test_a_run_in_which_no_group_can_differ_is_refused_before_training(chat_run, tasks, tmp_path, capsys, reward,
+                                                                       fix):
+    """A reward no answer earns (or every answer earns): the base answers rl.probe_questions = 8 of the 12 train
+    questions (4 batches of 2, 4 answers each) and the run is refused in one line saying so, before a step, leaving
+    no run folder behind."""
+    run = tmp_path / "run"
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS, "--reward", reward]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err and err.startswith(f"burnout: error: rl.base {list_checkpoints(chat_run)[-1].resolve()}: "
+                                               "nothing to learn"), err
+    assert "answered 8 train question(s) 4 times each (the first 4 batch(es)" in err, err
+    assert f"all 32 answers got the reward {0 if reward == 'regex:never-said' else 1}" in err and fix in err, err
+    assert "rl.group_size" in err and "rl.probe_questions=0" in err, err
+    assert not run.exists() and "step 1" not in captured.out
+
+
+def test_the_check_before_training_samples_what_step_1_samples(chat_run, tasks, tmp_path, capsys):
+    """The base's answers to the first batch's questions are step 1's (the same rows, seeds and policy): the mean
+    reward the check says is the one step 1 logs; it stops at the first batch with a group that differs."""
+    run = tmp_path / "run"
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS, "train.max_steps=1"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("before training:"))
+    assert line.startswith("before training: the base answered 2 train question(s) 4 times each; "), line
+    said = float(line.split("(mean reward ")[1].split(")")[0])
+    assert said == pytest.approx(_metrics(run)[0]["reward"], abs=5e-4), line  # said to 3 significant digits
 
 
 def test_a_reward_that_fails_mid_run_is_one_line_and_the_run_keeps_its_checkpoint(chat_run, tasks, tmp_path,
@@ -228,11 +416,100 @@ def test_a_reward_that_fails_mid_run_is_one_line_and_the_run_keeps_its_checkpoin
     monkeypatch.setattr("sys.path", list(os.sys.path))
     run = tmp_path / "run"
     code = main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS,
-                 "--reward", "late_failure:reward", "train.eval_interval=10"])
+                 "--reward", "late_failure:reward", "train.eval_interval=10", "rl.probe_questions=0"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("burnout: error: rl.reward late_failure:reward raised KeyError"), err
     assert "\n" not in err and "Traceback" not in err
     assert [p.name for p in list_checkpoints(run)] == ["step_0000002"]
+
+
+@pytest.mark.parametrize("body,start", [("    sys.exit(0)\n", "called sys.exit(0) for the answer"),
+                                        ("    return 1e308 if 'is' in answer else 0.0\n",
+                                         "returned 1e+308 for the answer")], ids=["sys-exit", "1e308"])
+def test_a_reward_that_exits_or_overflows_in_training_ends_the_run_in_one_line(chat_run, tasks, tmp_path, monkeypatch,
+                                                                               capsys, body, start):
+    """Past the check before training (rl.probe_questions=0), step 1's scoring: before, sys.exit(0) ended the run
+    without a word and exit status 0, and 1e308 made every loss NaN and the run still ended `done:`."""
+    module = f"bad_reward_{len(body)}"  # a module name of its own: an imported module stays in sys.modules
+    (tmp_path / f"{module}.py").write_text(f"import sys\ndef reward(prompt, answer, reference):\n{body}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(os.sys.path))
+    code = main(["rl", str(chat_run), "--data", str(tasks), "--out", str(tmp_path / "run"), *RL_ARGS,
+                 "--reward", f"{module}:reward", "rl.probe_questions=0"])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2 and err.startswith(f"burnout: error: rl.reward {module}:reward {start}"), (code, err)
+    assert "\n" not in err and "Traceback" not in err and "done:" not in captured.out
+
+
+def test_resuming_a_fine_tune_killed_before_training_names_the_command_that_started_it(chat_run, tasks, tmp_path,
+                                                                                        monkeypatch, capsys):
+    """`burnout rl` killed (SIGKILL) while its data are prepared and checked, before any step: `burnout train --resume`
+    refuses, naming that `burnout rl` command (not `burnout train CONFIG`), and that command, run again, trains."""
+    (tmp_path / "blocker.py").write_text("import os, time\n"
+                                         "def reward(prompt, answer, reference):\n"
+                                         "    if os.path.exists('block'):\n"
+                                         "        open('ready', 'w').close()\n"
+                                         "        time.sleep(600)\n"
+                                         "    return float('is' in answer)\n")
+    (tmp_path / "block").touch()
+    run = tmp_path / "run"
+    argv = ["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS, "--reward", "blocker:reward"]
+    proc = subprocess.Popen([sys.executable, "-m", "burnout", *argv], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        for _ in range(3000):  # the reward is first called in the check before training, the data written
+            if (tmp_path / "ready").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (tmp_path / "ready").exists(), proc.communicate(timeout=60)[1][-2000:]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    (tmp_path / "block").unlink()
+    assert (run / "data").is_dir() and not list_checkpoints(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    command = err.split("run the command that started it again (")[1].split("), which prepares them again")[0]
+    assert shlex.split(command) == ["burnout", *argv], err
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(os.sys.path))
+    assert main(shlex.split(command)[1:]) == 0
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000002", "step_0000004"]
+
+
+def test_an_rl_run_started_again_into_its_folder_is_told_the_command_that_resumes_it(rl_run, chat_run, tasks,
+                                                                                        capsys):
+    """`burnout rl` has no --resume: the refusal names `burnout train --resume RUN`, which resumes any run."""
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(rl_run), *RL_ARGS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"burnout: error: run folder {rl_run} already holds a run; resume it with `burnout train "
+                          f"--resume {rl_run}`"), err
+
+
+@pytest.mark.parametrize("command", ["sft", "dpo", "rl"])
+def test_a_fine_tune_interrupted_while_preparing_leaves_nothing_and_resume_names_no_wrong_command(
+        chat_run, fine_tune_data, tasks, tmp_path, monkeypatch, capsys, command):
+    """Ctrl-C (KeyboardInterrupt) while a fine-tune prepares its data: the half-made data/ goes with the folder the
+    command made (a fine-tune prepares from the start every time), and `--resume` of it says so without claiming a
+    `burnout train` started it."""
+    from burnout.finetune import recipes, rl
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for recipe in (recipes.FineTune, rl.RL):  # once the data are written
+        monkeypatch.setattr(recipe, "check_prepared", interrupted)
+    run = tmp_path / "run"
+    data = {"sft": fine_tune_data.chats, "dpo": fine_tune_data.pairs, "rl": tasks}[command]
+    extra = ["--reward", "regex:is"] if command == "rl" else []
+    assert main([command, str(chat_run), "--data", str(data), "--out", str(run), *extra, "train.device=cpu",
+                 "train.max_steps=1"]) == 130
+    assert not run.exists()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 2
+    assert capsys.readouterr().err.strip() == (f"burnout: error: --resume {run}: no such folder; give the --out of the "
+                                               "command that started the run (burnout train, sft, dpo or rl)")
 
 
 def test_an_rl_run_exports_with_a_model_card_that_says_how_it_was_tuned(rl_run, chat_run, tmp_path):
@@ -283,6 +560,27 @@ def test_the_report_has_an_rl_section_with_the_reward_and_pass_rates_of_the_log(
                                    ["groups with signal", *first_last("signal")],
                                    ["held-out pass@1", *first_last("val_pass@1")],
                                    ["held-out pass@4", *first_last("val_pass@k")]]
+
+
+def test_held_out_pass_rates_do_not_depend_on_the_batch_size(rl_run, chat_run):
+    """The held-out questions scored 1 at a time and 4 at a time (train.batch_size × train.eval_batches the same 4
+    questions): each question's answers are seeded by its place among the held-out questions, not in its batch, so
+    pass@1, pass@k and the reward are the same."""
+    from burnout.config import load_run_config
+    from burnout.core.model_files import load_model
+    from burnout.finetune.rl import read_prepared_tasks
+    from burnout.runs import recipe_for
+
+    cfg = load_run_config(rl_run / "config.yaml")
+    recipe = recipe_for(cfg)
+    model, _, _ = load_model(chat_run)
+    objective = recipe.objective(model, cfg, resumed=False)
+    held_out = read_prepared_tasks(Path(cfg.data.prepared_dir))["val"]
+    assert len(held_out) == 4
+    scores = [recipe.evaluate(objective, held_out, dataclasses.replace(cfg.train, batch_size=size, eval_batches=n),
+                              torch.device("cpu"), "fp32") for size, n in ((1, 4), (4, 1), (3, 2))]
+    assert 0 < scores[0]["val_pass@1"] < 1, scores  # answers that differ: seeds that differ would show
+    assert scores[1] == scores[0] and scores[2] == scores[0], scores
 
 
 def test_the_run_answers_held_out_questions_before_and_after_and_the_report_shows_them(rl_run, chat_run):

@@ -120,6 +120,39 @@ def test_preference_pairs_prepare_and_batch(chatml_gpt2, tmp_path):
                 encode_prompt(chatml_gpt2, pairs[pair].prompt)
 
 
+def test_a_pairs_system_turn_comes_first_in_the_prompt_a_dpo_batch_trains_on(tmp_path):
+    """A pair's `system` field opens its prompt (ChatML: system, then the user's turns), whatever form the prompt
+    takes (text, messages, a Human:/Assistant: transcript): the batch's prompt tokens spell the template written out
+    by hand."""
+    from burnout.config import TokenizerConfig
+    from burnout.core.chat_template import ensure_chat_tokens
+    from burnout.data.tokenizer import train_tokenizer
+
+    tok = ensure_chat_tokens(train_tokenizer(["Be brief. Capital of France? Paris. Rome. Hi Hello 2+2? 4 5"] * 20,
+                                             TokenizerConfig(kind="bpe", vocab_size=300)))[0]
+    pair_file = tmp_path / "pairs.jsonl"
+    pair_file.write_text("".join(json.dumps({"system": "Be brief.", **r}) + "\n" for r in [
+        {"prompt": "Capital of France?", "chosen": "Paris.", "rejected": "Rome."},
+        {"prompt": [{"role": "user", "content": "2+2?"}], "chosen": "4", "rejected": "5"},
+        {"prompt": "\n\nHuman: Hi\n\nAssistant: Hello\n\nHuman: 2+2?\n\nAssistant:", "chosen": " 4",
+         "rejected": " 5"}]), encoding="utf-8")
+    pairs = list(read_pairs(pair_file))
+    assert [[m["role"] for m in pair.prompt] for pair in pairs] == [["system", "user"], ["system", "user"],
+                                                                    ["system", "user", "assistant", "user"]]
+    expected = ["<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nCapital of France?<|im_end|>\n",
+                "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n",
+                "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+                "Hello<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"]
+    prepare_pairs(pairs, tok, tmp_path / "dpo", seq_len=64, val_fraction=0)
+    loader = PairBatches(tmp_path / "dpo", "train", batch_size=3, seq_len=64, seed=0)
+    x, y = loader.get_batch(0)
+    for row, pair in enumerate(loader.examples_of(0)):
+        for side in (row, row + 3):  # the chosen answer's row, the rejected answer's
+            prompt_end = int((y[side] != -1).nonzero()[0]) + 1  # the first target follows the prompt's last token
+            text = tok.decode(x[side, :prompt_end].tolist(), skip_special_tokens=False)
+            assert text == expected[pair] + "<|im_start|>assistant\n", (pair, text)
+
+
 def test_an_unfinished_folder_is_refused(chatml_bpe, alpaca_chats, tmp_path):
     prepare_sft(alpaca_chats[:20], chatml_bpe, tmp_path, seq_len=64)
     (tmp_path / "meta.json").unlink()
