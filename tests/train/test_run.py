@@ -5,6 +5,7 @@ killed with SIGKILL leaves the folder free; a resume takes the same lock."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -66,3 +67,36 @@ def test_a_resume_is_refused_while_another_process_writes_the_run(tiny_run, tmp_
     finally:
         holder.kill()
         holder.wait(timeout=60)
+
+
+def test_a_run_killed_while_it_prepares_its_data_is_resumed_by_the_command_resume_names(shared_data, tmp_path, capsys):
+    """`burnout train CONFIG --out RUN` killed (SIGKILL) while it prepares the config's sources into RUN/data:
+    `--resume RUN` has no config to go on with, so it names the command that started it, in one line; that
+    command, run again, goes on with the preparation and trains."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"family": "llama", "n_layer": 1, "d_model": 32, "n_head": 2, "n_kv_head": 2, "context_length": 32,
+                  "ffn_multiple_of": 32},
+        "data": {"sources": [{"name": "wiki", "kind": "text", "path": str(shared_data / "wikitext2/wiki.test.raw")}],
+                 "max_chars": 1_300_000},
+        "tokenizer": {"kind": "bpe", "vocab_size": 2048},
+        "train": {"device": "cpu", "precision": "fp32", "batch_size": 2, "seq_len": 32, "max_steps": 2,
+                  "sample_tokens": 0, "eval_batches": 1}}))
+    run = tmp_path / "run"
+    argv = ["train", str(config), "--out", str(run)]
+    proc = subprocess.Popen([sys.executable, "-m", "burnout", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=ENV)
+    try:  # the data folder's manifest is written first, then the tokenizer trains for a while
+        while proc.poll() is None and not (run / "data" / "manifest.json").exists():
+            pass
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert not (run / "config.yaml").exists() and not (run / "data" / "meta.json").exists()
+    assert main(["train", "--resume", str(run)]) == 2
+    line = _error_line(capsys)
+    assert "no training started there yet: it was stopped while preparing its data" in line, line
+    command = line.split("run the command that started it again (")[1].split("), which goes on")[0]
+    assert shlex.split(command) == ["burnout", *argv], line
+    assert main(shlex.split(command)[1:]) == 0
+    assert "done: step 2" in capsys.readouterr().out
