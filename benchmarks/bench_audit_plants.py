@@ -186,20 +186,32 @@ def plant_rank(lists: tuple[list[list[str]], list[str]], how: str, text: str, ke
     return None if term is None else str(term)
 
 
+def without_others(lists: tuple[list[list[str]], list[str]], plants: dict, name: str
+                   ) -> tuple[list[list[str]], list[str]]:
+    """The ranked lists without the rows and lines of the set's plants other than `name`: where a plant stands among
+    the source's own strings (a set's plants are planted together, so a set of many fills its top ten itself)."""
+    rows, lines = lists
+    keys = {key for other, (_, _, found) in plants.items() if other != name for key in found}
+    texts = {" ".join(text.split()) for other, (how, text, _) in plants.items() if other != name and how == "line"}
+    return [row for row in rows if keys.isdisjoint(row)], [line for line in lines if line not in texts]
+
+
 def _rank_number(rank: str) -> int:
     return int(rank.lstrip("L"))
 
 
-def _table(title: str, plants: dict, ranks: dict) -> None:
+def _table(title: str, plants: dict, ranks: dict, alone: dict) -> None:
     print(f"\n{title}: rank of each plant in its source's suspicious strings, or Ln in its repeated lines "
-          "(- : in neither top 100)\n")
-    print("| source, order, rate | " + " | ".join(name.replace("|", "\\|") for name in plants) + " | in the top 10 |")
-    print("|---|" + "---|" * (len(plants) + 1))
+          "(- : in neither top 100); alone: in the top 10 with the set's other plants left out\n")
+    print("| source, order, rate | " + " | ".join(name.replace("|", "\\|") for name in plants)
+          + " | in the top 10 | alone |")
+    print("|---|" + "---|" * (len(plants) + 2))
     for cell, found in ranks.items():
         cells = [" ".join(r or "-" for r in found[name]) for name in plants]
-        top = sum(1 for name in plants for r in found[name] if r and _rank_number(r) <= 10)
+        top, by_itself = (sum(1 for name in plants for r in got[name] if r and _rank_number(r) <= 10)
+                          for got in (found, alone[cell]))
         total = sum(len(found[name]) for name in plants)
-        print(f"| {cell} | " + " | ".join(cells) + f" | {top} of {total} |")
+        print(f"| {cell} | " + " | ".join(cells) + f" | {top} of {total} | {by_itself} of {total} |")
 
 
 def main() -> None:
@@ -221,22 +233,27 @@ def main() -> None:
     clean = read_sources(args.documents)
     start, cpu = time.perf_counter(), time.process_time()
     ranks: dict[str, dict] = {name: {} for name in sets}
+    alone: dict[str, dict] = {name: {} for name in sets}
     for set_name, plants in sets.items():
         for name in clean:
             for order in orders:
                 for rate in rates:
-                    found = ranks[set_name].setdefault(f"{name}, {order}, {rate:.0%}", {p: [] for p in plants})
+                    cell = f"{name}, {order}, {rate:.0%}"
+                    found = ranks[set_name].setdefault(cell, {p: [] for p in plants})
+                    by_itself = alone[set_name].setdefault(cell, {p: [] for p in plants})
                     for seed in range(args.seeds):
                         ranked = audit({**clean, name: plant(clean[name], plants, rate, seed)},
                                        order == "shuffled")[name]
                         for plant_name, (how, text, keys) in plants.items():
                             found[plant_name].append(plant_rank(ranked, how, text, keys))
+                            by_itself[plant_name].append(
+                                plant_rank(without_others(ranked, plants, plant_name), how, text, keys))
     baseline = {order: audit(clean, order == "shuffled") for order in orders}
     sizes = ", ".join(f"{name} {len(docs)}" for name, docs in clean.items())
     print(f"documents: {sizes}; {args.seeds} planting(s) per cell; {time.perf_counter() - start:.0f} s wall, "
           f"{time.process_time() - cpu:.0f} s CPU, load {os.getloadavg()[0]:.1f}")
     for set_name, plants in sets.items():
-        _table(f"plants {set_name} the score", plants, ranks[set_name])
+        _table(f"plants {set_name} the score", plants, ranks[set_name], alone[set_name])
     print("\neach clean source's top ten\n")
     for order, ranked in baseline.items():
         for name, (strings, _) in ranked.items():
