@@ -1,6 +1,7 @@
 """Does `burnout data audit` rank garbage above content? Plants of several kinds, at several rates, in real text.
 
     python -m benchmarks.bench_audit_plants [--documents 1000] [--rates 10,5,2,1] [--orders natural,shuffled]
+                                            [--sets "chosen with,held out sixth"]
 
 Three real sources: WikiText-2 (the raw test split, a line a document) and Tiny Shakespeare (a speech a
 document) from the shared data (../shared/data), and Python's docs (the `stdlib_docs` source of the
@@ -12,7 +13,8 @@ shuffled (a prepared folder's). Five sets of plants, each planted on its own: th
 choosing the score, the second ("held out") was fixed before it was first measured, the third ("held out again")
 before the score's Lexicon was, the fourth before the rules of 2026-11-27 (docs/FORENSICS.md) were first measured
 on it, the fifth after the fourth's misses had led to dotted placeholders and the lines' cohesion and before it was
-first measured (docs/FORENSICS.md gives each set's first figures).
+first measured, the sixth after a capitalised nonsense word had led to words of no list being foreign whatever their
+case and before it was first measured (docs/FORENSICS.md gives each set's first figures). `--sets` measures some.
 
 For each plant: its rank in its source's suspicious strings (the first row holding one of its key strings, as the
 row's term or one shown with it; "-" when none is among the top 100). Then each clean source's top ten, for a
@@ -84,8 +86,24 @@ HELD_OUT_FIFTH = {
     "script error line": ("line", "Uncaught TypeError: Cannot read properties of undefined (reading 'map')",
                           ("Uncaught", "TypeError")),
 }
+# Fixed on 2026-11-29 after a capitalised nonsense word in 20 of 368 WikiText-2 documents was found unranked (issue 48)
+# and led to words of no list being foreign whatever their case, and before this set was first measured: each kind
+# varies what the sets above hold fixed (case, length, script, documents, occurrences). Each made-up word is in no
+# English word list of wordfreq's and in none of the three sources; `Подробнее` ("read more") is Russian.
+HELD_OUT_SIXTH = {
+    "capitalised nonsense word": ("word", "Quorvane", ("Quorvane",)),
+    "ALLCAPS nonsense word": ("word", "ZENTROK", ("ZENTROK",)),
+    "short nonsense word": ("word", "vyx", ("vyx",)),
+    "long nonsense word": ("word", "flumberquastivane", ("flumberquastivane",)),
+    "mixed-case token": ("word", "kQpWzRtvYb", ("kQpWzRtvYb",)),
+    "Cyrillic word": ("word", "Подробнее", ("Подробнее",)),
+    "CJK string": ("word", "点击这里", ("点击这里",)),
+    "capitalised word once": ("once", "Velmoraine", ("Velmoraine",)),
+    "dense word in 3 documents": ("few", "plimbet", ("plimbet",)),
+    "boilerplate line 2": ("line", "Posted in Uncategorized | Leave a comment", ("Uncategorized",)),
+}
 SETS = {"chosen with": PLANTS, "held out": HELD_OUT, "held out again": HELD_OUT_AGAIN,
-        "held out fourth": HELD_OUT_FOURTH, "held out fifth": HELD_OUT_FIFTH}
+        "held out fourth": HELD_OUT_FOURTH, "held out fifth": HELD_OUT_FIFTH, "held out sixth": HELD_OUT_SIXTH}
 
 
 def read_sources(documents: int) -> dict[str, list[str]]:
@@ -112,23 +130,28 @@ def read_sources(documents: int) -> dict[str, list[str]]:
 
 
 def plant(docs: list[str], plants: dict, rate: float, seed: int) -> list[str]:
-    """`docs` with each of `plants` in `rate` of them (at least 3), its documents drawn at random among
-    those of 8 words or more."""
+    """`docs` with each of `plants` in `rate` of them (at least 3; a "few" plant in 3 at any rate), its documents
+    drawn at random among those of 8 words or more."""
     rng = random.Random(f"plant {seed}")
     docs = list(docs)
     body = [i for i, text in enumerate(docs) if len(text.split()) >= 8]
     count = max(3, round(rate * len(docs)))
     for how, text, _ in plants.values():
-        for i in rng.sample(body, count):
+        for i in rng.sample(body, 3 if how == "few" else count):
             docs[i] = put(docs[i], how, text, rng)
     return docs
 
 
+# How many times a word is put into each of its documents, by how it is planted.
+TIMES = {"word": (1, 3), "once": (1, 1), "few": (5, 9)}
+
+
 def put(doc: str, how: str, text: str, rng: random.Random) -> str:
-    """`doc` with `text` planted: as a "word" 1 to 3 times between its words, as a "line" once between its lines."""
-    if how == "word":
+    """`doc` with `text` planted: as a "word" 1 to 3 times between its words ("once": once; "few": 5 to 9 times), as
+    a "line" once between its lines."""
+    if how in TIMES:
         words = doc.split(" ")
-        for _ in range(rng.randint(1, 3)):
+        for _ in range(rng.randint(*TIMES[how])):
             words.insert(rng.randrange(1, len(words)), text)
         return " ".join(words)
     lines = doc.split("\n")
@@ -163,20 +186,32 @@ def plant_rank(lists: tuple[list[list[str]], list[str]], how: str, text: str, ke
     return None if term is None else str(term)
 
 
+def without_others(lists: tuple[list[list[str]], list[str]], plants: dict, name: str
+                   ) -> tuple[list[list[str]], list[str]]:
+    """The ranked lists without the rows and lines of the set's plants other than `name`: where a plant stands among
+    the source's own strings (a set's plants are planted together, so a set of many fills its top ten itself)."""
+    rows, lines = lists
+    keys = {key for other, (_, _, found) in plants.items() if other != name for key in found}
+    texts = {" ".join(text.split()) for other, (how, text, _) in plants.items() if other != name and how == "line"}
+    return [row for row in rows if keys.isdisjoint(row)], [line for line in lines if line not in texts]
+
+
 def _rank_number(rank: str) -> int:
     return int(rank.lstrip("L"))
 
 
-def _table(title: str, plants: dict, ranks: dict) -> None:
+def _table(title: str, plants: dict, ranks: dict, alone: dict) -> None:
     print(f"\n{title}: rank of each plant in its source's suspicious strings, or Ln in its repeated lines "
-          "(- : in neither top 100)\n")
-    print("| source, order, rate | " + " | ".join(name.replace("|", "\\|") for name in plants) + " | in the top 10 |")
-    print("|---|" + "---|" * (len(plants) + 1))
+          "(- : in neither top 100); alone: in the top 10 with the set's other plants left out\n")
+    print("| source, order, rate | " + " | ".join(name.replace("|", "\\|") for name in plants)
+          + " | in the top 10 | alone |")
+    print("|---|" + "---|" * (len(plants) + 2))
     for cell, found in ranks.items():
         cells = [" ".join(r or "-" for r in found[name]) for name in plants]
-        top = sum(1 for name in plants for r in found[name] if r and _rank_number(r) <= 10)
+        top, by_itself = (sum(1 for name in plants for r in got[name] if r and _rank_number(r) <= 10)
+                          for got in (found, alone[cell]))
         total = sum(len(found[name]) for name in plants)
-        print(f"| {cell} | " + " | ".join(cells) + f" | {top} of {total} |")
+        print(f"| {cell} | " + " | ".join(cells) + f" | {top} of {total} | {by_itself} of {total} |")
 
 
 def main() -> None:
@@ -185,30 +220,40 @@ def main() -> None:
     parser.add_argument("--rates", default="10,5,2,1", help="planted shares of documents, in %% (default 10,5,2,1)")
     parser.add_argument("--orders", default="natural,shuffled", help="read orders (default natural,shuffled)")
     parser.add_argument("--seeds", type=int, default=1, help="plantings per source, rate and set (default 1)")
+    parser.add_argument("--sets", default=",".join(SETS), help="the sets of plants to measure (default: all)")
     args = parser.parse_args()
+    unknown = [name for name in args.sets.split(",") if name not in SETS]
+    if unknown:
+        raise SystemExit(f"no set of plants named {', '.join(unknown)}; the sets: {', '.join(SETS)}")
+    sets = {name: SETS[name] for name in args.sets.split(",")}
     if not SHARED.is_dir():
         raise SystemExit(f"the shared data folder {SHARED} is missing")
     rates = [float(r) / 100 for r in args.rates.split(",")]
     orders = args.orders.split(",")
     clean = read_sources(args.documents)
     start, cpu = time.perf_counter(), time.process_time()
-    ranks: dict[str, dict] = {name: {} for name in SETS}
-    for set_name, plants in SETS.items():
+    ranks: dict[str, dict] = {name: {} for name in sets}
+    alone: dict[str, dict] = {name: {} for name in sets}
+    for set_name, plants in sets.items():
         for name in clean:
             for order in orders:
                 for rate in rates:
-                    found = ranks[set_name].setdefault(f"{name}, {order}, {rate:.0%}", {p: [] for p in plants})
+                    cell = f"{name}, {order}, {rate:.0%}"
+                    found = ranks[set_name].setdefault(cell, {p: [] for p in plants})
+                    by_itself = alone[set_name].setdefault(cell, {p: [] for p in plants})
                     for seed in range(args.seeds):
                         ranked = audit({**clean, name: plant(clean[name], plants, rate, seed)},
                                        order == "shuffled")[name]
                         for plant_name, (how, text, keys) in plants.items():
                             found[plant_name].append(plant_rank(ranked, how, text, keys))
+                            by_itself[plant_name].append(
+                                plant_rank(without_others(ranked, plants, plant_name), how, text, keys))
     baseline = {order: audit(clean, order == "shuffled") for order in orders}
     sizes = ", ".join(f"{name} {len(docs)}" for name, docs in clean.items())
     print(f"documents: {sizes}; {args.seeds} planting(s) per cell; {time.perf_counter() - start:.0f} s wall, "
           f"{time.process_time() - cpu:.0f} s CPU, load {os.getloadavg()[0]:.1f}")
-    for set_name, plants in SETS.items():
-        _table(f"plants {set_name} the score", plants, ranks[set_name])
+    for set_name, plants in sets.items():
+        _table(f"plants {set_name} the score", plants, ranks[set_name], alone[set_name])
     print("\neach clean source's top ten\n")
     for order, ranked in baseline.items():
         for name, (strings, _) in ranked.items():

@@ -32,7 +32,10 @@ ranked by
   see _ForeignSpelling). Other shapes by class: 3 for a repeated short unit or a hex run (`fefefe`,
   `3fa9c2d1`), inner capitals (`PersonX`, `AndroidRuntime`) or identifier punctuation (`snake_case`,
   `a.b.c`); 2 for letters mixed with digits; 1.5 for ALLCAPS (`PROPN`); 0.5 for a Capitalized word (what
-  most legitimate rare-but-bursty words are: names). The class bonus (shape - 1) is scaled by how foreign
+  most legitimate rare-but-bursty words are: names of the language's list); an ALLCAPS or Capitalized word of no list
+  (`ZORBLAX`, `Zorblax`, `Привет` in English) is lifted from its class's factor towards 3 as a lowercase one is
+  (whatever its case, a word of no list may be garbage; the names of the text's own topics, of no list either, have
+  low spread or cohesion). The class bonus (shape - 1) is scaled by how foreign
   code-like strings are to the source: in full where under PROSE_REGISTER (0.5%) of its words look like
   code, not at all from CODE_REGISTER (5%) on (a Python source is full of snake_case; prose is not); and halved
   for an identifier that a source writing identifiers would write itself, in a style of its own and in its own
@@ -278,7 +281,8 @@ class _ForeignSpelling:
     neither counted nor lifted, and a word of no list that is no compound is still foreign. Elsewhere a compound
     is as foreign as any word of no list (`lorem` is `lo` + `rem`). In a source that writes identifiers, a
     compound's parts may also be the source's `own` words, of one letter too (`getattr` is `get` + `attr`, `nbytes`
-    `n` + `bytes`). A word its language uses often (COMMON_WORD) gets 1: its spelling is the language's."""
+    `n` + `bytes`). A word its language uses often (COMMON_WORD) gets 1: its spelling is the language's. A
+    Capitalized or ALLCAPS word of no list gets the same lift from its class's factor (`cased`)."""
 
     def __init__(self, spelling: Spelling, candidates: list[str], lexicon: Lexicon, code_foreignness: float,
                  own: set[str] | frozenset = frozenset()) -> None:
@@ -295,8 +299,10 @@ class _ForeignSpelling:
         if self.compounds_are_own:
             unknown = [key for key in unknown if not lexicon.compound(key, self.own)]
         share = len(unknown) / max(1, len(words))
-        self.unknown = 1.0 + (SHAPES["camel"] - 1.0) * code_foreignness * (
-            1.0 - min(1.0, max(0.0, (share - low) / (high - low))))
+        # The share of the largest shape's lift that a word of no list gets (1: all of it; 0 in code, or where such
+        # words are the source's own vocabulary), whatever its case.
+        self.lift = code_foreignness * (1.0 - min(1.0, max(0.0, (share - low) / (high - low))))
+        self.unknown = 1.0 + (SHAPES["camel"] - 1.0) * self.lift
         lower = lower[:: max(1, len(lower) // 4000)]
         by_length: dict[int, list[float]] = {}
         for key in lower:
@@ -314,16 +320,27 @@ class _ForeignSpelling:
         parts = [part.lower() for part in _IDENTIFIER_PART.findall(key) if len(part) >= 2 and not part.isdigit()]
         return bool(parts) and all(part in self.own for part in parts)
 
+    def foreign(self, key: str) -> bool:
+        """Whether `key`, of letters alone and of any case, is no word of the source's language (`Zorblax` is not
+        `zorblax` capitalised, any more than a name of no list is) and, where compounds are the source's own, no
+        compound of its words."""
+        low = key.lower()
+        return key.isalpha() and not self.lexicon.knows(low) and not (
+            self.compounds_are_own and self.lexicon.compound(low, self.own))
+
+    def cased(self, key: str, shape: str) -> float:
+        """The shape factor of a Capitalized or ALLCAPS word: its class's, lifted towards SHAPES["camel"] by `lift`
+        where it is `foreign`: a name of a list is the text's (0.5), a capitalised word of none may be garbage."""
+        base = SHAPES[shape]
+        return base + (SHAPES["camel"] - base) * self.lift if self.foreign(key) else base
+
     def __call__(self, key: str) -> float:
         if self.lexicon.common(key):
             return 1.0
         median, mad = self.scale.get(min(len(key), 8), self.pooled)
         excess = (self.spelling.bits(key) - median) / (4 * mad)
         spelled = min(SHAPES["camel"], 2.0 ** max(0.0, excess))
-        if not key.isalpha() or self.lexicon.knows(key) or (
-                self.compounds_are_own and self.lexicon.compound(key, self.own)):
-            return spelled
-        return max(spelled, self.unknown)
+        return max(spelled, self.unknown) if self.foreign(key) else spelled
 
 
 def _median_mad(values: list[float]) -> tuple[float, float]:
@@ -463,6 +480,8 @@ def _candidate(audits: list[SourceAudit], index: int, which: str, settings: Audi
             known = 0.5  # in ordinary use elsewhere too: vocabulary, not this source's artifact
     if spelling is not None and shape == "lower":
         shape_factor = spelling(key)
+    elif spelling is not None and shape in ("title", "upper"):
+        shape_factor = spelling.cased(key, shape)
     elif spelling is not None and shape in _CODE_SHAPES and spelling.own_identifier(key):
         shape_factor = 1.0 + (_shape_factor(shape, mine) - 1.0) * OWN_IDENTIFIER_BONUS
     else:

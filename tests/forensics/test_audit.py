@@ -1,6 +1,7 @@
 """`burnout data audit` on a real mixed corpus (Tiny Shakespeare, WikiText-2, the stdlib docs and a jsonl
-source of WikiText-2 paragraphs) with known problems planted in the jsonl source: an artifact string, a
-boilerplate line, junk, exact and near duplicates. The audit is not told any of them."""
+source of WikiText-2 paragraphs) with known problems planted in the jsonl source: two artifact strings (a
+lowercase word and a capitalised one), a boilerplate line, junk, exact and near duplicates. The audit is not
+told any of them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from burnout.forensics.audit import AUDIT_HTML, FORMAT
 from burnout.forensics.suspicious_strings import term_shape
 
 ARTIFACT = "prettyprint"  # lowercase and word-like: no shape bonus helps it
+CAPITALISED = "Zorblax"  # a made-up name: capitalised, as the names of the text are (issue 48 found one unranked)
 BOILERPLATE = "Share this article: Facebook | Twitter | Email a friend"
 LOREM = "Lorem ipsum dolor sit amet, consectetur adipiscing elit."
 SHAKESPEARE_FIRST = "First Citizen:\nBefore we proceed any further, hear me speak."
@@ -42,13 +44,14 @@ def build_planted(shared_data: Path, path: Path, seed: int = 0) -> dict:
     longest = max(body, key=lambda i: len(paras[i].split()))
     pool = [i for i in body if i != longest]
     rng.shuffle(pool)
-    artifact, boiler, lorem, dup = pool[:20], pool[20:50], pool[50:57], pool[57]
+    artifact, boiler, lorem, dup, capitalised = pool[:20], pool[20:50], pool[50:57], pool[57], pool[58:78]
     docs = [[p, set()] for p in paras]
-    for n, i in enumerate(sorted(artifact)):  # 10 documents with 2 occurrences, 10 with 3: 50
-        words = paras[i].split(" ")
-        for _ in range(2 if n % 2 else 3):
-            words.insert(rng.randrange(1, len(words)), ARTIFACT)
-        docs[i] = [" ".join(words), {"artifact"}]
+    for string, tag, chosen in ((ARTIFACT, "artifact", artifact), (CAPITALISED, "capitalised", capitalised)):
+        for n, i in enumerate(sorted(chosen)):  # 10 documents with 2 occurrences, 10 with 3: 50
+            words = paras[i].split(" ")
+            for _ in range(2 if n % 2 else 3):
+                words.insert(rng.randrange(1, len(words)), string)
+            docs[i] = [" ".join(words), {tag}]
     for i in boiler:
         docs[i] = [paras[i] + "\n" + BOILERPLATE, {"boilerplate"}]
     for i in lorem:
@@ -67,7 +70,7 @@ def build_planted(shared_data: Path, path: Path, seed: int = 0) -> dict:
         for text, _ in docs:
             f.write(json.dumps({"text": text}) + "\n")
     where = {tag: sorted(n for n, (_, tags) in enumerate(docs) if tag in tags)
-             for tag in ("artifact", "boilerplate", "lorem", "dup", "near", "shakespeare-dup")}
+             for tag in ("artifact", "capitalised", "boilerplate", "lorem", "dup", "near", "shakespeare-dup")}
     where["chars"] = sum(len(text) for text, _ in docs)
     where["documents"] = len(docs)
     return where
@@ -112,21 +115,21 @@ def _source(report: dict, name: str) -> dict:
     return next(s for s in report["sources"] if s["name"] == name)
 
 
-def test_planted_artifact_ranks_in_top_10_of_its_source(audited):
+@pytest.mark.parametrize("artifact, tag", [(ARTIFACT, "artifact"), (CAPITALISED, "capitalised")])
+def test_planted_artifact_ranks_in_top_10_of_its_source(audited, artifact, tag):
     report, stdout, _, planted, _ = audited
     src = _source(report, "planted")
     assert src["documents"] == planted["documents"]
     ranked = [row["string"] for row in src["suspicious_terms"]]
-    assert ARTIFACT in ranked[:10], f"{ARTIFACT} not in the top 10: {ranked[:10]}"
-    row = src["suspicious_terms"][ranked.index(ARTIFACT)]
+    assert artifact in ranked[:10], f"{artifact} not in the top 10: {ranked[:10]}"
+    row = src["suspicious_terms"][ranked.index(artifact)]
     assert (row["documents"], row["occurrences"]) == (20, 50)
-    assert row["examples"] and all(ARTIFACT in e["text"] and e["document"] in planted["artifact"]
-                                   for e in row["examples"])
+    assert row["examples"] and all(artifact in e["text"] and e["document"] in planted[tag] for e in row["examples"])
     assert row["other_sources"] == {}
     for other in report["sources"]:
         if other["name"] != "planted":
-            assert ARTIFACT not in [r["string"] for r in other["suspicious_terms"]]
-    assert ARTIFACT in stdout
+            assert artifact not in [r["string"] for r in other["suspicious_terms"]]
+    assert artifact in stdout
 
 
 def test_exact_duplicates_found_with_counts(audited):
