@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from burnout.common import RUN_CONFIG_FILE, needs_package
-from burnout.config import RunConfig, load_run_config, read_yaml, with_budget
+from burnout.config import RunConfig, load_run_config, read_saved_config, with_budget
 from burnout.data.recipe import data_run_config
 from burnout.errors import BurnoutError
 from burnout.finetune.recipes import DPO, SFT
@@ -103,7 +103,7 @@ def train(config: str | Path | None = None, out: str | Path | None = None, resum
 def parent_run_config(init_from: str | Path) -> dict:
     """The config a continued run with no CONFIG of its own starts from: its parent checkpoint's, as pretraining
     (no fine-tune section) and without the parent's measured train.step_seconds (a time budget measures its own)."""
-    raw = read_yaml(parent_checkpoint(str(init_from), print) / RUN_CONFIG_FILE)
+    raw = read_saved_config(parent_checkpoint(str(init_from), print) / RUN_CONFIG_FILE)
     for fine_tune in ("sft", "dpo", "rl"):
         raw.pop(fine_tune, None)
     raw.get("train", {}).pop("step_seconds", None)

@@ -422,6 +422,24 @@ CASES = [
     Case("trace-a-checkpoints-folder", ["data", "trace", "The", "{dir}/run/checkpoints"],
          ["'{dir}/run/checkpoints' is not a data folder", "inside the run folder {dir}/run",
           "whose data folder is {data}"], setup=_copy_run),
+    # -- runs and their folders (issue 48, item 8): a file of yours under a run log's name does not make a folder a
+    # run's or a mirror's, so nothing appends to it
+    Case("train-into-a-folder-with-your-launches-log", ["train", "{dir}/run.yaml", "--out", "{dir}/mine", "--data",
+                                                        "{data}"],
+         ["--out {dir}/mine holds files that are not burnout's (launches.jsonl)"],
+         setup=lambda d, *_: (_config(d, TINY), _yours(d / "mine", "launches.jsonl"))),
+    Case("train-into-a-folder-with-your-metrics-log", ["train", "--data", "{data}", "--model", "llama-tiny", "--out",
+                                                       "{dir}/mine"],
+         ["--out {dir}/mine holds files that are not burnout's (metrics.jsonl)"],
+         setup=lambda d, *_: _yours(d / "mine", "metrics.jsonl")),
+    Case("resume-a-folder-with-your-logs", ["train", "--resume", "{dir}/mine"],
+         ["--resume {dir}/mine holds files that are not burnout's (config.yaml, launches.jsonl, metrics.jsonl)"],
+         setup=lambda d, *_: (_yours(d / "mine", "launches.jsonl", "metrics.jsonl"),
+                              (d / "mine" / "config.yaml").write_text(TINY))),
+    Case("mirror-into-a-folder-with-your-launches-log", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data",
+                                                         "{data}", "train.mirror_dir={dir}/volume"],
+         ["train.mirror_dir {dir}/volume holds files that are not burnout's (launches.jsonl)"],
+         setup=lambda d, *_: (_config(d, TINY), _yours(d / "volume", "launches.jsonl"))),
 ]
 
 
