@@ -178,7 +178,7 @@ CASES = [
          setup=lambda d, data, run: (_copy_run(d, data, run), _bigger_tokenizer(_ckpt(d) / "tokenizer.json"),
                                      _record_sha256(_ckpt(d)))),
     Case("resume-with-another-tokenizer", ["train", "--resume", "{dir}/run", "train.max_steps=30"],
-         ["is not the tokenizer", "data.prepared_dir"],
+         ["{dir}/data holds other data than the run trained on", "data.prepared_dir=DIR"],
          setup=lambda d, data, run: (_copy_run(d, data, run), _copy_data(d, data, run),
                                      _bigger_tokenizer(d / "data" / "tokenizer.json"),
                                      _retouch_yaml(d / "run" / "config.yaml", str(data.resolve()), str(d / "data")))),
