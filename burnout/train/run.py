@@ -67,6 +67,10 @@ def _resume(run_dir: Path, config_path: Path, recipe_for: RecipeFor, overrides: 
             on_event: Callable[[str], None], progress: bool | None) -> TrainResult:
     saved = load_saved_config(config_path)
     cfg = load_saved_config(config_path, overrides)
+    if not cfg.data.prepared_dir:  # every run that trained names its data: this folder holds weights imported
+        raise BurnoutError(f"--resume {run_dir}: its config.yaml names no data (data.prepared_dir), so nothing trained "
+                           f"there; train it in a new run: burnout train --init-from {run_dir} --data DIR "
+                           "--out NEW_RUN")
     # The data may move (data.prepared_dir), not change: what the folder holds is checked against the run's record.
     data_dir = Path(cfg.data.prepared_dir).absolute()
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, prepared_dir=str(data_dir)))

@@ -153,3 +153,34 @@ def test_a_resume_on_other_data_of_the_same_tokenizer_is_refused(own_data_run, t
 
 def _snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name, setting", [("launches.jsonl", "--out"), ("metrics.jsonl", "--out"),
+                                           ("launches.jsonl", "train.mirror_dir")])
+def test_a_file_of_yours_under_a_run_logs_name_is_not_appended_to(tiny_run, tmp_path, capsys, name, setting):
+    """A folder without .burnout.json is a run's (or a mirror's) by its checkpoints or logs in burnout's own format:
+    a launches.jsonl or metrics.jsonl of your own leaves it yours, refused in one line as export refuses one."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run.cfg.to_dict()))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / name).write_text('{"step": 1, "loss": 2.5, "note": "my own log"}\n')
+    out, extra = (mine, []) if setting == "--out" else (tmp_path / "run", [f"train.mirror_dir={mine}"])
+    before = _snapshot(tmp_path)
+    assert main(["train", str(config), "--out", str(out), "--data", str(tiny_run.data_dir), "train.max_steps=1",
+                 *extra]) == 2
+    assert f"{setting} {mine} holds files that are not burnout's ({name})" in _error_line(capsys)
+    assert _snapshot(tmp_path) == before
+
+
+def test_resuming_a_start_point_grown_from_imported_weights_is_one_line(tiny_run, tmp_path, capsys):
+    """Imported weights name no data: a model grown from them neither, and its resume is one line, not a crash."""
+    assert main(["export", str(tiny_run.run_dir), "--to", str(tmp_path / "hf")]) == 0
+    assert main(["import", str(tmp_path / "hf"), "--to", str(tmp_path / "imported")]) == 0
+    grown = tmp_path / "grown"
+    assert main(["grow", str(tmp_path / "imported"), "--out", str(grown), "model.n_layer=3"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(grown)]) == 2
+    line = _error_line(capsys)
+    assert f"--resume {grown}: its config.yaml names no data (data.prepared_dir)" in line, line
+    assert f"burnout train --init-from {grown} --data DIR --out NEW_RUN" in line, line
