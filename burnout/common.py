@@ -34,6 +34,8 @@ PHASES_FILE = "phases.jsonl"
 LAUNCHES_FILE = "launches.jsonl"
 # One line per resume that changed the config: when, the overrides, and the values they changed.
 RESUMES_FILE = "resumes.jsonl"
+# A run folder's checkpoints: RUN/checkpoints/step_N (burnout/core/checkpoint.py).
+CHECKPOINT_DIR = "checkpoints"
 # `burnout report`'s folder inside a run.
 REPORT_DIR = "report"
 # `burnout compare`'s table of the same prompts at each checkpoint, inside a run.

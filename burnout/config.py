@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from burnout.common import EOT_TOKEN, SEED_MAX, checked_number
+from burnout.common import CHECKPOINT_DIR, EOT_TOKEN, SEED_MAX, checked_number
 from burnout.errors import BurnoutError
 
 # tokenizer.chat_template of a chat model (burnout/core/chat_template.py renders it).
@@ -634,6 +634,39 @@ def load_run_config(source: str | Path | dict, overrides: list[str] = ()) -> Run
     cfg = from_dict(RunConfig, raw, "config")
     cfg.validate()
     return cfg
+
+
+def saved_config_text(cfg: RunConfig, run_dir: str | Path) -> str:
+    """The config.yaml burnout writes into the run folder `run_dir` (RUN/config.yaml, and each checkpoint's): `cfg`
+    as YAML, its data.prepared_dir relative to the run folder where the data live inside it (RUN/data), so that a
+    copy of the folder trains, resumes and evaluates on its own copy of them (read_saved_config)."""
+    raw = cfg.to_dict()
+    prepared = raw["data"].get("prepared_dir")
+    if prepared:
+        data_dir, run_dir = Path(prepared).resolve(), Path(run_dir).resolve()
+        if data_dir.is_relative_to(run_dir):
+            raw["data"]["prepared_dir"] = str(data_dir.relative_to(run_dir))
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def read_saved_config(path: str | Path) -> dict[str, Any]:
+    """A config.yaml that burnout wrote into a run folder (RUN/config.yaml) or a checkpoint (RUN/checkpoints/step_N/
+    config.yaml, or a checkpoint folder standing alone), as a raw dict whose relative data.prepared_dir
+    (saved_config_text) is made a path from the run folder: the data inside the folder the file is in."""
+    path = Path(path)
+    raw = read_yaml(path)
+    folder = path.parent
+    run_dir = folder.parent.parent if folder.parent.name == CHECKPOINT_DIR else folder
+    data = raw.get("data")
+    prepared = data.get("prepared_dir") if isinstance(data, dict) else None
+    if isinstance(prepared, str) and prepared and not Path(prepared).is_absolute():
+        data["prepared_dir"] = str((run_dir / prepared).absolute())
+    return raw
+
+
+def load_saved_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
+    """load_run_config of a config.yaml burnout wrote into a run folder or a checkpoint (read_saved_config)."""
+    return load_run_config(read_saved_config(path), overrides)
 
 
 def with_budget(overrides: list[str], minutes: float | None = None, dollars: float | None = None) -> list[str]:

@@ -178,7 +178,7 @@ CASES = [
          setup=lambda d, data, run: (_copy_run(d, data, run), _bigger_tokenizer(_ckpt(d) / "tokenizer.json"),
                                      _record_sha256(_ckpt(d)))),
     Case("resume-with-another-tokenizer", ["train", "--resume", "{dir}/run", "train.max_steps=30"],
-         ["is not the tokenizer", "data.prepared_dir"],
+         ["{dir}/data holds other data than the run trained on", "data.prepared_dir=DIR"],
          setup=lambda d, data, run: (_copy_run(d, data, run), _copy_data(d, data, run),
                                      _bigger_tokenizer(d / "data" / "tokenizer.json"),
                                      _retouch_yaml(d / "run" / "config.yaml", str(data.resolve()), str(d / "data")))),
@@ -443,6 +443,24 @@ CASES = [
                                 "--reward", "huge:reward"],
          ["rl.reward huge:reward returned 1e+308 for the answer 'Paris.' to 'What is 1 plus 1?'", "beyond ±1e+06"],
          setup=lambda d, *_: _reward_module(d, "huge", "return 1e308")),
+    # -- runs and their folders (issue 48, item 8): a file of yours under a run log's name does not make a folder a
+    # run's or a mirror's, so nothing appends to it
+    Case("train-into-a-folder-with-your-launches-log", ["train", "{dir}/run.yaml", "--out", "{dir}/mine", "--data",
+                                                        "{data}"],
+         ["--out {dir}/mine holds files that are not burnout's (launches.jsonl)"],
+         setup=lambda d, *_: (_config(d, TINY), _yours(d / "mine", "launches.jsonl"))),
+    Case("train-into-a-folder-with-your-metrics-log", ["train", "--data", "{data}", "--model", "llama-tiny", "--out",
+                                                       "{dir}/mine"],
+         ["--out {dir}/mine holds files that are not burnout's (metrics.jsonl)"],
+         setup=lambda d, *_: _yours(d / "mine", "metrics.jsonl")),
+    Case("resume-a-folder-with-your-logs", ["train", "--resume", "{dir}/mine"],
+         ["--resume {dir}/mine holds files that are not burnout's (config.yaml, launches.jsonl, metrics.jsonl)"],
+         setup=lambda d, *_: (_yours(d / "mine", "launches.jsonl", "metrics.jsonl"),
+                              (d / "mine" / "config.yaml").write_text(TINY))),
+    Case("mirror-into-a-folder-with-your-launches-log", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data",
+                                                         "{data}", "train.mirror_dir={dir}/volume"],
+         ["train.mirror_dir {dir}/volume holds files that are not burnout's (launches.jsonl)"],
+         setup=lambda d, *_: (_config(d, TINY), _yours(d / "volume", "launches.jsonl"))),
 ]
 
 

@@ -68,13 +68,16 @@ def test_no_command_is_one_line_naming_help(capsys):
 # Bad input through the real CLI
 
 
+EXISTING_LOG = '{"step": 10, "tokens": 5120, "train_loss": 3.5, "elapsed_s": 1.5}\n'
+
+
 @pytest.fixture(scope="module")
 def failures(tmp_path_factory):
     """Start every failing command at once; return {case: (CompletedProcess-like, paths)}."""
     root = tmp_path_factory.mktemp("cli")
     existing = root / "existing-run"
     existing.mkdir()
-    (existing / "metrics.jsonl").write_text('{"step": 10, "loss": 3.5}\n')
+    (existing / "metrics.jsonl").write_text(EXISTING_LOG)  # a step as the loop logs it: a run's, not a file of yours
     cases = {
         "unknown-preset": ["model", "info", "nope"],
         "typo-key": ["train", "quickstart", "--out", str(root / "typo"), "train.lrr=1"],
@@ -140,7 +143,7 @@ def test_failed_train_creates_no_run_folder(failures):
 def test_existing_run_is_left_untouched(failures):
     root, _ = failures
     existing = root / "existing-run"
-    assert (existing / "metrics.jsonl").read_text() == '{"step": 10, "loss": 3.5}\n'
+    assert (existing / "metrics.jsonl").read_text() == EXISTING_LOG
     # Refused before anything was written: no data was prepared into it, no checkpoint folder made.
     assert sorted(p.name for p in existing.iterdir()) == ["metrics.jsonl"]
 

@@ -37,9 +37,9 @@ from pathlib import Path
 
 import safetensors.torch
 import torch
-import yaml
 
 from burnout.common import (
+    CHECKPOINT_DIR,
     LAUNCHES_FILE,
     METRICS_FILE,
     REPORT_DIR,
@@ -49,19 +49,19 @@ from burnout.common import (
     check_output_folder,
     first_line,
     folder_contents,
+    is_finite_number,
     read_jsonl,
     sha256_file,
     unwrapped,
     write_atomic,
     write_atomic_with,
 )
-from burnout.config import RunConfig, load_run_config
+from burnout.config import RunConfig, load_saved_config, saved_config_text
 from burnout.core.device import lowbit_optim
 from burnout.errors import BurnoutError, StorageError
 from burnout.models import Transformer
 from burnout.models.memory import param_counts, static_bytes
 
-CHECKPOINT_DIR = "checkpoints"
 MANIFEST_FILE = "sha256.json"
 # What every checkpoint folder holds besides MANIFEST_FILE (see the module docstring).
 CHECKPOINT_FILES = ("model.safetensors", "state.pt", RUN_CONFIG_FILE, "info.json", TOKENIZER_FILE)
@@ -96,7 +96,7 @@ def save_checkpoint(
         tmp.mkdir()
         write_atomic_with(tmp / "model.safetensors", lambda path: safetensors.torch.save_model(model, str(path)))
         torch.save(state, tmp / "state.pt")
-        write_atomic(tmp / RUN_CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_atomic(tmp / RUN_CONFIG_FILE, saved_config_text(cfg, run_dir))
         write_atomic(tmp / "info.json", json.dumps(info, indent=2))
         shutil.copyfile(tokenizer_path, tmp / TOKENIZER_FILE)
         digests = {f.name: sha256_file(f) for f in sorted(tmp.iterdir())}
@@ -198,7 +198,7 @@ def check_mirror(run_dir: Path, mirror_dir: Path) -> None:
     run = _first_launch(run_dir) or "a run not launched yet"
 
     def mirror_of(folder: Path) -> dict | None:
-        if (folder / LAUNCHES_FILE).is_file():
+        if launch_log(folder):
             return {"kind": "mirror", "source": _first_launch(folder)}
         names = folder_contents(folder)
         if CHECKPOINT_DIR in names and all(name in (CHECKPOINT_DIR, REPORT_DIR, *RUN_LOG_FILES)
@@ -209,9 +209,30 @@ def check_mirror(run_dir: Path, mirror_dir: Path) -> None:
     check_output_folder(mirror_dir, "train.mirror_dir", "mirror", run, reads=[run_dir], recognise=mirror_of)
 
 
+def launch_log(folder: Path) -> list[dict]:
+    """The launches in `folder`'s launches.jsonl where it is a run's (every record a launch: its time, step, argv and
+    versions, as train/provenance.py writes them); [] where there is none, or where a file of that name holds
+    anything else: someone's own file, which no command takes for a run's log or appends to."""
+    launches = read_jsonl(Path(folder) / LAUNCHES_FILE)
+    fields = {"time", "step", "argv", "versions"}
+    return launches if all(isinstance(launch, dict) and fields <= launch.keys() for launch in launches) else []
+
+
+def step_log(folder: Path) -> bool:
+    """Whether `folder`'s metrics.jsonl is a run's: records, every one a logged step (a whole-number step, and its
+    tokens and elapsed_s), as train/metrics.py writes them; a file of that name holding anything else is not."""
+    records = read_jsonl(Path(folder) / METRICS_FILE)
+
+    def logged_step(record) -> bool:
+        return (isinstance(record, dict) and type(record.get("step")) is int
+                and all(is_finite_number(record.get(key)) for key in ("tokens", "elapsed_s")))
+
+    return bool(records) and all(logged_step(record) for record in records)
+
+
 def _first_launch(folder: Path) -> str | None:
     """The run whose launches.jsonl `folder` holds, named by its first launch (when, where, the command)."""
-    launches = read_jsonl(Path(folder) / LAUNCHES_FILE)
+    launches = launch_log(folder)
     if not launches:
         return None
     first = launches[0]
@@ -337,7 +358,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
     if verify and (problem := checkpoint_problem(path)) is not None:
         raise BurnoutError(f"checkpoint {path} is unreadable: {problem}; use another checkpoint of the run "
                            "(or its copy in train.mirror_dir) or train again")
-    cfg = load_run_config(path / RUN_CONFIG_FILE)
+    cfg = load_saved_config(path / RUN_CONFIG_FILE)
     model = model_for(cfg)
     name = "model.safetensors"
     try:

@@ -13,13 +13,10 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 
 import torch
-import yaml
 from tokenizers import Tokenizer
 
 from burnout.common import (
     EOT_TOKEN,
-    LAUNCHES_FILE,
-    METRICS_FILE,
     RUN_CONFIG_FILE,
     TOKENIZER_FILE,
     check_output_folder,
@@ -29,17 +26,19 @@ from burnout.common import (
     write_atomic,
     writing_into,
 )
-from burnout.config import apply_override, load_run_config
+from burnout.config import apply_override, load_run_config, saved_config_text
 from burnout.core.chat_template import CHAT_TEMPLATE, CHAT_TOKENS, chat_token_ids, is_chat_model
 from burnout.core.checkpoint import (
     CHECKPOINT_DIR,
     MANIFEST_FILE,
     Checkpoint,
     holds_run,
+    launch_log,
     list_checkpoints,
     load_checkpoint,
     resolve_checkpoint,
     save_checkpoint,
+    step_log,
 )
 from burnout.data.prepare import data_folder_owner
 from burnout.data.tokenizer import load_tokenizer
@@ -91,8 +90,9 @@ def is_run_folder(folder: str | Path) -> bool:
 
 def _told_by_content(folder: Path) -> dict | None:
     """A folder of burnout's without an OWNER_FILE, told by what it holds: a run (made before OWNER_FILE was
-    written) by its checkpoints or a run's logs; prepared data by its manifest or meta."""
-    if list_checkpoints(folder) or any((folder / name).is_file() for name in (METRICS_FILE, LAUNCHES_FILE)):
+    written) by its checkpoints or a run's logs in burnout's format (a file of your own that bears a log's name
+    does not make a folder a run's); prepared data by its manifest or meta."""
+    if list_checkpoints(folder) or step_log(folder) or launch_log(folder):
         return {"kind": "run", "source": None}
     return data_folder_owner(folder)
 
@@ -165,7 +165,7 @@ def grow_run(source: str | Path, out_dir: str | Path, overrides: Iterable[str]) 
     with writing:
         written = save_checkpoint(out_dir, cfg, model, {"step": 0, "tokens": 0},
                                   {"step": 0, "tokens": 0, "grown_from": record}, path / TOKENIZER_FILE, keep_last=1)
-        write_atomic(Path(out_dir) / RUN_CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_atomic(Path(out_dir) / RUN_CONFIG_FILE, saved_config_text(cfg, out_dir))
     return written, record
 
 

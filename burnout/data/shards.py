@@ -28,9 +28,9 @@ import os
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from burnout.common import RUN_CONFIG_FILE, sha256_file, write_atomic
+from burnout.common import RUN_CONFIG_FILE, TOKENIZER_FILE, sha256_file, write_atomic
+from burnout.config import read_saved_config
 from burnout.errors import BurnoutError
 
 FORMAT = "burnout-tokens-v2"
@@ -278,6 +278,22 @@ def read_meta(data_dir: str | Path) -> dict:
     return meta
 
 
+def data_fingerprint(data_dir: str | Path) -> str | None:
+    """What tells the data of one prepared folder (pretraining's or a fine-tune's) from any other's: the sha256 of
+    its meta.json, as JSON with its keys sorted (it records each token file's sha256, or a fine-tune's counts), and
+    of its tokenizer.json. Cheap (no token file is read), so a run records it at each launch and checks it on resume.
+    None where either file is missing or unreadable."""
+    data_dir = Path(data_dir)
+    try:
+        meta = json.loads((data_dir / META_FILE).read_text(encoding="utf-8"))
+        tokenizer = (data_dir / TOKENIZER_FILE).read_bytes()
+    except (OSError, ValueError):
+        return None
+    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
+    digest.update(hashlib.sha256(tokenizer).digest())
+    return digest.hexdigest()
+
+
 def _run_around(folder: Path) -> tuple[str, Path] | None:
     """For `folder` that holds no data folder's files but is a run folder, a checkpoint or a run's checkpoints
     folder: (what it is, the run's data folder: data.prepared_dir of the config.yaml there, else RUN/data).
@@ -285,9 +301,11 @@ def _run_around(folder: Path) -> tuple[str, Path] | None:
     if (folder / MANIFEST_FILE).exists():
         return None  # a data folder whose preparation has not finished
     for run in (folder, folder.parent, folder.parent.parent):
+        if not (run / RUN_CONFIG_FILE).is_file():
+            continue
         try:
-            config = yaml.safe_load((run / RUN_CONFIG_FILE).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            config = read_saved_config(run / RUN_CONFIG_FILE)
+        except BurnoutError:  # not YAML, or not a mapping
             continue
         data = config.get("data") if isinstance(config, dict) else None
         prepared = data.get("prepared_dir") if isinstance(data, dict) else None

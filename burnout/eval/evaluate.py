@@ -242,6 +242,9 @@ def evaluate_checkpoint(
         val_dir = data_dir or ckpt.config.data.prepared_dir
         if not val_dir:
             raise BurnoutError(f"checkpoint {ckpt.path} names no prepared data; pass --data DIR for the val task")
+        if data_dir is None and not Path(val_dir).exists():  # the run's data, moved or deleted since it trained
+            raise BurnoutError(f"checkpoint {ckpt.path}: the data it trained on, {val_dir} (data.prepared_dir), are "
+                               "gone; give the folder that holds them now: --data DIR")
         seq_len = ckpt.config.train.seq_len or model.cfg.context_length
         record["tasks"]["val"] = evaluate_val(model, tokenizer, val_dir, seq_len, limit=limit)
         report("val", record["tasks"]["val"])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from burnout.common import RUN_CONFIG_FILE, checked_number, tokenizer_file
-from burnout.config import load_run_config
+from burnout.config import load_run_config, load_saved_config
 from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.model_files import load_model
@@ -80,7 +80,7 @@ def example_prompts(entries: dict[str, Entry]) -> list[str]:
     data_dirs: dict[str, None] = {}
     for entry in entries.values():
         if not entry.chat:
-            cfg = load_run_config(entry.path / RUN_CONFIG_FILE)
+            cfg = load_saved_config(entry.path / RUN_CONFIG_FILE)
             prompts.update(dict.fromkeys([cfg.train.sample_prompt] if cfg.train.sample_prompt else []))
             data_dirs.update(dict.fromkeys([cfg.data.prepared_dir] if cfg.data.prepared_dir else []))
     for data_dir in data_dirs:
@@ -93,7 +93,7 @@ def chat_questions(entries: dict[str, Entry]) -> list[str]:
     EXAMPLE_DOCUMENTS held-out conversations of each one's fine-tuning data (the kind it learnt to answer, never seen
     answered); none for a run whose data folder can no longer be read."""
     questions: dict[str, None] = {}
-    data_dirs = dict.fromkeys(load_run_config(entry.path / RUN_CONFIG_FILE).data.prepared_dir
+    data_dirs = dict.fromkeys(load_saved_config(entry.path / RUN_CONFIG_FILE).data.prepared_dir
                               for entry in entries.values() if entry.chat)
     for data_dir in filter(None, data_dirs):
         try:

@@ -35,7 +35,7 @@ from burnout.common import (
     sha256_file,
     write_atomic,
 )
-from burnout.config import RunConfig, load_run_config
+from burnout.config import RunConfig, load_saved_config
 from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import CHECKPOINT_DIR, resolve_checkpoint, run_dir_of
 from burnout.data.shards import META_FILE
@@ -91,7 +91,7 @@ class Facts:
 def read_facts(checkpoint: str | Path) -> Facts:
     """The facts of `checkpoint` (a checkpoint folder, or a run folder: its newest) and of the runs it started from."""
     ckpt = resolve_checkpoint(checkpoint)
-    cfg = load_run_config(ckpt / RUN_CONFIG_FILE)
+    cfg = load_saved_config(ckpt / RUN_CONFIG_FILE)
     facts = Facts(ckpt, cfg, _json(ckpt / "info.json") or {}, _data_dir(cfg, run_dir_of(ckpt)))
     _read_history(facts)
     record = _json(facts.run_dir / "eval" / f"{ckpt.name}.json")  # `burnout eval` of this checkpoint, no other's
@@ -201,7 +201,7 @@ def _read_history(facts: Facts) -> None:
             return
         try:
             found = resolve_checkpoint(_located(str(parent), search))
-            cfg, info = load_run_config(found / RUN_CONFIG_FILE), _json(found / "info.json") or {}
+            cfg, info = load_saved_config(found / RUN_CONFIG_FILE), _json(found / "info.json") or {}
         except (BurnoutError, OSError):
             facts.missing.append(f"{_label(*_run_and_step(parent))}, the model "
                                  f"{_label(*_run_and_step(ckpt, info.get('step')))} started from, and what it learned "

@@ -42,6 +42,9 @@ THROUGHPUT_DROP = 0.5
 # Val loss this many nats above train loss (held-out text given e ≈ 2.7 times less probability per token than the
 # training text), with train loss under half of val's, is reported as memorising (docs/USAGE.md, "Your own text").
 MEMORISING_GAP = 1.0
+# A last val loss this many nats above where the run started (a hundredth of a nat: 1% in perplexity) is reported as
+# a run that ended worse than it started; a smaller difference is no change worth a line.
+WORSE_THAN_START = 0.01
 
 
 @dataclass
@@ -220,7 +223,76 @@ def anomalies(run: RunLog) -> list[str]:
         median = statistics.median(speeds)
         found += [f"step {s}: throughput {v:,.0f} tokens/s, under {THROUGHPUT_DROP:.0%} of the median {median:,.0f}"
                   for s, v in zip(steps, speeds) if v < THROUGHPUT_DROP * median]
-    return found + _val_loss_anomalies(run)
+    return found + _val_loss_anomalies(run) + _ended_worse(run)
+
+
+def _ended_worse(run: RunLog) -> list[str]:
+    """A line for a run whose last val loss is above where it started (started_from): training it undid what it
+    started with. A continued run re-warmed to its parent's peak LR with a fresh optimizer did this (docs/USAGE.md,
+    "Continued pretraining")."""
+    evaluated = [r for r in run.records if is_finite_number(r.get("val_loss"))]
+    start = started_from(run)
+    if not evaluated or start is None:
+        return []
+    last, (loss, where) = evaluated[-1], start
+    if last["val_loss"] <= loss + WORSE_THAN_START:
+        return []
+    line = (f"step {last['step']}: val loss {last['val_loss']:.4f} ends above {loss:.4f}, {where}: the run ended "
+            "worse than it started")
+    if run.lineage is not None:
+        line += ("; a continued run that re-warms to a peak LR as high as its parent's, with a fresh optimizer, undoes "
+                 "what its parent learned: give it a lower train.lr (docs/USAGE.md, \"Continued pretraining\")")
+    return [line]
+
+
+def started_from(run: RunLog) -> tuple[float, str] | None:
+    """Where a run's val loss started, and what that figure is: for a continued run on its parent's data, the val loss
+    of the model it started from (parent_val_loss); else its own first evaluation, when it logged a later one."""
+    lineage = run.lineage
+    if lineage is not None and _same_folder(lineage.get("parent_data"), lineage.get("data")):
+        parent = parent_val_loss(lineage)
+        if parent is not None:
+            return parent
+    evaluated = [r for r in run.records if is_finite_number(r.get("val_loss"))]
+    if len(evaluated) < 2:
+        return None
+    return evaluated[0]["val_loss"], f"its first, at step {evaluated[0]['step']}"
+
+
+def parent_val_loss(lineage: dict) -> tuple[float, str] | None:
+    """The val loss of the checkpoint a continued run started from, measured on that checkpoint's own weights (its
+    info.json, else its run's log at its step), and what it is; for a start point `burnout grow` wrote, which holds
+    none, that of the checkpoint it was grown from, whose outputs it has. None where neither is found."""
+    checkpoint, run_dir, step = Path(lineage["init_from"]), Path(lineage["parent_run"]), lineage["parent_step"]
+    what = f"that of {checkpoint}, the model it started from"
+    for _ in range(2):
+        info = _json_file(checkpoint / "info.json")
+        if is_finite_number(info.get("val_loss")) and info.get("val_step") == step:
+            return info["val_loss"], what
+        logged = [r for r in step_records(run_dir / METRICS_FILE)[0] if r["step"] == step
+                  and is_finite_number(r.get("val_loss"))] if (run_dir / METRICS_FILE).is_file() else []
+        if logged:
+            return logged[-1]["val_loss"], what
+        grown = info.get("grown_from")
+        if not isinstance(grown, dict) or not isinstance(grown.get("checkpoint"), str):
+            return None
+        what = f"that of {grown['checkpoint']}, which the model it started from was grown from (the same outputs)"
+        checkpoint, step = Path(grown["checkpoint"]), grown.get("step")
+        run_dir = Path(grown["run"]) if isinstance(grown.get("run"), str) else checkpoint
+    return None
+
+
+def _json_file(path: Path) -> dict:
+    """A JSON object from a file, or {} where it is missing or not one."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _same_folder(a, b) -> bool:
+    return isinstance(a, str) and isinstance(b, str) and Path(a).resolve() == Path(b).resolve()
 
 
 def _val_loss_anomalies(run: RunLog) -> list[str]:

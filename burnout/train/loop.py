@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 from tqdm import tqdm
 
 from burnout.common import (
@@ -38,7 +37,7 @@ from burnout.common import (
     unwrapped,
     write_atomic,
 )
-from burnout.config import RunConfig, TrainConfig
+from burnout.config import RunConfig, TrainConfig, saved_config_text
 from burnout.core.checkpoint import holds_run, list_checkpoints
 from burnout.core.device import configure_backends, resolve_device
 from burnout.core.rng import seed_everything
@@ -393,8 +392,8 @@ class Trainer:
                 MetricsLog(self.run_dir).truncate_after(self.step)
             if resumed_with:
                 append_jsonl(self.run_dir / RESUMES_FILE, resumed_with)
-            write_atomic(self.run_dir / RUN_CONFIG_FILE, yaml.safe_dump(self.cfg.to_dict(), sort_keys=False))
-            record_launch(self.run_dir, self.step, self.device, dist.world_size, self.recipe.lineage,
+            write_atomic(self.run_dir / RUN_CONFIG_FILE, saved_config_text(self.cfg, self.run_dir))
+            record_launch(self.run_dir, self.step, self.device, dist.world_size, self.data_dir, self.recipe.lineage,
                           precision=self.precision)
         show_bar = dist.is_main and (sys.stderr.isatty() if self.progress is None else self.progress)
         self.bar = tqdm(total=self.stop_at, initial=self.step, disable=not show_bar, unit="step", dynamic_ncols=True)

@@ -9,6 +9,8 @@ which command, code and machine produced its numbers.
     device            what the steps ran on: the GPU's name, or the CPU's model and thread count
     precision         what the steps ran in (fp32, bf16, fp16, fp8): train.precision, `auto` as it resolved here
     world_size        processes under torchrun (1 otherwise)
+    data              the data folder it trained on and its fingerprint (data/shards.py: data_fingerprint), which
+                      a resume checks the folder it finds against (trained_data)
     lineage           a continued run's first launch (train.init_from): the checkpoint its step 0 loaded, its
                       run and step, the parent's data folder and this run's, the loaded weights' sha256
 """
@@ -27,9 +29,10 @@ import torch
 
 from burnout.common import LAUNCHES_FILE, append_jsonl, read_jsonl
 from burnout.core.device import describe_device
+from burnout.data.shards import data_fingerprint
 
 
-def record_launch(run_dir: Path, step: int, device: torch.device, world_size: int,
+def record_launch(run_dir: Path, step: int, device: torch.device, world_size: int, data_dir: Path,
                   lineage: dict | None = None, precision: str | None = None) -> None:
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -40,6 +43,7 @@ def record_launch(run_dir: Path, step: int, device: torch.device, world_size: in
         "versions": {"burnout": _package_version(), "torch": torch.__version__, "python": platform.python_version()},
         "device": describe_device(device),
         "world_size": world_size,
+        "data": {"dir": str(Path(data_dir).resolve()), "sha256": data_fingerprint(data_dir)},
     }
     if precision is not None:
         entry["precision"] = precision
@@ -51,6 +55,13 @@ def record_launch(run_dir: Path, step: int, device: torch.device, world_size: in
 def lineage_of(run_dir: Path) -> dict | None:
     """What a continued run started from (its first launch's lineage), or None for a run that started afresh."""
     return next((launch["lineage"] for launch in read_launches(run_dir) if "lineage" in launch), None)
+
+
+def trained_data(run_dir: Path) -> dict | None:
+    """The data folder a run's newest launch trained on, and its fingerprint ({"dir", "sha256"}); None for a run
+    launched before launches recorded them."""
+    return next((launch["data"] for launch in reversed(read_launches(run_dir))
+                 if isinstance(launch.get("data"), dict) and launch["data"].get("sha256")), None)
 
 
 def read_launches(run_dir: Path) -> list[dict]:

@@ -19,11 +19,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from burnout.common import RUN_CONFIG_FILE, killed_writer
-from burnout.config import RunConfig, load_run_config
+from burnout.config import RunConfig, load_saved_config
 from burnout.core.checkpoint import holds_run
 from burnout.core.model_files import is_run_folder, writing_run
+from burnout.data.shards import data_fingerprint
 from burnout.errors import BurnoutError
 from burnout.train.loop import TrainResult, refuse_existing_run, train
+from burnout.train.provenance import trained_data
 from burnout.train.recipe import Recipe
 
 # Changing these mid-run would change which tokens the resumed run sees (or, for the optimizer, which
@@ -64,19 +66,46 @@ def resume_run(run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
 
 def _resume(run_dir: Path, config_path: Path, recipe_for: RecipeFor, overrides: list[str],
             on_event: Callable[[str], None], progress: bool | None) -> TrainResult:
-    saved = load_run_config(config_path)
-    cfg = load_run_config(config_path, overrides)
+    saved = load_saved_config(config_path)
+    cfg = load_saved_config(config_path, overrides)
+    if not cfg.data.prepared_dir:  # every run that trained names its data: this folder holds weights imported
+        raise BurnoutError(f"--resume {run_dir}: its config.yaml names no data (data.prepared_dir), so nothing trained "
+                           f"there; train it in a new run: burnout train --init-from {run_dir} --data DIR "
+                           "--out NEW_RUN")
+    # The data may move (data.prepared_dir), not change: what the folder holds is checked against the run's record.
+    data_dir = Path(cfg.data.prepared_dir).absolute()
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, prepared_dir=str(data_dir)))
+    moved = dataclasses.replace(saved, data=dataclasses.replace(saved.data, prepared_dir=str(data_dir)))
     # Compare values rather than override keys: `--train.batch_size=8` or `train={...}` change them too.
     for key in _RESUME_FIXED:
-        if _field(cfg, key) != _field(saved, key):
+        if _field(cfg, key) != _field(moved, key):
             raise BurnoutError(f"--resume: '{key}' cannot change in a running run; start a new run instead")
+    check_resume_data(Path(run_dir), data_dir, on_event if os.environ.get("RANK", "0") == "0" else lambda line: None)
     before = _flat(saved.to_dict())
     changed = {k: v for k, v in _flat(cfg.to_dict()).items() if before.get(k) != v}
     # The safe overrides (LR, phases, logging), recorded in resumes.jsonl once the run has accepted them.
     resumed_with = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "overrides": list(overrides),
                     "changed": changed} if changed else None
-    return train(cfg, run_dir, Path(cfg.data.prepared_dir), recipe_for(cfg), resume=True, progress=progress,
+    return train(cfg, run_dir, data_dir, recipe_for(cfg), resume=True, progress=progress,
                  on_event=on_event, resumed_with=resumed_with)
+
+
+def check_resume_data(run_dir: Path, data_dir: Path, say: Callable[[str], None]) -> None:
+    """Refuse, in one line, to resume on a data folder that is gone or holds other data than the run trained on (its
+    fingerprint against the one its last launch recorded: provenance.trained_data); else say which folder it uses.
+    A run folder's own data are named relative to it (config.saved_config_text), so a copy of it resumes on its own
+    copy, and one whose copy was deleted is refused here rather than resumed on its original's."""
+    recorded, found = trained_data(run_dir), data_fingerprint(data_dir)
+    fix = f"give the folder that holds them now: burnout train --resume {run_dir} data.prepared_dir=DIR"
+    if found is None:
+        state = "is gone" if not data_dir.exists() else "holds no finished data (no meta.json or tokenizer.json)"
+        raise BurnoutError(f"--resume {run_dir}: its data folder {data_dir} (data.prepared_dir) {state}, and the run "
+                           f"goes on only on the data it trained on; put them back there, or {fix}")
+    if recorded is not None and found != recorded["sha256"]:
+        raise BurnoutError(f"--resume {run_dir}: {data_dir} holds other data than the run trained on (its meta.json "
+                           f"or tokenizer.json differ from those its last launch recorded, in {recorded['dir']}); "
+                           f"{fix}")
+    say(f"data: {data_dir}" + (" (the data the run trained on, checked)" if recorded is not None else ""))
 
 
 def start_or_resume(cfg: RunConfig, run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),

@@ -16,7 +16,7 @@ import torch
 
 from burnout.cli import main
 from burnout.common import TOKENIZER_FILE, format_bytes
-from burnout.config import AdapterConfig, DPOConfig, ModelConfig, TrainConfig, load_run_config
+from burnout.config import AdapterConfig, DPOConfig, ModelConfig, TrainConfig, load_run_config, load_saved_config
 from burnout.core.chat_template import IM_END, IM_START
 from burnout.core.checkpoint import list_checkpoints, load_checkpoint
 from burnout.errors import BurnoutError
@@ -105,7 +105,7 @@ def _chat_tokens(length: int = 24) -> torch.Tensor:
 
 
 def test_the_added_rows_train_and_every_other_weight_keeps_the_bases_bits(lora_run, grown_base):
-    cfg = load_run_config(lora_run / "config.yaml")
+    cfg = load_saved_config(lora_run / "config.yaml")
     assert cfg.sft.added_tokens == [IM_START, IM_END] and cfg.model.tie_embeddings
     assert lora_token_rows(cfg) == NEW
     final = load_checkpoint(lora_run).model
@@ -135,7 +135,7 @@ def test_im_end_gains_where_the_answers_end(lora_run, grown_base):
 
 
 def test_trainable_parameters_are_the_adapters_and_k_rows(lora_run):
-    cfg = load_run_config(lora_run / "config.yaml")
+    cfg = load_saved_config(lora_run / "config.yaml")
     model = build_model(cfg, CPU)
     adapters = sum(v.numel() for v in lora_state_dict(model).values())
     counts = trainable_counts(model)
@@ -202,7 +202,7 @@ def test_the_run_adapter_is_written_from_a_checkpoint_alone(lora_run, tmp_path):
 
 
 def test_dpo_and_full_fine_tunes_train_no_rows(lora_run):
-    cfg = load_run_config(lora_run / "config.yaml")
+    cfg = load_saved_config(lora_run / "config.yaml")
     # A DPO run of an earlier version kept its base's sft section, added_tokens included: its base already has them.
     dpo = dataclasses.replace(cfg, dpo=DPOConfig(base="b", source="s", lora=AdapterConfig(r=4, alpha=8)))
     assert lora_token_rows(dpo) == []
@@ -213,7 +213,7 @@ def test_dpo_and_full_fine_tunes_train_no_rows(lora_run):
 
 
 def test_rows_refuse_fsdp_and_a_missing_tokenizer(lora_run, tmp_path):
-    cfg = load_run_config(lora_run / "config.yaml")
+    cfg = load_saved_config(lora_run / "config.yaml")
     fsdp = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, distributed="fsdp"))
     with pytest.raises(BurnoutError, match=r"^train\.distributed: a LoRA fine-tune that added tokens"):
         build_model(fsdp, CPU)

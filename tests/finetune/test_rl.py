@@ -524,12 +524,12 @@ def test_an_rl_run_exports_with_a_model_card_that_says_how_it_was_tuned(rl_run, 
 def test_tokens_per_second_counts_the_sampled_answers_trained_on(rl_run):
     """The step's loader gives question numbers (B, 1); what it computes is the (B × group, T) batch of answers it
     samples, and tokens/s and MFU count those positions."""
-    from burnout.config import load_run_config
+    from burnout.config import load_saved_config
     from burnout.core.model_files import load_model
     from burnout.runs import recipe_for
     from burnout.train.step import accumulate_gradients
 
-    cfg = load_run_config(rl_run / "config.yaml")
+    cfg = load_saved_config(rl_run / "config.yaml")
     recipe = recipe_for(cfg)
     model, _, _ = load_model(rl_run)
     objective = recipe.objective(model, cfg, resumed=True)
@@ -584,13 +584,13 @@ def test_held_out_pass_rates_do_not_depend_on_the_batch_size(rl_run, chat_run):
 
 
 def test_the_run_answers_held_out_questions_before_and_after_and_the_report_shows_them(rl_run, chat_run):
-    from burnout.config import load_run_config
+    from burnout.config import load_saved_config
     from burnout.core.model_files import load_model
     from burnout.finetune.rl import EXAMPLES_FILE, example_answers, read_prepared_tasks
     from burnout.report.render import run_blocks
     from burnout.report.runlog import load_run
 
-    cfg = load_run_config(rl_run / "config.yaml")
+    cfg = load_saved_config(rl_run / "config.yaml")
     examples = json.loads((rl_run / EXAMPLES_FILE).read_text(encoding="utf-8"))
     tasks = read_prepared_tasks(Path(cfg.data.prepared_dir))["val"][:3]
     assert [e["question"] for e in examples] == [t.prompt for t in tasks]
@@ -625,7 +625,7 @@ def test_a_lora_run_trains_the_adapters_alone_and_its_kl_is_to_the_model_with_th
     policy with its adapters off gives chat_run's log-probabilities, and its own differ. The logged KL is 0 at
     step 1 (fresh adapters, B = 0: the policy is the reference) and not after (k1, log π − log π_ref on the sampled
     answers, is unbiased but can be negative on one batch)."""
-    from burnout.config import load_run_config
+    from burnout.config import load_saved_config
     from burnout.core.model_files import load_model
     from burnout.runs import recipe_for
 
@@ -636,7 +636,7 @@ def test_a_lora_run_trains_the_adapters_alone_and_its_kl_is_to_the_model_with_th
     for key in start:
         assert torch.equal(final[key], start[key]), key
     assert any(key.endswith(".lora_B") and final[key].any() for key in adapters)  # the adapters learned
-    cfg = load_run_config(lora_rl_run / "config.yaml")
+    cfg = load_saved_config(lora_rl_run / "config.yaml")
     policy, _, _ = load_model(lora_rl_run)
     objective = recipe_for(cfg).objective(policy, cfg, resumed=True)
     loader = recipe_for(cfg).loaders(cfg, Path(cfg.data.prepared_dir), cfg.train.seq_len)["train"]

@@ -14,7 +14,7 @@ import safetensors.torch
 import torch
 
 from burnout.cli import main
-from burnout.config import load_run_config
+from burnout.config import load_run_config, load_saved_config
 from burnout.core.chat_template import IM_END, IM_START
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.model_files import load_model
@@ -94,7 +94,7 @@ def test_full_sft_adds_the_chat_tokens_grows_the_model_and_records_it(base_run, 
     events = (full_run / "events.txt").read_text()
     assert f"added {IM_START}, {IM_END}" in events and "512 → 514" in events
     assert "trainable parameters" in events and "examples read" in events
-    cfg = load_run_config(full_run / "config.yaml")
+    cfg = load_saved_config(full_run / "config.yaml")
     assert cfg.sft is not None and cfg.sft.added_tokens == [IM_START, IM_END]
     assert cfg.model.vocab_size == 514
     model, tokenizer, ckpt = load_model(full_run)
@@ -106,7 +106,7 @@ def test_full_sft_adds_the_chat_tokens_grows_the_model_and_records_it(base_run, 
 
 def test_step_0_of_a_fine_tune_is_the_base_with_its_new_rows_at_the_mean(base_run, full_run):
     base, _, _ = load_model(base_run)
-    cfg = load_run_config(full_run / "config.yaml")
+    cfg = load_saved_config(full_run / "config.yaml")
     model = build_model(cfg, CPU)
     init_from_base(model, cfg)
     got, want = model.state_dict(), base.state_dict()
@@ -123,7 +123,7 @@ def test_step_0_of_a_fine_tune_is_the_base_with_its_new_rows_at_the_mean(base_ru
 
 
 def test_targets_are_the_assistant_tokens_and_their_gradient_alone_flows(full_run):
-    cfg = load_run_config(full_run / "config.yaml")
+    cfg = load_saved_config(full_run / "config.yaml")
     batches = SFTBatches(full_run / "data", "train", 4, 64, 0)
     _, tokenizer, _ = load_model(full_run)
     x, y = batches.get_batch(0)
@@ -255,8 +255,8 @@ def test_lora_trains_the_adapters_and_the_added_rows_and_saves_them_beside_the_c
     assert "for full fine-tuning" in line
     final = safetensors.torch.load_file(list_checkpoints(lora_run)[-1] / "model.safetensors")
     assert any(k.endswith(".lora_B") for k in final)
-    start = build_model(load_run_config(lora_run / "config.yaml"), CPU)
-    init_from_base(start, load_run_config(lora_run / "config.yaml"))
+    start = build_model(load_saved_config(lora_run / "config.yaml"), CPU)
+    init_from_base(start, load_saved_config(lora_run / "config.yaml"))
     for key, value in start.state_dict().items():
         if key in ("tok_emb.weight", "lm_head.weight") and key in final:  # tied: saved under one name
             assert torch.equal(final[key][:512], value[:512]) and not torch.equal(final[key][512:], value[512:])

@@ -8,6 +8,7 @@ import re
 import shlex
 import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
@@ -313,3 +314,53 @@ def test_a_continued_run_shows_its_lineage_and_its_parents_curve_first(sampled_r
     assert curves["train loss"] == ([24 + r["step"] for r in own], [r["train_loss"] for r in own])
     tokens = {label: xs for label, xs, _, _ in loss_curves(run, "tokens")}
     assert tokens["train loss"] == [parent_train[-1]["tokens"] + r["tokens"] for r in own]
+
+
+def _anomalies(capsys) -> list[str]:
+    return [line.removeprefix("  anomaly: ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("  anomaly: ")]
+
+
+def test_a_run_that_ends_worse_than_it_started_is_an_anomaly(sampled_runs, tiny_bpe_data, tmp_path, capsys):
+    """Where a run started: a continued run's parent's val loss at the checkpoint it loaded (a grown start point's: the
+    checkpoint it was grown from), on the same data; else the run's own first evaluation. Trained far too hard, each
+    ends above it and the report says so; trained gently, none does."""
+    from burnout.core.checkpoint import list_checkpoints
+
+    parent = sampled_runs[0]
+    checkpoint = list_checkpoints(parent)[-1]
+    parent_val = json.loads((checkpoint / "info.json").read_text())["val_loss"]
+    log = ["train.max_steps=4", "train.eval_interval=2", "train.ckpt_interval=4", "train.warmup_steps=0"]
+    hard, gentle = ["train.lr=0.3", "train.min_lr=0.3"], ["train.lr=1e-6", "train.min_lr=0"]
+
+    def child(name: str, start: Path, lr: list[str]) -> list[str]:
+        assert main(["train", "--init-from", str(start), "--out", str(tmp_path / name), *log, *lr]) == 0
+        capsys.readouterr()
+        assert main(["report", str(tmp_path / name)]) == 0
+        found = _anomalies(capsys)
+        md = (tmp_path / name / "report" / "report.md").read_text()
+        assert all(line in md for line in found)
+        return [line for line in found if "worse than it started" in line]
+
+    [line] = child("hard", parent, hard)
+    last = [r for r in read_metrics(tmp_path / "hard") if "val_loss" in r][-1]["val_loss"]
+    assert last > parent_val + 0.01
+    assert line.startswith(f"step 4: val loss {last:.4f} ends above {parent_val:.4f}, that of {checkpoint.resolve()}, "
+                           "the model it started from: the run ended worse than it started; a continued run"), line
+    assert "give it a lower train.lr" in line
+    assert child("gentle", parent, gentle) == []
+    # A start point `burnout grow` wrote holds no val loss: the model it was grown from does, and has its outputs.
+    assert main(["grow", str(parent), "--out", str(tmp_path / "grown"), "model.n_layer=3"]) == 0
+    [line] = child("grown-hard", tmp_path / "grown", hard)
+    assert (f"ends above {parent_val:.4f}, that of {checkpoint.resolve()}, which the model it started from was grown "
+            "from (the same outputs)") in line, line
+    # A run of its own: its first evaluation, here one it resumed past with an LR far too high.
+    run = tmp_path / "own"
+    shutil.copytree(parent, run)
+    first = [r for r in read_metrics(run) if "val_loss" in r][0]
+    assert main(["train", "--resume", str(run), "train.max_steps=28", "train.eval_interval=4", *hard]) == 0
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    last = [r for r in read_metrics(run) if "val_loss" in r][-1]["val_loss"]
+    assert (f"step 28: val loss {last:.4f} ends above {first['val_loss']:.4f}, its first, at step {first['step']}: "
+            "the run ended worse than it started") in _anomalies(capsys)

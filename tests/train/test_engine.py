@@ -326,6 +326,12 @@ def test_resume_records_safe_overrides_and_refuses_another_tokenizer(tiny_run, t
     raw = yaml.safe_load((run_b / "config.yaml").read_text())
     raw["data"]["prepared_dir"] = str(other_data)
     (run_b / "config.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(BurnoutError, match="holds other data than the run trained on"):
+        resume_training(run_b, ["train.max_steps=30"], on_event=_quiet, progress=False)
+    # A run launched before launches recorded their data's fingerprint: its checkpoint's tokenizer still tells.
+    launches = [json.loads(line) for line in (run_b / "launches.jsonl").read_text().splitlines()]
+    (run_b / "launches.jsonl").write_text("".join(json.dumps({k: v for k, v in launch.items() if k != "data"}) + "\n"
+                                                  for launch in launches))
     with pytest.raises(BurnoutError, match="is not the tokenizer"):
         resume_training(run_b, ["train.max_steps=30"], on_event=_quiet, progress=False)
 

@@ -143,7 +143,7 @@ def test_refuses_to_resume_without_a_config_and_restarts_without_a_checkpoint(ti
         resume_training(tmp_path, [], on_event=_quiet, progress=False)
     # A run killed before its first checkpoint: --resume starts it again from step 0.
     (tmp_path / "config.yaml").write_bytes((tiny_run.run_dir / "config.yaml").read_bytes())
-    (tmp_path / "metrics.jsonl").write_text('{"step": 2, "train_loss": 9.0}\n')
+    (tmp_path / "metrics.jsonl").write_text('{"step": 2, "tokens": 256, "train_loss": 9.0, "elapsed_s": 0.5}\n')
     events = []
     result = resume_training(tmp_path, ["train.max_steps=2"], on_event=events.append, progress=False)
     assert any("no checkpoint yet: starting it again from step 0" in line for line in events)

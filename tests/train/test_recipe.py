@@ -130,3 +130,23 @@ def test_a_start_point_without_training_state_is_accepted(tiny_run, tmp_path):
     assert main(["train", str(config), "--out", str(tmp_path / "carried"), "--init-from", str(grown), "--data",
                  str(tiny_run.data_dir), "train.init_optimizer=carry"]) == 2
     assert not (tmp_path / "carried").exists()
+
+
+def test_a_run_continued_with_its_parents_config_re_warms_to_a_lower_peak(tiny_run, tmp_path, capsys):
+    """`burnout train --init-from RUN --out NEW` (what `burnout grow` prints next): the parent's config with its peak
+    LRs × 0.3 (docs/USAGE.md measures why); an override sets its own; a CONFIG's schedule is its own."""
+    grown = tmp_path / "grown"
+    assert main(["grow", str(tiny_run.run_dir), "--out", str(grown), "model.n_layer=3"]) == 0
+    short = ["train.max_steps=1", "train.ckpt_interval=1"]
+    capsys.readouterr()
+    assert main(["train", "--init-from", str(grown), "--out", str(tmp_path / "default"), *short]) == 0
+    out = capsys.readouterr().out
+    parent = tiny_run.cfg.train  # lr 3e-3, min_lr 3e-4, AdamW
+    saved = yaml.safe_load((tmp_path / "default" / "config.yaml").read_text())["train"]
+    assert saved["lr"] == parent.lr * 0.3 and saved["min_lr"] == parent.min_lr * 0.3
+    assert f"train.lr {parent.lr * 0.3:.3g}: the parent's × 0.3, the peak a run continued" in out, out
+    assert main(["train", "--init-from", str(grown), "--out", str(tmp_path / "own"), *short, "train.lr=2e-3"]) == 0
+    assert "the parent's × 0.3" not in capsys.readouterr().out
+    assert yaml.safe_load((tmp_path / "own" / "config.yaml").read_text())["train"]["lr"] == 2e-3
+    child = _child(tmp_path, tiny_run, "configured")
+    assert yaml.safe_load((child / "config.yaml").read_text())["train"]["lr"] == CHILD["train"]["lr"]

@@ -1,6 +1,7 @@
 """burnout/train/run.py: one process writes a run folder. The same `burnout train` started twice on one folder (a
 spot machine's boot script run twice) refuses the second in one line naming the first (PID, command line); a first
-killed with SIGKILL leaves the folder free; a resume takes the same lock."""
+killed with SIGKILL leaves the folder free; a resume takes the same lock. A run names data inside its folder relative
+to it, so a copy resumes on its own copy; a resume refuses, in one line, data that are gone or other than the run's."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from burnout.cli import main
+from burnout.train.provenance import read_launches
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
@@ -100,3 +103,118 @@ def test_a_run_killed_while_it_prepares_its_data_is_resumed_by_the_command_resum
     assert shlex.split(command) == ["burnout", *argv], line
     assert main(shlex.split(command)[1:]) == 0
     assert "done: step 2" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------
+# A run's data: named relative to the run folder when they live in it, checked when it resumes
+
+
+@pytest.fixture(scope="module")
+def own_data_run(tmp_path_factory, tiny_run_config) -> Path:
+    """A 2-step run whose config's sources `burnout train` prepared into RUN/data (no --data). Copy it first."""
+    root = tmp_path_factory.mktemp("own_data_run")
+    config = root / "run.yaml"
+    cfg = tiny_run_config(max_steps=2, ckpt_interval=2, eval_interval=2).to_dict()
+    cfg["data"]["max_chars"] = 60_000
+    config.write_text(yaml.safe_dump(cfg))
+    assert main(["train", str(config), "--out", str(root / "run")]) == 0
+    return root / "run"
+
+
+def _resume(run: Path, *overrides: str) -> int:
+    return main(["train", "--resume", str(run), "train.max_steps=4", *overrides])
+
+
+def test_a_run_names_its_own_data_relative_to_itself_and_a_copy_resumes_on_its_copy(own_data_run, tmp_path,
+                                                                                     capsys):
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    shutil.copytree(own_data_run, original)
+    for config in (original / "config.yaml", *original.glob("checkpoints/step_*/config.yaml")):
+        assert yaml.safe_load(config.read_text())["data"]["prepared_dir"] == "data", config
+    shutil.copytree(original, copy)
+    shutil.rmtree(original / "data")  # the original's data gone: the copy must not need them
+    capsys.readouterr()
+    assert _resume(copy) == 0
+    out = capsys.readouterr().out
+    assert f"data: {copy / 'data'} (the data the run trained on, checked)" in out, out
+    assert "done: step 4" in out
+    assert [launch["data"]["dir"] for launch in read_launches(copy)] == [str((own_data_run / "data").resolve()),
+                                                                         str((copy / "data").resolve())]
+    assert main(["eval", str(copy), "--tasks", "val"]) == 0  # its checkpoints name the copy's data too
+
+
+def test_a_copy_whose_data_were_deleted_is_refused_in_one_line_and_resumes_where_they_are(own_data_run, tmp_path,
+                                                                                           capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(own_data_run, copy)
+    shutil.rmtree(copy / "data")
+    before = _snapshot(copy)
+    capsys.readouterr()
+    assert _resume(copy) == 2
+    line = _error_line(capsys)
+    assert f"--resume {copy}: its data folder {copy / 'data'} (data.prepared_dir) is gone" in line, line
+    assert f"burnout train --resume {copy} data.prepared_dir=DIR" in line, line
+    assert _snapshot(copy) == before
+    assert main(["eval", str(copy), "--tasks", "val"]) == 2
+    assert f"the data it trained on, {copy / 'data'} (data.prepared_dir), are gone" in _error_line(capsys)
+    # Where they are now (the original's, the same data): the resume goes on as the original's own resume does.
+    original = tmp_path / "original"
+    shutil.copytree(own_data_run, original)
+    assert _resume(copy, f"data.prepared_dir={original / 'data'}") == 0
+    assert f"data: {original / 'data'} (the data the run trained on, checked)" in capsys.readouterr().out
+    assert _resume(original) == 0
+    step = "checkpoints/step_0000004/model.safetensors"
+    assert (copy / step).read_bytes() == (original / step).read_bytes()
+
+
+def test_a_resume_on_other_data_of_the_same_tokenizer_is_refused(own_data_run, tmp_path, capsys):
+    copy, other = tmp_path / "copy", tmp_path / "other"
+    shutil.copytree(own_data_run, copy)
+    # Other text, encoded with the run's own tokenizer: the check of the tokenizer alone lets it through.
+    (tmp_path / "notes.txt").write_text("\n\n".join(f"note {i}: " + "words and more words " * (i % 9 + 1)
+                                                    for i in range(400)))
+    assert main(["data", "prepare", str(tmp_path / "notes.txt"), "--out", str(other), "--tokenizer",
+                 str(copy / "data")]) == 0
+    assert (other / "tokenizer.json").read_bytes() == (copy / "data" / "tokenizer.json").read_bytes()
+    before = _snapshot(copy)
+    capsys.readouterr()
+    assert _resume(copy, f"data.prepared_dir={other}") == 2
+    line = _error_line(capsys)
+    assert f"--resume {copy}: {other} holds other data than the run trained on" in line, line
+    assert f"those its last launch recorded, in {(own_data_run / 'data').resolve()}" in line, line
+    assert _snapshot(copy) == before
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name, setting", [("launches.jsonl", "--out"), ("metrics.jsonl", "--out"),
+                                           ("launches.jsonl", "train.mirror_dir")])
+def test_a_file_of_yours_under_a_run_logs_name_is_not_appended_to(tiny_run, tmp_path, capsys, name, setting):
+    """A folder without .burnout.json is a run's (or a mirror's) by its checkpoints or logs in burnout's own format:
+    a launches.jsonl or metrics.jsonl of your own leaves it yours, refused in one line as export refuses one."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run.cfg.to_dict()))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / name).write_text('{"step": 1, "loss": 2.5, "note": "my own log"}\n')
+    out, extra = (mine, []) if setting == "--out" else (tmp_path / "run", [f"train.mirror_dir={mine}"])
+    before = _snapshot(tmp_path)
+    assert main(["train", str(config), "--out", str(out), "--data", str(tiny_run.data_dir), "train.max_steps=1",
+                 *extra]) == 2
+    assert f"{setting} {mine} holds files that are not burnout's ({name})" in _error_line(capsys)
+    assert _snapshot(tmp_path) == before
+
+
+def test_resuming_a_start_point_grown_from_imported_weights_is_one_line(tiny_run, tmp_path, capsys):
+    """Imported weights name no data: a model grown from them neither, and its resume is one line, not a crash."""
+    assert main(["export", str(tiny_run.run_dir), "--to", str(tmp_path / "hf")]) == 0
+    assert main(["import", str(tmp_path / "hf"), "--to", str(tmp_path / "imported")]) == 0
+    grown = tmp_path / "grown"
+    assert main(["grow", str(tmp_path / "imported"), "--out", str(grown), "model.n_layer=3"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(grown)]) == 2
+    line = _error_line(capsys)
+    assert f"--resume {grown}: its config.yaml names no data (data.prepared_dir)" in line, line
+    assert f"burnout train --init-from {grown} --data DIR --out NEW_RUN" in line, line
