@@ -35,7 +35,7 @@ import itertools
 import json
 import os
 import sys
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict
@@ -51,7 +51,14 @@ from burnout.data import shards
 from burnout.data.clean import Cleaner
 from burnout.data.corpus import MixedCorpus, interleave_rng, iter_source, mix_corpus, source_signature
 from burnout.data.encoder import CHUNKS_AHEAD, Encoder
-from burnout.data.tokenizer import build_tokenizer, eot_id, load_tokenizer, tokenizer_kind, tokenizer_sha256
+from burnout.data.tokenizer import (
+    build_tokenizer,
+    eot_id,
+    load_tokenizer,
+    name_characters,
+    tokenizer_kind,
+    tokenizer_sha256,
+)
 from burnout.errors import BurnoutError, StorageError
 
 # Shard-format functions are called through `shards.` (not imported by name), so that one change to
@@ -124,10 +131,11 @@ def prepare_data(
 
 
 def data_warnings(meta: dict) -> list[str]:
-    """A line for each thing that makes the prepared data of `meta` unfit to train on: val's share of the tokens
-    far from data.val_fraction; train tokens far too few for any model preset to learn from."""
+    """A line for each thing that makes the prepared data of `meta` unfit to train on, or less than its sources:
+    val's share of the tokens far from data.val_fraction; train tokens far too few for any model preset to learn
+    from; characters the tokenizer could not encode, left out."""
     train = meta["splits"]["train"]["tokens"]
-    lines = [val_share_warning(meta)]
+    lines = [val_share_warning(meta), dropped_warning(meta)]
     if train < FAR_TOO_FEW_TOKENS_PER_PARAM * SMALLEST_PRESET_PARAMS:
         lines.append(f"warning: {plural(train, 'train token')}, far too few to learn from for any model preset: "
                      f"~{CHINCHILLA_TOKENS_PER_PARAM} per parameter is usual (Chinchilla), so they suit "
@@ -136,6 +144,38 @@ def data_warnings(meta: dict) -> list[str]:
                      f"parameter, under the {FAR_TOO_FEW_TOKENS_PER_PARAM:g} where a model memorises its text; "
                      "add text")
     return [line for line in lines if line]
+
+
+# The characters meta.json names of those left out, most frequent first.
+DROPPED_SHOWN = 20
+
+
+def dropped_report(dropped: Counter, documents: int) -> dict:
+    """meta.json's record of the characters left out because the tokenizer could not encode them: how many, from how
+    many documents, and the most frequent (character, code point, count), ties in code point order."""
+    ranked = sorted(dropped.items(), key=lambda item: (-item[1], item[0]))  # ties by code point: whatever the order
+    return {"characters": dropped.total(), "distinct": len(dropped), "documents": documents,
+            "most_common": [[char, f"U+{ord(char):04X}", count] for char, count in ranked[:DROPPED_SHOWN]]}
+
+
+def dropped_warning(meta: dict) -> str | None:
+    """A line when characters were left out of the documents because the tokenizer could not encode them.
+
+    They are left out rather than the preparation refused: a char tokenizer has tokens for the characters of its
+    sample (data.max_chars) only, and a character past the sample is rare by that very fact (a CJK name in an
+    English corpus); refusing would throw the preparation away over it, while an <unk> id would need a token the
+    tokenizer was not trained with. A lone surrogate (a JSON \\ud800 escape without its pair) is no character."""
+    report = meta.get("dropped_characters") or {}
+    if not report.get("characters"):
+        return None
+    chars = [char for char, _, _ in report["most_common"]]
+    surrogates = [c for c in chars if 0xD800 <= ord(c) <= 0xDFFF]
+    fixes = (["to keep them, raise data.max_chars so that the tokenizer's sample holds them, or use "
+              "tokenizer.kind: bpe, which encodes any character"] if len(surrogates) < len(chars) else [])
+    fixes += ["a lone surrogate (a JSON \\ud800 escape without its pair) is no character"] if surrogates else []
+    return (f"warning: left out {plural(report['characters'], 'character')} that the tokenizer cannot encode, from "
+            f"{plural(report['documents'], 'document')}: {name_characters(chars, report['distinct'])}; "
+            + "; ".join(fixes))
 
 
 def val_share_warning(meta: dict) -> str | None:
@@ -310,15 +350,16 @@ class _SourceStream:
         self.cleaner = cleaner
         self.encoder = encoder
         self.fill_log = fill_log
-        self.ready: deque[tuple[np.ndarray, int]] = deque()
+        self.ready: deque[tuple[np.ndarray, int, Counter]] = deque()
         self.chunks: deque[Future] = deque()  # read and cleaned, encoded or being encoded
         self.exhausted = False
         self.taken = 0  # documents handed out by next()
         # Chunks start small and double: a source that needs few documents reads few past its budget.
         self.chunk_docs = 8
 
-    def next(self) -> tuple[np.ndarray, int] | None:
-        """(token ids, characters) of the next document, or None when the source has run out."""
+    def next(self) -> tuple[np.ndarray, int, Counter] | None:
+        """(token ids, characters, the characters the tokenizer could not encode, left out) of the next document, or
+        None when the source has run out."""
         while not self.ready:
             if not self.chunks:
                 if self.exhausted:
@@ -434,6 +475,7 @@ class _SplitWriter:
                                   dtype=np.int64)
         self.taken = np.zeros(len(self.names), dtype=np.int64)
         self.taken_val = np.zeros(len(self.names), dtype=np.int64)
+        self.dropped, self.dropped_documents = Counter(), 0
         return {split: (0, 0) for split in shards.SPLITS}
 
     def _restore(self, point: dict) -> dict:
@@ -444,6 +486,7 @@ class _SplitWriter:
         self.remaining, self.taken, self.taken_val = (np.array(point[key], dtype=np.int64)
                                                       for key in ("remaining", "taken", "taken_val"))
         self.rng.bit_generator.state = point["rng"]
+        self.dropped, self.dropped_documents = Counter(point.get("dropped", {})), point.get("dropped_documents", 0)
         return point["writers"]
 
     def _save_resume_point(self) -> None:
@@ -460,6 +503,7 @@ class _SplitWriter:
             "stats": json.loads(json.dumps(self.stats)),  # a copy: it goes on counting
             "writers": {split: [writer.index, writer.filled] for split, writer in self.writers.items()},
             "documents": {split: doc_writer.count for split, doc_writer in self.doc_writers.items()},
+            "dropped": dict(self.dropped), "dropped_documents": self.dropped_documents,
         }
         shards.save_manifest(self.out_dir, self.manifest)
 
@@ -477,12 +521,18 @@ class _SplitWriter:
                 item = self.streams[i].next()
                 if item is None:  # the source ran out: its shortfall is reported
                     remaining[i] = 0
-                elif self.cfg.split == "contiguous":
-                    self._add_contiguous(i, *item, bar)
+                    continue
+                ids, chars, left_out = item
+                if left_out:
+                    self.dropped.update(left_out)
+                    self.dropped_documents += 1
+                if self.cfg.split == "contiguous":
+                    self._add_contiguous(i, ids, chars, bar)
                 else:
-                    self._add_document(i, *item, bar)
+                    self._add_document(i, ids, chars, bar)
         splits = self._finish()
         return {"splits": splits, "sources": self._source_report(splits), "cleaning": self.cleaner.report(),
+                "dropped_characters": dropped_report(self.dropped, self.dropped_documents),
                 "document_index": self._document_index}
 
     def _add_document(self, i: int, ids: np.ndarray, chars: int, bar) -> None:
