@@ -18,7 +18,7 @@ from huggingface_hub import EvalResult, ModelCardData
 from burnout.common import AUDIT_DIR, AUDIT_JSON, METRICS_FILE, format_duration, read_jsonl, write_atomic
 from burnout.config import load_run_config
 from burnout.core.chat_template import is_chat_model
-from burnout.core.checkpoint import resolve_checkpoint, run_dir_of
+from burnout.core.checkpoint import checkpoint_info, resolve_checkpoint, run_dir_of
 from burnout.data.shards import META_FILE
 from burnout.eval.references import reference_table
 from burnout.forensics.audit_summary import summary as audit_summary
@@ -50,7 +50,7 @@ def model_card(checkpoint: str | Path, name: str) -> str:
     ckpt = resolve_checkpoint(checkpoint)
     run_dir = run_dir_of(ckpt)
     cfg = load_run_config(ckpt / "config.yaml")
-    info = json.loads((ckpt / "info.json").read_text())
+    info = checkpoint_info(ckpt)
     data_dir = Path(cfg.data.prepared_dir) if cfg.data.prepared_dir else run_dir / "data"
     meta = _json(data_dir / META_FILE)
     evals = _evals(run_dir, info.get("step"))
