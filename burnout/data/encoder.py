@@ -66,12 +66,13 @@ def _encode_batch(tok: Tokenizer, texts: list[str], owners: list[int], parts: li
     owner's `left_out`."""
     try:
         encodings = tok.encode_batch_fast(texts, add_special_tokens=False)
-    except Exception as exc:
+    except Exception:
         kept = [drop_unencodable(tok, text) for text in texts]
-        if not any(counts for _, counts in kept):  # another tokenizer's refusal (one given in a file)
+        try:
+            encodings = tok.encode_batch_fast([text for text, _ in kept], add_special_tokens=False)
+        except Exception as exc:  # another refusal than a character's (a tokenizer of words given in a file)
             raise BurnoutError(f"the tokenizer cannot encode a document of the {split} ({first_line(exc)}); "
                                "retrain the tokenizer on this data or use tokenizer.kind: bpe") from None
-        encodings = tok.encode_batch_fast([text for text, _ in kept], add_special_tokens=False)
         for owner, (_, counts) in zip(owners, kept):
             left_out[owner].update(counts)
     for owner, encoding in zip(owners, encodings):

@@ -148,6 +148,11 @@ def data_warnings(meta: dict) -> list[str]:
 
 # The characters meta.json names of those left out, most frequent first.
 DROPPED_SHOWN = 20
+# A tokenizer may leave out at most this share of the characters: a char vocabulary taken from a sample of the same
+# text misses only rare ones (a name in another script), far fewer; more means the tokenizer was made for another
+# text. Checked once this many characters are read (a few rare ones early on say little), and at the end.
+MAX_DROPPED_SHARE = 0.01
+DROPPED_CHECK_CHARS = 100_000
 
 
 def dropped_report(dropped: Counter, documents: int) -> dict:
@@ -164,7 +169,8 @@ def dropped_warning(meta: dict) -> str | None:
     They are left out rather than the preparation refused: a char tokenizer has tokens for the characters of its
     sample (data.max_chars) only, and a character past the sample is rare by that very fact (a CJK name in an
     English corpus); refusing would throw the preparation away over it, while an <unk> id would need a token the
-    tokenizer was not trained with. A lone surrogate (a JSON \\ud800 escape without its pair) is no character."""
+    tokenizer was not trained with. More than MAX_DROPPED_SHARE of the text is refused instead (_SplitWriter's
+    _check_dropped). A lone surrogate (a JSON \\ud800 escape without its pair) is no character."""
     report = meta.get("dropped_characters") or {}
     if not report.get("characters"):
         return None
@@ -475,7 +481,7 @@ class _SplitWriter:
                                   dtype=np.int64)
         self.taken = np.zeros(len(self.names), dtype=np.int64)
         self.taken_val = np.zeros(len(self.names), dtype=np.int64)
-        self.dropped, self.dropped_documents = Counter(), 0
+        self.dropped, self.dropped_documents, self.seen_chars = Counter(), 0, 0
         return {split: (0, 0) for split in shards.SPLITS}
 
     def _restore(self, point: dict) -> dict:
@@ -487,6 +493,7 @@ class _SplitWriter:
                                                       for key in ("remaining", "taken", "taken_val"))
         self.rng.bit_generator.state = point["rng"]
         self.dropped, self.dropped_documents = Counter(point.get("dropped", {})), point.get("dropped_documents", 0)
+        self.seen_chars = point.get("seen_chars", 0)
         return point["writers"]
 
     def _save_resume_point(self) -> None:
@@ -503,7 +510,7 @@ class _SplitWriter:
             "stats": json.loads(json.dumps(self.stats)),  # a copy: it goes on counting
             "writers": {split: [writer.index, writer.filled] for split, writer in self.writers.items()},
             "documents": {split: doc_writer.count for split, doc_writer in self.doc_writers.items()},
-            "dropped": dict(self.dropped), "dropped_documents": self.dropped_documents,
+            "dropped": dict(self.dropped), "dropped_documents": self.dropped_documents, "seen_chars": self.seen_chars,
         }
         shards.save_manifest(self.out_dir, self.manifest)
 
@@ -523,17 +530,33 @@ class _SplitWriter:
                     remaining[i] = 0
                     continue
                 ids, chars, left_out = item
+                self.seen_chars += chars + left_out.total()
                 if left_out:
                     self.dropped.update(left_out)
                     self.dropped_documents += 1
+                    self._check_dropped(final=False)
                 if self.cfg.split == "contiguous":
                     self._add_contiguous(i, ids, chars, bar)
                 else:
                     self._add_document(i, ids, chars, bar)
+        self._check_dropped(final=True)
         splits = self._finish()
         return {"splits": splits, "sources": self._source_report(splits), "cleaning": self.cleaner.report(),
                 "dropped_characters": dropped_report(self.dropped, self.dropped_documents),
                 "document_index": self._document_index}
+
+    def _check_dropped(self, final: bool) -> None:
+        """Refuse a tokenizer that cannot encode more than MAX_DROPPED_SHARE of the characters read (from
+        DROPPED_CHECK_CHARS of them on, or at the end): it was not made for this text, and leaving the characters out
+        would leave little of it."""
+        dropped, seen = self.dropped.total(), self.seen_chars
+        if dropped <= MAX_DROPPED_SHARE * seen or not (final or seen >= DROPPED_CHECK_CHARS):
+            return
+        named = name_characters([c for c, _, _ in dropped_report(self.dropped, 0)["most_common"]], len(self.dropped))
+        raise BurnoutError(f"the tokenizer has no token for {dropped:,} of the first {seen:,} characters of the data "
+                           f"({dropped / seen:.1%}, more than the {MAX_DROPPED_SHARE:.0%} it may leave out): {named}; "
+                           "it was not made for this text: prepare with a tokenizer trained on it (a char one on a "
+                           "sample of it), or tokenizer.kind: bpe, which encodes any character")
 
     def _add_document(self, i: int, ids: np.ndarray, chars: int, bar) -> None:
         """Source i's next document, cut at its budget, whole to val or to train, or cut in two (`_val_tokens`):
