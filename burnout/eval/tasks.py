@@ -315,7 +315,7 @@ def _open_text(path: Path) -> io.StringIO:
     if path.suffix == ".bz2":
         try:
             raw = bz2.decompress(raw)
-        except (OSError, EOFError, ValueError) as exc:  # EOFError: cut short; OSError: not bz2 data
+        except (OSError, ValueError) as exc:  # ValueError: cut short; OSError: not bz2 data
             raise BurnoutError(f"task file '{path}' is not whole bz2 data ({first_line(exc)}): it was cut short or "
                                "damaged; download it again") from None
     try:
