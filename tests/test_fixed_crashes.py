@@ -212,7 +212,19 @@ def test_report_leaves_out_a_damaged_info_or_eval_file_and_says_so(sampled_runs,
     _no_internal_error(code, out, err)
     report = (tmp_path / "report" / "report.md").read_text()
     assert f"checkpoint {damaged}: info.json is unreadable" in report and "the report leaves it out" in report
-    assert f"{run / 'eval' / 'step_0000008.json'} is left out: it is not a JSON object of scores" in report
+    assert f"{run / 'eval' / 'step_0000008.json'} is left out (unreadable: " in report
+
+
+def test_eval_summarises_the_scores_it_can_read_beside_one_cut_short(sampled_runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(sampled_runs[0], run)
+    (run / "eval").mkdir(exist_ok=True)
+    (run / "eval" / "step_0000008.json").write_text('{"step": 8, "tasks": {"val": {"loss": 3.')
+    code, out, err = _run(tmp_path, {"eval": ["eval", str(run), "--tasks", "val", "--limit", "2"]})["eval"]
+    _no_internal_error(code, out, err)
+    summary = (run / "eval" / "summary.md").read_text()
+    assert f"{run / 'eval' / 'step_0000008.json'} is left out (unreadable: " in summary
+    assert "| 24 |" in summary  # the newest checkpoint, scored now
 
 
 # ------------------------------------------------------------------------------------------------

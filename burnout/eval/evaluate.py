@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import write_atomic
+from burnout.common import first_line, write_atomic
 from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint, run_dir_of
 from burnout.core.device import autocast, configure_backends, resolve_device, resolve_precision
 from burnout.core.model_files import load_model
@@ -304,10 +304,10 @@ def write_summary(run_dir: Path) -> str:
     """The step → scores Markdown table over RUN/eval/step_*.json, written to summary.md and summary.json:
     the built-in tasks' columns, then each other task's accuracy, then CORE."""
     eval_dir = Path(run_dir) / EVAL_DIR
-    records = sorted(
-        (json.loads(p.read_text(encoding="utf-8")) for p in eval_dir.glob("step_*.json")),
-        key=lambda r: r.get("step") or 0,
-    )
+    found, left_out = eval_records(run_dir)
+    left_out += [f"{path} is left out (it holds no tasks)" for path, record in found
+                 if not isinstance(record.get("tasks"), dict)]
+    records = sorted((r for _, r in found if isinstance(r.get("tasks"), dict)), key=lambda r: r.get("step") or 0)
     present = [c for c in SUMMARY_COLUMNS if any(c[1] in r["tasks"].get(c[0], {}) for r in records)]
     builtin = {c[0] for c in SUMMARY_COLUMNS}
     others = dict.fromkeys(t for r in records for t, m in r["tasks"].items() if t not in builtin and "acc" in m)
@@ -332,9 +332,28 @@ def write_summary(run_dir: Path) -> str:
     if published:
         table += (f"\nPublished scores at comparable sizes ({REFERENCES_FILE.name}, each with its source):\n\n"
                   f"{published}")
+    table += "".join(f"\n{line}\n" for line in left_out)
     write_atomic(eval_dir / "summary.md", table)
     _write_json(eval_dir / "summary.json", {"rows": records})
     return table
+
+
+def eval_records(run_dir: Path, pattern: str = "step_*.json") -> tuple[list[tuple[Path, dict]], list[str]]:
+    """(file, record) of each RUN/eval file matching `pattern` (default: burnout eval's, one per checkpoint) that
+    reads as a JSON object, and a line for each one left out (cut short, edited): one damaged file does not fail what
+    reads them all."""
+    found, left_out = [], []
+    for path in sorted((Path(run_dir) / EVAL_DIR).glob(pattern)):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            problem = None if isinstance(record, dict) else "not a JSON object"
+        except (OSError, ValueError) as exc:
+            problem = f"unreadable: {first_line(exc)}"
+        if problem is None:
+            found.append((path, record))
+        else:
+            left_out.append(f"{path} is left out ({problem}); run the burnout eval that wrote it again")
+    return found, left_out
 
 
 def _fmt(value) -> str:

@@ -26,7 +26,6 @@ from burnout.common import (
     METRICS_FILE,
     PHASES_FILE,
     RUN_CONFIG_FILE,
-    first_line,
     is_finite_number,
     kind_of,
     numbered_jsonl,
@@ -35,6 +34,7 @@ from burnout.common import (
 from burnout.config import load_run_config
 from burnout.core.checkpoint import checkpoint_info, list_checkpoints
 from burnout.errors import BurnoutError
+from burnout.eval.evaluate import eval_records
 from burnout.models.info import model_info
 from burnout.train.provenance import lineage_of, read_launches
 
@@ -128,19 +128,9 @@ def _checkpoints_and_evals(path: Path, left_out: list[str]) -> tuple[list[dict],
             checkpoints.append({"name": checkpoint.name, **checkpoint_info(checkpoint)})
         except BurnoutError as exc:
             left_out.append(f"{exc}; the report leaves it out")
-    evals = []
-    for file in sorted((path / "eval").glob("*.json")):
-        try:
-            scores = json.loads(file.read_text(encoding="utf-8"))
-            problem = None if isinstance(scores, dict) else f"it holds {kind_of(scores)}"
-        except (OSError, ValueError) as exc:
-            problem = first_line(exc)
-        if problem is None:
-            evals.append((file.stem, scores))
-        else:
-            left_out.append(f"{file} is left out: it is not a JSON object of scores ({problem}); run burnout eval "
-                            "again for that checkpoint")
-    return checkpoints, evals
+    found, unreadable = eval_records(path, "*.json")  # burnout eval's, lm-eval's (harness_*), the summary
+    left_out += unreadable
+    return checkpoints, [(file.stem, record) for file, record in found]
 
 
 def step_records(path: Path) -> tuple[list[dict], list[str]]:
