@@ -306,7 +306,7 @@ def test_the_run_answers_held_out_questions_before_and_after_and_the_report_show
 
 
 def test_the_report_of_a_run_whose_held_out_answers_were_cut_short_says_so_and_is_written(rl_run, tmp_path):
-    """examples.json cut short (a kill while it was written by hand, an edit) once failed `burnout report`."""
+    """examples.json cut short or edited once failed `burnout report`."""
     import shutil
 
     from burnout.finetune.rl import EXAMPLES_FILE
