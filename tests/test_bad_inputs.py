@@ -449,8 +449,8 @@ CASES = [
     Case("tokenizer-encode-a-lone-surrogate", ["tokenizer", "encode", "{data}", "x\ud800y"],
          ["TEXT holds '\\ud800' (U+D800, a lone surrogate), which the tokenizer cannot encode"]),
     Case("eval-task-text-a-char-model-lacks", ["eval", "{dir}/char", "--task", "mine={dir}/mine.jsonl"],
-         ["the task text holds 'Q' (U+0051), which the tokenizer cannot encode",
-          "score with a byte-level BPE model, which encodes any text"],
+         ["task 'mine' holds 'Q' (U+0051), which the tokenizer cannot encode",
+          "leave 'mine' out (val scores any model), or score a byte-level BPE model"],
          setup=lambda d, *_: (_untrained(d / "char", _char_tokenizer()), (d / "mine.jsonl").write_text(
              json.dumps({"query": "Qo be", "choices": [" or", " not"], "gold": 0}) + "\n"))),
     Case("rl-question-with-a-lone-surrogate", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl"],
@@ -473,6 +473,12 @@ CASES = [
                                                    "{data}", "train.sample_prompt=" + "words " * 100],
          ["train.sample_prompt is ", "tokens but model.context_length is 64", "shorten it"],
          setup=lambda d, *_: _config(d, TINY)),
+    Case("eval-tasks-during-training-a-char-corpus-lacks", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run",
+                                                            "--data", "{dir}/data", "train.eval_tasks=[hellaswag]",
+                                                            "train.eval_data_root={dir}/root"],
+         ["train.eval_tasks: task 'hellaswag' holds 'Q' (U+0051), which the tokenizer cannot encode",
+          "leave 'hellaswag' out of train.eval_tasks (val scores any model)"],
+         setup=lambda d, *_: (_char_data(d), _config(d, TINY), _hellaswag(d / "root" / "hellaswag"))),
     # YAML keys that are not text; whole numbers written as floats, or beyond int64.
     Case("yaml-key-read-as-a-boolean", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run"],
          ["config.train.true: unknown key", "an unquoted on, yes or true", "quote a key to keep it text",
@@ -523,6 +529,15 @@ def _char_data(d: Path) -> None:
     prepare_data(DataConfig(sources=[SourceConfig(name="play", kind="text", path=str(d / "play.txt"),
                                                   split_by="paragraph")]),
                  TokenizerConfig(kind="char"), d / "data", warn=lambda line: None)
+
+
+def _hellaswag(folder: Path) -> None:
+    """folder/hellaswag_val_full.txt.bz2: HellaSwag's 6-line records of the words of _char_data's text, and a Q."""
+    import bz2
+
+    folder.mkdir(parents=True)
+    records = "".join(f"Question {i} to be\n{i % 4}\nto be\nor not\nto be\nthat is\n" for i in range(7))
+    (folder / "hellaswag_val_full.txt.bz2").write_bytes(bz2.compress(records.encode()))
 
 
 def _cut_bz2(path: Path) -> None:

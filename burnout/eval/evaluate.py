@@ -31,7 +31,7 @@ from burnout.core.device import autocast, configure_backends, resolve_device, re
 from burnout.core.model_files import load_model
 from burnout.data.loader import TokenLoader
 from burnout.data.shards import read_meta
-from burnout.data.tokenizer import tokenizer_sha256
+from burnout.data.tokenizer import closed_char_vocabulary, tokenizer_sha256, unencodable, unencodable_error
 from burnout.errors import BurnoutError
 from burnout.eval.icl import Suite, load_suite, result_keys, score_task, suite_core
 from burnout.eval.references import REFERENCES_FILE, reference_table
@@ -39,9 +39,11 @@ from burnout.eval.tasks import (
     BENCHMARKS,
     BUILTIN_TASKS,
     IclTask,
+    build_items,
     builtin_task,
     check_fewshot,
     describe_template,
+    needs_prefix_space,
     read_records,
     task_file,
 )
@@ -127,6 +129,25 @@ def plan_tasks(tasks: list[str] | str, data_root: str | Path | None = None, task
         plan.records.append(read_records(task))
         check_fewshot(task, plan.records[-1])
     return plan
+
+
+def check_plan_encodes(tokenizer: Tokenizer, plan: Plan, limit: int | None, where: str = "") -> None:
+    """Refuse, before anything is scored, a plan whose items (the first `limit` of each task, as score_plan builds
+    them) hold characters a char model's tokenizer lacks (the tasks' quotes, digits, capitals), naming the task after
+    `where` ("train.eval_tasks: "). Found at its turn, it ended an eval after the other tasks' scores, or a training
+    run at its first evaluation. A byte-level BPE encodes any character: its items are not built twice for this (a
+    lone surrogate in a task file is still one line, when its item is scored)."""
+    if not closed_char_vocabulary(tokenizer):
+        return
+    prefix_space = needs_prefix_space(tokenizer)
+    for task, records in zip(plan.tasks, plan.records):
+        for shots, key in result_keys(task):
+            items = build_items(task, records, shots, prefix_space, limit)
+            text = "".join(dict.fromkeys(part for item in items for request in item.requests for part in request))
+            if unencodable(tokenizer, text):
+                raise unencodable_error(tokenizer, text, f"{where}task '{key}'", f"leave '{task.label}' out"
+                                        f"{' of ' + where.rstrip(': ') if where else ''} (val scores any model), or "
+                                        "score a byte-level BPE model")
 
 
 def score_plan(model: Transformer, tokenizer: Tokenizer, plan: Plan, limit: int | None = None, batch_size: int = 16,
@@ -229,6 +250,7 @@ def evaluate_checkpoint(
             say(line)
     dev = resolve_device(device, "--device")
     model, tokenizer, ckpt = load_model(path, dev)
+    check_plan_encodes(tokenizer, plan, limit)
     record: dict = {"checkpoint": str(ckpt.path), "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
                     "limit": limit, "tasks": {}}
 

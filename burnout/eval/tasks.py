@@ -396,8 +396,12 @@ def _read_lambada(path: Path) -> list[dict]:
 
 
 def needs_prefix_space(tokenizer) -> bool:
-    """llm-foundry's `tokenizer_needs_prefix_space`: " a" is one token (GPT-2-style BPE)."""
-    return len(tokenizer.encode(" a").ids) == 1
+    """llm-foundry's `tokenizer_needs_prefix_space`: " a" is one token (GPT-2-style BPE). A char tokenizer without an
+    "a" (it raises) needs none either."""
+    try:
+        return len(tokenizer.encode(" a").ids) == 1
+    except Exception:  # the Rust side's bare Exception for a character a char vocabulary lacks
+        return False
 
 
 def fewshot_indices(size: int, num_fewshot: int, item: int, rng: random.Random) -> set[int]:

@@ -194,9 +194,10 @@ class Validator:
         self.tokenizer = load_tokenizer(tokenizer_path) if self.runs_here else None
         self.tasks = None  # train.eval_tasks resolved and read now: a missing file fails before step 1
         if self.tc.eval_tasks and self.runs_here:
-            from burnout.eval.evaluate import plan_tasks
+            from burnout.eval.evaluate import check_plan_encodes, plan_tasks
 
             self.tasks = plan_tasks(self.tc.eval_tasks, self.tc.eval_data_root)
+            check_plan_encodes(self.tokenizer, self.tasks, self.tc.eval_task_items, "train.eval_tasks: ")
             for line in self.tasks.lines:
                 emit(line)
         self.last_loss = math.nan
