@@ -456,12 +456,6 @@ CASES = [
     Case("rl-question-with-a-lone-surrogate", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl"],
          ["record 1: its question holds '\\ud800' (U+D800, a lone surrogate), which the tokenizer cannot encode"],
          setup=lambda d, *_: (d / "tasks.jsonl").write_text('{"question": "1 plus \\ud800?", "answer": "#### 2"}\n')),
-    # Data preparation leaves out a rare character its tokenizer lacks (tests/test_fixed_crashes.py), not most of them.
-    Case("prepare-with-a-char-tokenizer-of-another-text", ["data", "prepare", "{dir}/notes.txt", "--out", "{dir}/out",
-                                                           "--tokenizer", "{dir}/tokenizer.json"],
-         ["the tokenizer has no token for ", "characters of the data (", "more than the 1% it may leave out",
-          "prepare with a tokenizer trained on it"],
-         setup=lambda d, *_: (_notes(d), _char_tokenizer().save(str(d / "tokenizer.json"))), creates=True),
     # The sample prompt is checked before the first step, not at the first evaluation (which lost the training).
     Case("sample-prompt-of-characters-the-corpus-lacks", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run",
                                                           "--data", "{dir}/data",

@@ -1,7 +1,8 @@
 """Inputs that reached the catch-all `burnout: internal error` line (issue 48) and should now WORK, through the real
 `burnout` command: a chat session that goes on after a line that is not UTF-8, a corpus whose rare characters the
-char tokenizer lacks, `compare` on the README's shakespeare-fast run, a run folder with a damaged info.json. Those
-that should be refused are cases of tests/test_bad_inputs.py's catalogue (its last block), whose runner these use.
+char tokenizer lacks, `compare` on the README's shakespeare-fast run, a run folder with a damaged info.json; and
+refusals that come after work has begun and shown its progress bar. Those refused before any work are cases of
+tests/test_bad_inputs.py's catalogue (its last block), whose runner these use.
 """
 
 from __future__ import annotations
@@ -163,6 +164,24 @@ def test_prepare_leaves_out_what_the_char_tokenizer_lacks_counts_it_and_says_so_
                           for shard in meta["splits"][split]["shards"]])
     decoded = tok.decode(ids[ids != meta["eot_id"]].tolist())
     assert Counter(decoded) == Counter(c for d in docs for c in d if c in vocab)
+
+
+def test_prepare_refuses_a_tokenizer_that_cannot_encode_more_than_a_rare_character(tmp_path):
+    """A char tokenizer of another text (all but 18 characters missing) is refused once 100,000 characters are read:
+    the refusal is the last line, after the progress bar; the unfinished folder is left to prepare again."""
+    catalogue._notes(tmp_path)
+    catalogue._char_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "more.txt").write_text((tmp_path / "notes.txt").read_text() * 40)  # past DROPPED_CHECK_CHARS
+    jobs = {name: ["data", "prepare", str(tmp_path / f"{name}.txt"), "--out", str(tmp_path / name), "--tokenizer",
+                   str(tmp_path / "tokenizer.json")] for name in ("notes", "more")}
+    results = _run(tmp_path, jobs)
+    for name, (code, _, err) in results.items():
+        assert code == 2 and "Traceback" not in err and "internal error" not in err, err
+        last = err.splitlines()[-1]
+        assert last.startswith("burnout: error: the tokenizer has no token for ") and \
+            "more than the 1% it may leave out" in last and "prepare with a tokenizer trained on it" in last, last
+        assert not (tmp_path / name / "meta.json").exists()
+    assert "of the first 100," in results["more"][2].splitlines()[-1]  # at the check, before the end of its text
 
 
 def test_prepare_of_jsonl_with_a_lone_surrogate_in_the_tokenizers_sample_works(tmp_path):
