@@ -372,10 +372,11 @@ def cmd_tokenizer_encode(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("text")
 
     def run(args, overrides):
-        from burnout.data.tokenizer import load_tokenizer
+        from burnout.data.tokenizer import encode_text, load_tokenizer
 
-        encoding = load_tokenizer(args.tokenizer).encode(args.text)
-        print(json.dumps({"ids": encoding.ids, "tokens": encoding.tokens}, ensure_ascii=False))
+        tok = load_tokenizer(args.tokenizer)
+        ids = encode_text(tok, args.text, "TEXT")
+        print(json.dumps({"ids": ids, "tokens": [tok.id_to_token(i) for i in ids]}, ensure_ascii=False))
     return run
 
 
@@ -679,7 +680,8 @@ def cmd_generate(p: argparse.ArgumentParser) -> Handler:
         if args.chat:
             return _generate_chat(args, model, tokenizer, ckpt)
         if args.prompt is not None:
-            pieces = stream_text(model, tokenizer, args.prompt, args.max_new_tokens, stop=args.stop, **_sampling(args))
+            pieces = stream_text(model, tokenizer, args.prompt, args.max_new_tokens, stop=args.stop, where="--prompt",
+                                 **_sampling(args))
             sys.stdout.write(args.prompt)
             for piece in pieces:
                 sys.stdout.write(piece)
@@ -847,9 +849,9 @@ def cmd_compare(p: argparse.ArgumentParser) -> Handler:
     def run(args, overrides):
         from burnout.eval.compare import compare_checkpoints
         from burnout.eval.degeneration import read_suspicious
-        from burnout.generate.prompts import COMPARE_PROMPTS, read_prompts
+        from burnout.generate.prompts import read_prompts
 
-        prompts = read_prompts(args.prompts) if args.prompts else list(COMPARE_PROMPTS)
+        prompts = read_prompts(args.prompts) if args.prompts else None  # None: the built-in ones the model can encode
         suspicious = read_suspicious(args.suspicious) if args.suspicious else []
         table = compare_checkpoints(Path(args.run), checkpoints=args.checkpoints, prompts=prompts,
                                     max_new_tokens=args.max_new_tokens, device=args.device, suspicious=suspicious,
@@ -1105,7 +1107,9 @@ def _keep_trace(argv: list[str] | None) -> str:
     path = folder / f"internal-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"burnout {shlex.join(sys.argv[1:] if argv is None else argv)}\n{trace}", encoding="utf-8")
+        # backslashreplace: an argument of bytes that are not UTF-8 (a lone surrogate to Python) is written, not fatal.
+        path.write_text(f"burnout {shlex.join(sys.argv[1:] if argv is None else argv)}\n{trace}", encoding="utf-8",
+                        errors="backslashreplace")
     except OSError as exc:
         sys.stderr.write(trace)
         return f"the full trace is above (it could not be saved in {folder}: {exc.strerror or exc}); please report it"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import decimal
+import json
 import math
 import types
 import typing
@@ -20,7 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
-from burnout.common import CHECKPOINT_DIR, EOT_TOKEN, SEED_MAX, checked_number
+from burnout.common import CHECKPOINT_DIR, EOT_TOKEN, SEED_MAX, checked_number, first_line
 from burnout.errors import BurnoutError
 
 # tokenizer.chat_template of a chat model (burnout/core/chat_template.py renders it).
@@ -602,6 +604,10 @@ def model_preset_names() -> list[str]:
     return sorted(p.stem for p in MODEL_PRESET_DIR.glob("*.yaml"))
 
 
+# The largest whole number a config value may be: int64's (torch and NumPy hold sizes and indices in it).
+LARGEST_WHOLE_NUMBER = 2**63 - 1
+
+
 def load_model_preset(name: str, overrides: dict[str, Any] | None = None) -> ModelConfig:
     raw = {**_model_preset_raw(name, "model preset"), **(overrides or {})}
     return from_dict(ModelConfig, raw, "model").resolved()
@@ -700,6 +706,13 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise BurnoutError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BurnoutError(f"cannot read config {path}: {exc}") from None
+    except ValueError as exc:  # a value YAML recognises but cannot build: 2024-13-45, an int of 5,000 digits
+        why = "a whole number of thousands of digits" if "integer string conversion" in str(exc) else first_line(exc)
+        raise BurnoutError(f"{path}: YAML cannot read one of its values ({why}); quote it to keep it text, or fix it"
+                           ) from None
+    except RecursionError:
+        raise BurnoutError(f"{path}: its values are nested too deeply for YAML to read; a config is a few levels "
+                           "deep") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -728,7 +741,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         node = child
     try:
         node[parts[-1]] = yaml.safe_load(value)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):  # ValueError: 2024-13-45, an int of 5,000 digits
         node[parts[-1]] = value
 
 
@@ -740,18 +753,41 @@ def from_dict(cls: type, raw: Any, where: str) -> Any:
         raise BurnoutError(f"{where}: expected a mapping, got {_describe(raw)}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        import difflib
-
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(known))}"
-        raise BurnoutError(f"{where}.{unknown[0]}: unknown key{hint}")
+    check_keys(raw, known, where)
     kwargs = {name: _coerce(hints[name], value, f"{where}.{name}") for name, value in raw.items()}
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a required field is missing
         raise BurnoutError(f"{where}: {exc}") from None
+
+
+def check_keys(raw: dict, known: set[str], where: str) -> None:
+    """Refuse the first key of `raw` (in the order written) that is not in `known`, naming the closest known one or
+    all of them. A key YAML read as something other than text (on/yes/no as a boolean, 4 as a number, ~ as null, a
+    date) is named as YAML read it, with how to keep it text."""
+    unknown = [key for key in raw if key not in known]
+    if not unknown:
+        return
+    key = unknown[0]
+    name = json.dumps(key) if isinstance(key, (bool, type(None))) else str(key)
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
+    note = "" if isinstance(key, str) else f" ({_read_as(key)}; quote a key to keep it text)"
+    raise BurnoutError(f"{where}.{name}: unknown key{note}; {hint}")
+
+
+def _read_as(key: Any) -> str:
+    """What YAML made of a key that is not text, in words."""
+    if key is None:
+        return "YAML reads an unquoted ~ or null, or an empty key, as null"
+    if isinstance(key, bool):
+        return ("YAML reads an unquoted on, yes or true as the boolean true" if key else
+                "YAML reads an unquoted off, no or false as the boolean false")
+    kind = {"int": "number", "float": "number", "datetime": "date and time"}.get(type(key).__name__,
+                                                                                 type(key).__name__)
+    return f"YAML reads it as a {kind}, not a name"
 
 
 def _coerce(tp: Any, value: Any, where: str) -> Any:
@@ -776,10 +812,16 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
         if isinstance(value, bool):
             return value
     elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+        number = _whole_number(value)
+        if number is not None:
+            if abs(number) > LARGEST_WHOLE_NUMBER:  # torch and NumPy would refuse it only once work had begun
+                if where.endswith(".seed"):  # a seed's own, narrower range says more
+                    _check_seed(where, number)
+                shown = f"{value!r}" if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+                raise BurnoutError(f"{where}: {shown} is beyond the largest whole number a setting may hold "
+                                   f"({LARGEST_WHOLE_NUMBER:,}, 2^63 - 1: what a tensor's size or index holds); "
+                                   "give a smaller one")
+            return number
     elif tp is float:
         number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -801,6 +843,28 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     else:
         return value
     raise BurnoutError(f"{where}: expected {tp.__name__}, got {_describe(value)}")
+
+
+def _whole_number(value: Any) -> int | None:
+    """`value` as the whole number it spells, or None: an int, a float with no fraction, or text a number is
+    written as (YAML 1.1 reads 1e20 and 1.0e20, without a sign in the exponent, as text), read exactly."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            number = decimal.Decimal(value.strip())
+            if not number.is_finite():
+                return None
+            if number.adjusted() >= 19:  # beyond 2^63, and not built: 1e999999999 would have a billion digits
+                return LARGEST_WHOLE_NUMBER + 1
+            return int(number) if number == number.to_integral_value() else None
+        except decimal.DecimalException:
+            return None
+    return None
 
 
 def _describe(value: Any) -> str:

@@ -461,6 +461,95 @@ CASES = [
                                                          "{data}", "train.mirror_dir={dir}/volume"],
          ["train.mirror_dir {dir}/volume holds files that are not burnout's (launches.jsonl)"],
          setup=lambda d, *_: (_config(d, TINY), _yours(d / "volume", "launches.jsonl"))),
+    # -- issue 48 item 3: inputs that reached the catch-all `internal error` line, now refused where they arise.
+    # Text a char-level tokenizer never saw, or that is no text (a lone surrogate: what Python makes of a byte that
+    # is not UTF-8 in an argument), names its characters by code point (data/tokenizer.py: encode_text).
+    Case("generate-emoji-for-a-char-model", ["generate", "{dir}/char", "--prompt", "To be 😀"],
+         ["--prompt holds '😀' (U+1F600), which the tokenizer cannot encode", "the 18 characters of the text it was "
+          "trained on; leave them out"], setup=lambda d, *_: _untrained(d / "char", _char_tokenizer())),
+    Case("generate-cjk-for-a-char-model", ["generate", "{dir}/char", "--prompt", "To be 中文"],
+         ["--prompt holds '中' (U+4E2D), '文' (U+6587), which the tokenizer cannot encode"],
+         setup=lambda d, *_: _untrained(d / "char", _char_tokenizer())),
+    Case("generate-a-byte-that-is-not-utf8", ["generate", "{run}", "--prompt", "The \udcff"],
+         ["--prompt holds '\\udcff' (byte 0xff, not UTF-8), which the tokenizer cannot encode",
+          "give the text as UTF-8"]),
+    Case("generate-prompts-file-of-unseen-characters", ["generate", "{dir}/char", "--prompts-file",
+                                                        "{dir}/prompts.txt"],
+         ["prompt 2 holds '(' (U+0028), ')' (U+0029), which the tokenizer cannot encode"],
+         setup=lambda d, *_: (_untrained(d / "char", _char_tokenizer()),
+                              (d / "prompts.txt").write_text("To be\nnot (to be)\n"))),
+    Case("compare-prompts-of-unseen-characters", ["compare", "{dir}/char", "--prompts", "{dir}/prompts.txt"],
+         ["prompt 2 holds '😀' (U+1F600), which the tokenizer cannot encode"],
+         setup=lambda d, *_: (_untrained(d / "char", _char_tokenizer()),
+                              (d / "prompts.txt").write_text("To be\nto be 😀\n"))),
+    Case("tokenizer-encode-unseen-characters", ["tokenizer", "encode", "{dir}/tokenizer.json", "question 中文"],
+         ["TEXT holds '中' (U+4E2D), '文' (U+6587), which the tokenizer cannot encode"],
+         setup=lambda d, *_: _char_tokenizer().save(str(d / "tokenizer.json"))),
+    Case("tokenizer-encode-a-lone-surrogate", ["tokenizer", "encode", "{data}", "x\ud800y"],
+         ["TEXT holds '\\ud800' (U+D800, a lone surrogate), which the tokenizer cannot encode"]),
+    Case("eval-task-text-a-char-model-lacks", ["eval", "{dir}/char", "--task", "mine={dir}/mine.jsonl"],
+         ["task 'mine' holds 'Q' (U+0051), which the tokenizer cannot encode",
+          "leave 'mine' out (val scores any model), or score a byte-level BPE model"],
+         setup=lambda d, *_: (_untrained(d / "char", _char_tokenizer()), (d / "mine.jsonl").write_text(
+             json.dumps({"query": "Qo be", "choices": [" or", " not"], "gold": 0}) + "\n"))),
+    Case("rl-question-with-a-lone-surrogate", ["rl", "{chat}", "--data", "{dir}/tasks.jsonl", "--out", "{dir}/rl"],
+         ["record 1: its question holds '\\ud800' (U+D800, a lone surrogate), which the tokenizer cannot encode"],
+         setup=lambda d, *_: (d / "tasks.jsonl").write_text('{"question": "1 plus \\ud800?", "answer": "#### 2"}\n')),
+    # The sample prompt is checked before the first step, not at the first evaluation (which lost the training).
+    Case("sample-prompt-of-characters-the-corpus-lacks", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run",
+                                                          "--data", "{dir}/data",
+                                                          'train.sample_prompt="to be (or not)"'],
+         ["train.sample_prompt holds '(' (U+0028), ')' (U+0029), which the tokenizer cannot encode",
+          "set train.sample_prompt to a few words of the training text, or train.sample_tokens=0"],
+         setup=lambda d, *_: (_char_data(d), _config(d, TINY))),
+    Case("sample-prompt-longer-than-the-context", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "--data",
+                                                   "{data}", "train.sample_prompt=" + "words " * 100],
+         ["train.sample_prompt is ", "tokens but model.context_length is 64", "shorten it"],
+         setup=lambda d, *_: _config(d, TINY)),
+    Case("eval-tasks-during-training-a-char-corpus-lacks", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run",
+                                                            "--data", "{dir}/data", "train.eval_tasks=[hellaswag]",
+                                                            "train.eval_data_root={dir}/root"],
+         ["train.eval_tasks: task 'hellaswag' holds 'Q' (U+0051), which the tokenizer cannot encode",
+          "leave 'hellaswag' out of train.eval_tasks (val scores any model)"],
+         setup=lambda d, *_: (_char_data(d), _config(d, TINY), _hellaswag(d / "root" / "hellaswag"))),
+    # YAML keys that are not text; whole numbers written as floats, or beyond int64.
+    Case("yaml-key-read-as-a-boolean", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run"],
+         ["config.train.true: unknown key", "an unquoted on, yes or true", "quote a key to keep it text",
+          "known keys: "], setup=lambda d, *_: _config(d, TINY.replace("max_steps: 2}", "max_steps: 2, on: 1}"))),
+    Case("yaml-key-read-as-a-number", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run"],
+         ["config.4: unknown key (YAML reads it as a number, not a name", "known keys: data, dpo, model"],
+         setup=lambda d, *_: _config(d, TINY + "4: 3\n")),
+    Case("yaml-key-read-as-null", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run"],
+         ["config.model.null: unknown key", "an unquoted ~ or null"],
+         setup=lambda d, *_: _config(d, TINY.replace("model: {", "model: {~: 1, "))),
+    Case("batch-size-1e20", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.batch_size=1e20"],
+         ["config.train.batch_size: '1e20' is beyond the largest whole number a setting may hold",
+          "9,223,372,036,854,775,807", "give a smaller one"], setup=lambda d, *_: _config(d, TINY)),
+    Case("batch-size-1.0e+20", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run", "train.batch_size=1.0e+20"],
+         ["config.train.batch_size: 1e+20 is beyond the largest whole number"], setup=lambda d, *_: _config(d, TINY)),
+    Case("max-steps-of-a-billion-digits", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run",
+                                           "train.max_steps=1e999999999"],
+         ["config.train.max_steps: '1e999999999' is beyond the largest whole number"],
+         setup=lambda d, *_: _config(d, TINY)),
+    Case("yaml-int-of-5000-digits", ["train", "{dir}/run.yaml", "--out", "{dir}/new-run"],
+         ["{dir}/run.yaml: YAML cannot read one of its values (a whole number of thousands of digits)"],
+         setup=lambda d, *_: _config(d, TINY.replace("max_steps: 2", "max_steps: " + "9" * 5000))),
+    # Compressed and JSON files cut short.
+    Case("truncated-bz2-task-file", ["eval", "{run}", "--tasks", "hellaswag", "--task-file",
+                                     "hellaswag={dir}/hellaswag.txt.bz2"],
+         ["task file '{dir}/hellaswag.txt.bz2' is not whole bz2 data", "cut short or damaged; download it again"],
+         setup=lambda d, *_: _cut_bz2(d / "hellaswag.txt.bz2")),
+    Case("truncated-bz2-icl-task", ["eval", "{run}", "--task", "mine={dir}/mine.jsonl.bz2", "--type",
+                                    "multiple_choice"],
+         ["task file '{dir}/mine.jsonl.bz2' is not whole bz2 data"],
+         setup=lambda d, *_: _cut_bz2(d / "mine.jsonl.bz2")),
+    Case("icl-yaml-with-an-impossible-date", ["eval", "{run}", "--tasks", "icl:{dir}/suite.yaml"],
+         ["{dir}/suite.yaml cannot be read as YAML (month must be in 1..12); fix it"],
+         setup=lambda d, *_: (d / "suite.yaml").write_text("icl_tasks:\n- label: mine\n  added: 2024-13-45\n")),
+    Case("playground-of-truncated-info-json", ["playground", "{dir}/run", "--port", "0"],
+         ["no checkpoint of {dir}/run can be read"],
+         setup=lambda d, data, run: (_copy_run(d, data, run), [os.truncate(c / "info.json", 7)
+                                                                for c in (d / "run" / "checkpoints").iterdir()])),
 ]
 
 
@@ -472,6 +561,38 @@ def _reward_module(d: Path, name: str, body: str) -> None:
     _tasks(d, {"answer": "#### 2"})
     (d / f"{name}.py").write_text(f"import sys\n\ndef reward(prompt, answer, reference):\n    {body}\n")
     py_compile.compile(str(d / f"{name}.py"), doraise=True)
+
+
+def _char_data(d: Path) -> None:
+    """d/data: a prepared folder of a char tokenizer over lowercase words, commas and full stops (no parentheses)."""
+    from burnout.config import DataConfig, SourceConfig, TokenizerConfig
+    from burnout.data.prepare import prepare_data
+
+    (d / "play.txt").write_text("".join(f"to be, or not to be, that is the question {i % 7}.\n\n" for i in range(400)))
+    prepare_data(DataConfig(sources=[SourceConfig(name="play", kind="text", path=str(d / "play.txt"),
+                                                  split_by="paragraph")]),
+                 TokenizerConfig(kind="char"), d / "data", warn=lambda line: None)
+
+
+def _hellaswag(folder: Path) -> None:
+    """folder/hellaswag_val_full.txt.bz2: HellaSwag's 6-line records of the words of _char_data's text, and a Q."""
+    import bz2
+
+    folder.mkdir(parents=True)
+    records = "".join(f"Question {i} to be\n{i % 4}\nto be\nor not\nto be\nthat is\n" for i in range(7))
+    (folder / "hellaswag_val_full.txt.bz2").write_bytes(bz2.compress(records.encode()))
+
+
+def _cut_bz2(path: Path) -> None:
+    """A bz2 file cut at half its length, as a download cut short: HellaSwag's 6-line records, or ICL records."""
+    import bz2
+
+    if path.name.startswith("hellaswag"):
+        text = "".join(f"context {i}\n{i % 4}\nend a\nend b\nend c\nend d\n" for i in range(400))
+    else:
+        text = "".join(json.dumps({"query": f"q{i}", "choices": ["a", "b"], "gold": 0}) + "\n" for i in range(400))
+    blob = bz2.compress(text.encode())
+    path.write_bytes(blob[: len(blob) // 2])
 
 
 def _tasks(d: Path, answer: dict) -> None:

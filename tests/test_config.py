@@ -278,3 +278,32 @@ def test_presets_all_load():
     for name in names:
         cfg = load_model_preset(name)
         assert cfg.n_kv_head is not None and cfg.ffn_hidden is not None and cfg.bias is not None
+
+
+@pytest.mark.parametrize("written, read", [("1e3", 1000), ("1.0e+3", 1000), ("2.5e1", 25), ("1_000", 1000),
+                                           (str(2**63 - 1), 2**63 - 1), (f"{2**63 - 1}.0e0", 2**63 - 1)])
+def test_a_whole_number_written_as_a_float_is_read_exactly(written, read):
+    """YAML 1.1 reads 1e3 (no dot, no sign in the exponent) as text and 1.0e+3 as a float; either is the number
+    it spells, read exactly (not through a float: 2^63 - 1 is not a float)."""
+    assert load_run_config("quickstart", [f"train.max_steps={written}"]).train.max_steps == read
+
+
+@pytest.mark.parametrize("written", [str(2**63), "1e19", "-1e20", "1e999999999", "9" * 5000])
+def test_a_whole_number_beyond_int64_is_refused_when_the_config_loads(written):
+    with pytest.raises(BurnoutError) as refused:
+        load_run_config("quickstart", [f"train.max_steps={written}"])
+    assert str(refused.value).startswith("config.train.max_steps: ") and \
+        "is beyond the largest whole number a setting may hold (9,223,372,036,854,775,807" in str(refused.value)
+
+
+@pytest.mark.parametrize("key, named, why", [("on", "true", "an unquoted on, yes or true"),
+                                             ("no", "false", "an unquoted off, no or false"),
+                                             ("4", "4", "it as a number"), ("2.5", "2.5", "it as a number"),
+                                             ("~", "null", "an unquoted ~ or null"),
+                                             ("2024-01-01", "2024-01-01", "it as a date")])
+def test_a_yaml_key_that_is_not_text_is_named_as_yaml_read_it(tmp_path, key, named, why):
+    (tmp_path / "run.yaml").write_text(f"model: {{preset: llama-tiny}}\ntrain:\n  lr: 0.001\n  {key}: 1\n")
+    with pytest.raises(BurnoutError) as refused:
+        load_run_config(tmp_path / "run.yaml")
+    assert str(refused.value).startswith(f"config.train.{named}: unknown key (YAML reads {why}")
+    assert "quote a key to keep it text); known keys: " in str(refused.value)

@@ -40,6 +40,7 @@ from tokenizers import Tokenizer
 
 from burnout.common import first_line, kind_of
 from burnout.config import CHATML, RunConfig
+from burnout.data.tokenizer import unencodable, unencodable_error
 from burnout.errors import BurnoutError
 
 IM_START = "<|im_start|>"
@@ -176,10 +177,11 @@ def encode_conversation(tokenizer: Tokenizer, messages: list[dict],
     return ids, mask
 
 
-def encode_prompt(tokenizer: Tokenizer, messages: list[dict]) -> list[int]:
-    """The ids that ask the model for the next assistant turn: `messages` + "<|im_start|>assistant\\n"."""
+def encode_prompt(tokenizer: Tokenizer, messages: list[dict], where: str = "the conversation") -> list[int]:
+    """The ids that ask the model for the next assistant turn: `messages` + "<|im_start|>assistant\\n". Text the
+    tokenizer cannot encode is a BurnoutError naming `where` and its characters."""
     messages = check_messages(messages, "prompt", need_assistant=False)
-    ids, _, _ = _encode(tokenizer, [messages], "assistant", generation_prompt=True)[0]
+    ids, _, _ = _encode(tokenizer, [messages], "assistant", True, where)[0]
     return ids
 
 
@@ -194,27 +196,19 @@ def encode_conversations(tokenizer: Tokenizer, conversations: list[Conversation]
         raise BurnoutError(f"train_on: '{train_on}' is not one of {', '.join(TRAIN_ON)}")
     checked = [check_messages(c.messages, c.where or "conversation", need_assistant=False) for c in conversations]
     try:
-        return _encode(tokenizer, checked, train_on, generation_prompt=False)
-    except _EncodeError:
+        return _encode(tokenizer, checked, train_on, False, "a conversation")
+    except BurnoutError:
         pass
     for conversation, messages in zip(conversations, checked):  # find the one that failed, to name it
-        try:
-            _encode(tokenizer, [messages], train_on, generation_prompt=False)
-        except _EncodeError as exc:
-            raise BurnoutError(f"{conversation.where or 'conversation'}: the tokenizer cannot encode it ({exc}); "
-                               "fix the text or use a byte-level BPE tokenizer") from None
+        _encode(tokenizer, [messages], train_on, False, conversation.where or "conversation")
     raise AssertionError("a batch failed to encode but each conversation encodes alone")
 
 
-class _EncodeError(Exception):
-    pass
-
-
-def _encode(tokenizer: Tokenizer, conversations: list[list[dict]], train_on: str,
-            generation_prompt: bool) -> list[tuple[list[int], list[bool], list[int]]]:
+def _encode(tokenizer: Tokenizer, conversations: list[list[dict]], train_on: str, generation_prompt: bool,
+            where: str) -> list[tuple[list[int], list[bool], list[int]]]:
     start, end = chat_token_ids(tokenizer)
     segments = [f"{m['role']}\n{m['content'].strip()}" for messages in conversations for m in messages]
-    *encodings, generation, newline = _encode_texts(tokenizer, [*segments, "assistant\n", "\n"])
+    *encodings, generation, newline = _encode_texts(tokenizer, [*segments, "assistant\n", "\n"], where)
     encodings = iter(encodings)
     everything = train_on == "all"
     results = []
@@ -243,14 +237,17 @@ def _encode(tokenizer: Tokenizer, conversations: list[list[dict]], train_on: str
     return results
 
 
-def _encode_texts(tokenizer: Tokenizer, texts: list[str]) -> list:
+def _encode_texts(tokenizer: Tokenizer, texts: list[str], where: str) -> list:
+    """The encodings of `texts`, message text all: a BurnoutError naming `where` and the characters when the tokenizer
+    cannot encode one (tokenizer.py's unencodable_error, said while text is still read as text)."""
     # Special-token matching off: text in a message never becomes a control token. The flag lives on the
     # tokenizer object, so another thread encoding with the same object meanwhile would see it too.
     previous = tokenizer.encode_special_tokens
     tokenizer.encode_special_tokens = True
     try:
         return tokenizer.encode_batch(texts, add_special_tokens=False)
-    except Exception as exc:  # the Rust side raises a bare Exception (e.g. a char tokenizer's unseen character)
-        raise _EncodeError(first_line(exc)) from None
+    except Exception as exc:  # the Rust side raises a bare Exception (an unseen character), TypeError (a surrogate)
+        failing = next((text for text in texts if unencodable(tokenizer, text)), "")
+        raise unencodable_error(tokenizer, failing, where, error=exc) from None
     finally:
         tokenizer.encode_special_tokens = previous

@@ -50,6 +50,7 @@ from burnout.common import (
     first_line,
     folder_contents,
     is_finite_number,
+    kind_of,
     read_jsonl,
     sha256_file,
     unwrapped,
@@ -63,8 +64,9 @@ from burnout.models import Transformer
 from burnout.models.memory import param_counts, static_bytes
 
 MANIFEST_FILE = "sha256.json"
+INFO_FILE = "info.json"
 # What every checkpoint folder holds besides MANIFEST_FILE (see the module docstring).
-CHECKPOINT_FILES = ("model.safetensors", "state.pt", RUN_CONFIG_FILE, "info.json", TOKENIZER_FILE)
+CHECKPOINT_FILES = ("model.safetensors", "state.pt", RUN_CONFIG_FILE, INFO_FILE, TOKENIZER_FILE)
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Beside the tensors' bytes: safetensors' header, state.pt's zip entries and pickled RNG states, config,
 # info and manifest; this leaves a margin over their measured size (docs/PERFORMANCE.md).
@@ -326,6 +328,23 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
     return [p for _, p in sorted(found)]
+
+
+def checkpoint_info(checkpoint: Path) -> dict:
+    """A checkpoint's info.json (its step, tokens and losses), or a BurnoutError naming it when it is missing, cut
+    short, not a JSON object or without a whole-number step: one damaged checkpoint, said in one line."""
+    path = Path(checkpoint) / INFO_FILE
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        why = (exc.strerror or first_line(exc)) if isinstance(exc, OSError) else f"not JSON: {first_line(exc)}"
+        raise BurnoutError(f"checkpoint {checkpoint}: {INFO_FILE} is unreadable ({why}); use another checkpoint of "
+                           "the run (or its copy in train.mirror_dir)") from None
+    step = info.get("step") if isinstance(info, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise BurnoutError(f"checkpoint {checkpoint}: {INFO_FILE} holds no step (it holds {kind_of(info)}): it was "
+                           "not written by burnout; use another checkpoint of the run")
+    return info
 
 
 def run_dir_of(checkpoint: Path) -> Path:

@@ -123,7 +123,8 @@ class Cleaner:
                 stats["junk"]["by_source"][source]["dropped_documents"] += 1
             return None
         if self.dedup:
-            key = hashlib.blake2b(cleaned.encode("utf-8"), digest_size=16).digest()
+            # surrogatepass: a lone surrogate (a JSON "\ud800") is hashed too; encoding leaves it out later.
+            key = hashlib.blake2b(cleaned.encode("utf-8", "surrogatepass"), digest_size=16).digest()
             if key in self._seen:
                 self._drop("dedup", source, len(cleaned))
                 return None

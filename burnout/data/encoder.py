@@ -6,17 +6,23 @@ the caller's reading and writing overlap it) or on one thread. Either way the id
 A document longer than a piece is encoded in pieces (burnout/data/tokenizer.py's `pieces`, which give the ids of
 the whole), and pieces are encoded about BATCH_CHARS characters at a time: the memory of encoding does not grow
 with a document's length.
+
+A character the tokenizer cannot encode (one a char tokenizer's sample never held, a lone surrogate) is left out of
+its document and counted (tokenizer.py's drop_unencodable): a corpus is not refused over a rare character that its
+tokenizer's sample happened to miss.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from burnout.data.tokenizer import cuts_exactly, pieces
+from burnout.common import first_line
+from burnout.data.tokenizer import cuts_exactly, drop_unencodable, pieces
 from burnout.errors import BurnoutError
 
 # Chunks read and submitted for encoding before they are needed. With two encodings in flight the
@@ -27,11 +33,14 @@ CHUNKS_AHEAD = 2
 BATCH_CHARS = 1_000_000
 
 
-def encode_documents(tok: Tokenizer, docs: list[str], split: str = "data") -> list[np.ndarray]:
+def encode_documents(tok: Tokenizer, docs: list[str], split: str = "data",
+                     dropped: list[Counter] | None = None) -> list[np.ndarray]:
     """Token ids (uint32 arrays, no special tokens added) of each document: a long one in pieces when the
-    tokenizer gives the pieces the ids of the whole (`cuts_exactly`), BATCH_CHARS characters at a time."""
+    tokenizer gives the pieces the ids of the whole (`cuts_exactly`), BATCH_CHARS characters at a time. Characters
+    the tokenizer cannot encode are left out; `dropped`, when given, gets a Counter of them per document."""
     cut = cuts_exactly(tok)
     parts: list[list[np.ndarray]] = [[] for _ in docs]
+    left_out = [Counter() for _ in docs]
     batch: list[str] = []
     owners: list[int] = []
     chars = 0
@@ -41,28 +50,31 @@ def encode_documents(tok: Tokenizer, docs: list[str], split: str = "data") -> li
             owners.append(owner)
             chars += len(piece)
             if chars >= BATCH_CHARS:
-                _encode_batch(tok, batch, owners, parts, split)
+                _encode_batch(tok, batch, owners, parts, left_out, split)
                 batch, owners, chars = [], [], 0
     if batch:
-        _encode_batch(tok, batch, owners, parts, split)
+        _encode_batch(tok, batch, owners, parts, left_out, split)
+    if dropped is not None:
+        dropped.extend(left_out)
     return [ids[0] if len(ids) == 1 else np.concatenate(ids) for ids in parts]
 
 
 def _encode_batch(tok: Tokenizer, texts: list[str], owners: list[int], parts: list[list[np.ndarray]],
-                  split: str) -> None:
-    """Encode `texts` at once, appending each one's ids to its owner's `parts`."""
+                  left_out: list[Counter], split: str) -> None:
+    """Encode `texts` at once, appending each one's ids to its owner's `parts` and the characters left out of it
+    (only looked for when the batch fails: a bare Exception from the Rust side, a TypeError for a surrogate) to its
+    owner's `left_out`."""
     try:
         encodings = tok.encode_batch_fast(texts, add_special_tokens=False)
-    except Exception:  # the Rust side raises a bare Exception, e.g. for a character a char vocab lacks
-        vocab = tok.get_vocab()
-        unknown = sorted({c for text in texts for c in text} - vocab.keys())
-        if not unknown:
-            raise
-        shown = ", ".join(repr(c) for c in unknown[:5])
-        raise BurnoutError(
-            f"the tokenizer has no token for {len(unknown)} character(s) of the {split} ({shown}); "
-            "retrain the tokenizer on this data or use tokenizer.kind: bpe"
-        ) from None
+    except Exception:
+        kept = [drop_unencodable(tok, text) for text in texts]
+        try:
+            encodings = tok.encode_batch_fast([text for text, _ in kept], add_special_tokens=False)
+        except Exception as exc:  # another refusal than a character's (a tokenizer of words given in a file)
+            raise BurnoutError(f"the tokenizer cannot encode a document of the {split} ({first_line(exc)}); "
+                               "retrain the tokenizer on this data or use tokenizer.kind: bpe") from None
+        for owner, (_, counts) in zip(owners, kept):
+            left_out[owner].update(counts)
     for owner, encoding in zip(owners, encodings):
         parts[owner].append(np.asarray(encoding.ids, dtype=np.uint32))
 
@@ -99,7 +111,7 @@ class Encoder:
             os.environ["TOKENIZERS_PARALLELISM"] = self._previous_parallelism
 
     def submit(self, docs: list[str]) -> Future:
-        """A future of [(ids, characters)] for `docs`."""
+        """A future of [(ids, characters encoded, Counter of the characters left out)] for `docs`."""
         if self._background is not None:
             return self._background.submit(self._encode_with_lengths, docs)
         future: Future = Future()
@@ -110,7 +122,9 @@ class Encoder:
         return future
 
     def encode(self, docs: list[str]) -> list[np.ndarray]:
-        return [ids for ids, _ in self.submit(docs).result()]
+        return [ids for ids, _, _ in self.submit(docs).result()]
 
-    def _encode_with_lengths(self, docs: list[str]) -> list[tuple[np.ndarray, int]]:
-        return list(zip(encode_documents(self.tok, docs), map(len, docs)))
+    def _encode_with_lengths(self, docs: list[str]) -> list[tuple[np.ndarray, int, Counter]]:
+        dropped: list[Counter] = []
+        encoded = encode_documents(self.tok, docs, dropped=dropped)
+        return [(ids, len(doc) - left_out.total(), left_out) for ids, doc, left_out in zip(encoded, docs, dropped)]

@@ -33,7 +33,7 @@ import itertools
 import json
 import os
 import sys
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict
@@ -50,7 +50,14 @@ from burnout.data.clean import Cleaner
 from burnout.data.corpus import MixedCorpus, interleave_rng, iter_source, mix_corpus, source_signature
 from burnout.data.encoder import CHUNKS_AHEAD, Encoder
 from burnout.data.split import SPLIT_RULE, ValSplit, is_cut, length_class, split_warnings
-from burnout.data.tokenizer import build_tokenizer, eot_id, load_tokenizer, tokenizer_kind, tokenizer_sha256
+from burnout.data.tokenizer import (
+    build_tokenizer,
+    eot_id,
+    load_tokenizer,
+    name_characters,
+    tokenizer_kind,
+    tokenizer_sha256,
+)
 from burnout.errors import BurnoutError, StorageError
 
 # Shard-format functions are called through `shards.` (not imported by name), so that one change to
@@ -115,10 +122,11 @@ def prepare_data(
 
 
 def data_warnings(meta: dict) -> list[str]:
-    """A line for each thing that makes the prepared data of `meta` unfit to train on: a val split that is not a
-    fair sample of the text (`split_warnings`); train tokens far too few for any model preset to learn from."""
+    """A line for each thing that makes the prepared data of `meta` unfit to train on, or less than its sources: a
+    val split that is not a fair sample of the text (`split_warnings`); train tokens far too few for any model
+    preset to learn from; characters the tokenizer could not encode, left out."""
     train = meta["splits"]["train"]["tokens"]
-    lines = split_warnings(meta)
+    lines = [*split_warnings(meta), dropped_warning(meta)]
     if train < FAR_TOO_FEW_TOKENS_PER_PARAM * SMALLEST_PRESET_PARAMS:
         lines.append(f"warning: {plural(train, 'train token')}, far too few to learn from for any model preset: "
                      f"~{CHINCHILLA_TOKENS_PER_PARAM} per parameter is usual (Chinchilla), so they suit "
@@ -126,7 +134,46 @@ def data_warnings(meta: dict) -> list[str]:
                      f"({SMALLEST_PRESET_PARAMS:,} parameters) would get {train / SMALLEST_PRESET_PARAMS:.2g} per "
                      f"parameter, under the {FAR_TOO_FEW_TOKENS_PER_PARAM:g} where a model memorises its text; "
                      "add text")
-    return lines
+    return [line for line in lines if line]
+
+
+# The characters meta.json names of those left out, most frequent first.
+DROPPED_SHOWN = 20
+# A tokenizer may leave out at most this share of the characters: a char vocabulary taken from a sample of the same
+# text misses only rare ones (a name in another script), far fewer; more means the tokenizer was made for another
+# text. Checked once this many characters are read (a few rare ones early on say little), and at the end.
+MAX_DROPPED_SHARE = 0.01
+DROPPED_CHECK_CHARS = 100_000
+
+
+def dropped_report(dropped: Counter, documents: int) -> dict:
+    """meta.json's record of the characters left out because the tokenizer could not encode them: how many, from how
+    many documents, and the most frequent (character, code point, count), ties in code point order."""
+    ranked = sorted(dropped.items(), key=lambda item: (-item[1], item[0]))  # ties by code point: whatever the order
+    return {"characters": dropped.total(), "distinct": len(dropped), "documents": documents,
+            "most_common": [[char, f"U+{ord(char):04X}", count] for char, count in ranked[:DROPPED_SHOWN]]}
+
+
+def dropped_warning(meta: dict) -> str | None:
+    """A line when characters were left out of the documents because the tokenizer could not encode them.
+
+    They are left out rather than the preparation refused: a char tokenizer has tokens for the characters of its
+    sample (data.max_chars) only, and a character past the sample is rare by that very fact (a CJK name in an
+    English corpus); refusing would throw the preparation away over it, while an <unk> id would need a token the
+    tokenizer was not trained with. More than MAX_DROPPED_SHARE of the text is refused instead (_SplitWriter's
+    _check_dropped). A lone surrogate (a JSON \\ud800 escape without its pair) is no character."""
+    report = meta.get("dropped_characters") or {}
+    if not report.get("characters"):
+        return None
+    chars = [char for char, _, _ in report["most_common"]]
+    surrogates = [c for c in chars if 0xD800 <= ord(c) <= 0xDFFF]
+    fixes = (["to keep them, raise data.max_chars so that the tokenizer's sample holds them, or use "
+              "tokenizer.kind: bpe, which encodes any character"] if len(surrogates) < len(chars) else [])
+    fixes += ["a lone surrogate (a JSON \\ud800 escape without its pair) is no character"] if surrogates else []
+    return (f"warning: left out {plural(report['characters'], 'character')} that the tokenizer cannot encode, from "
+            f"{plural(report['documents'], 'document')}: {name_characters(chars, report['distinct'])}; "
+            + "; ".join(fixes))
+
 
 
 def tokens_per_param_warning(train_tokens: int, params: int) -> str | None:
@@ -276,15 +323,16 @@ class _SourceStream:
         self.cleaner = cleaner
         self.encoder = encoder
         self.fill_log = fill_log
-        self.ready: deque[tuple[np.ndarray, int]] = deque()
+        self.ready: deque[tuple[np.ndarray, int, Counter]] = deque()
         self.chunks: deque[Future] = deque()  # read and cleaned, encoded or being encoded
         self.exhausted = False
         self.taken = 0  # documents handed out by next()
         # Chunks start small and double: a source that needs few documents reads few past its budget.
         self.chunk_docs = 8
 
-    def next(self) -> tuple[np.ndarray, int] | None:
-        """(token ids, characters) of the next document, or None when the source has run out."""
+    def next(self) -> tuple[np.ndarray, int, Counter] | None:
+        """(token ids, characters, the characters the tokenizer could not encode, left out) of the next document, or
+        None when the source has run out."""
         while not self.ready:
             if not self.chunks:
                 if self.exhausted:
@@ -413,6 +461,7 @@ class _SplitWriter:
                                   dtype=np.int64)
         self.taken = np.zeros(len(self.names), dtype=np.int64)
         self.taken_val = np.zeros(len(self.names), dtype=np.int64)
+        self.dropped, self.dropped_documents, self.seen_chars = Counter(), 0, 0
         return {split: (0, 0) for split in shards.SPLITS}
 
     def _restore(self, point: dict) -> dict:
@@ -424,6 +473,8 @@ class _SplitWriter:
                                                       for key in ("remaining", "taken", "taken_val"))
         self.rng.bit_generator.state = point["rng"]
         self.split.restore(point["val_split"])
+        self.dropped, self.dropped_documents = Counter(point.get("dropped", {})), point.get("dropped_documents", 0)
+        self.seen_chars = point.get("seen_chars", 0)
         return point["writers"]
 
     def _save_resume_point(self) -> None:
@@ -440,6 +491,7 @@ class _SplitWriter:
             "stats": json.loads(json.dumps(self.stats)),  # a copy: it goes on counting
             "writers": {split: [writer.index, writer.filled] for split, writer in self.writers.items()},
             "documents": {split: doc_writer.count for split, doc_writer in self.doc_writers.items()},
+            "dropped": dict(self.dropped), "dropped_documents": self.dropped_documents, "seen_chars": self.seen_chars,
         }
         shards.save_manifest(self.out_dir, self.manifest)
 
@@ -457,13 +509,35 @@ class _SplitWriter:
                 item = self.streams[i].next()
                 if item is None:  # the source ran out: its shortfall is reported
                     remaining[i] = 0
-                elif self.cfg.split == "contiguous":
-                    self._add_contiguous(i, *item, bar)
+                    continue
+                ids, chars, left_out = item
+                self.seen_chars += chars + left_out.total()
+                if left_out:
+                    self.dropped.update(left_out)
+                    self.dropped_documents += 1
+                    self._check_dropped(final=False)
+                if self.cfg.split == "contiguous":
+                    self._add_contiguous(i, ids, chars, bar)
                 else:
-                    self._add_document(i, *item, bar)
+                    self._add_document(i, ids, chars, bar)
+        self._check_dropped(final=True)
         splits = self._finish()
         return {"splits": splits, "sources": self._source_report(splits), "cleaning": self.cleaner.report(),
+                "dropped_characters": dropped_report(self.dropped, self.dropped_documents),
                 "document_index": self._document_index}
+
+    def _check_dropped(self, final: bool) -> None:
+        """Refuse a tokenizer that cannot encode more than MAX_DROPPED_SHARE of the characters read (from
+        DROPPED_CHECK_CHARS of them on, or at the end): it was not made for this text, and leaving the characters out
+        would leave little of it."""
+        dropped, seen = self.dropped.total(), self.seen_chars
+        if dropped <= MAX_DROPPED_SHARE * seen or not (final or seen >= DROPPED_CHECK_CHARS):
+            return
+        named = name_characters([c for c, _, _ in dropped_report(self.dropped, 0)["most_common"]], len(self.dropped))
+        raise BurnoutError(f"the tokenizer has no token for {dropped:,} of the first {seen:,} characters of the data "
+                           f"({dropped / seen:.1%}, more than the {MAX_DROPPED_SHARE:.0%} it may leave out): {named}; "
+                           "it was not made for this text: prepare with a tokenizer trained on it (a char one on a "
+                           "sample of it), or tokenizer.kind: bpe, which encodes any character")
 
     def _add_document(self, i: int, ids: np.ndarray, chars: int, bar) -> None:
         """Source i's next document, cut at its budget, whole to val or to train, or cut in two (`ValSplit`): its

@@ -6,6 +6,10 @@ a normalizer, so decoding the ids of a text gives back exactly that text.
 A long text is trained on and encoded in pieces (`pieces`), since a tokenizer's pre-tokenization of a text holds
 many bytes per character (docs/PERFORMANCE.md): a document of any length then costs the memory of one piece, and
 the pieces give the merges and the ids that the whole text would.
+
+A text a tokenizer cannot encode (`unencodable`: a char tokenizer's unseen character, a lone surrogate) is said in
+one line naming its characters by `encode_text` wherever a user's text is encoded (prompts, chat lines, task
+files, conversations); data preparation drops them instead (`drop_unencodable`) and counts what it dropped.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -30,6 +35,12 @@ CHAR_PATTERN = r"[\s\S]"
 PIECE_CHARS = 65_536
 # Where `pieces` may cut: a space or line break after a character that is not whitespace.
 _CUT = re.compile(r"(?<=\S)[ \n]")
+# A lone surrogate (U+D800..U+DFFF outside a pair) is no character: no tokenizer takes one and it cannot be written
+# as UTF-8. Python makes one of a byte that is not UTF-8 in a command's arguments or a piped line (surrogateescape:
+# byte 0xff becomes U+DCFF) and of a "\ud800" escape in JSON.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Characters a message names; the rest are counted.
+SHOWN_CHARACTERS = 5
 
 
 def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
@@ -98,8 +109,9 @@ def _train_bpe(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    # Each text in pieces: the trainer counts the same pre-tokens, so it learns the same merges.
-    remaining = (piece for text in texts for piece in pieces(text))
+    # Each text in pieces: the trainer counts the same pre-tokens, so it learns the same merges. A lone surrogate is
+    # no character (the trainer cannot take one): left out, as encoding the data leaves it out (drop_unencodable).
+    remaining = (_SURROGATE.sub("", piece) for text in texts for piece in pieces(text))
     first = next((piece for piece in remaining if piece), None)
     if first is None:
         raise BurnoutError("tokenizer: no text to train on; check that the data sources contain documents")
@@ -117,7 +129,7 @@ def _train_char(texts: Iterable[str], cfg: TokenizerConfig) -> Tokenizer:
     if not chars:
         raise BurnoutError("tokenizer: no text to train on; check that the data sources contain documents")
     vocab = {token: i for i, token in enumerate(cfg.special_tokens)}
-    for char in sorted(chars - vocab.keys()):
+    for char in sorted(c for c in chars - vocab.keys() if not _SURROGATE.match(c)):  # a lone surrogate is no character
         vocab[char] = len(vocab)
     # No unk token: every character of the training text has an id, and an unseen character is an
     # error at encode time rather than a silent, lossy <unk>.
@@ -168,9 +180,17 @@ def cuts_exactly(tok: Tokenizer) -> bool:
         return False
     pre = json.loads(tok.pre_tokenizer.__getstate__())
     byte_level = pre.get("type") == "ByteLevel" and pre.get("use_regex") and not pre.get("add_prefix_space")
-    per_char = pre == {"type": "Split", "pattern": {"Regex": CHAR_PATTERN}, "behavior": "Isolated", "invert": False}
     added = tok.get_added_tokens_decoder().values()
-    return bool(byte_level or per_char) and not any(t.rstrip or any(c.isspace() for c in t.content) for t in added)
+    return bool(byte_level or _per_char(tok)) and not any(t.rstrip or any(c.isspace() for c in t.content)
+                                                          for t in added)
+
+
+def _per_char(tok: Tokenizer) -> bool:
+    """Whether `tok` pre-tokenizes every character on its own (the char kind's pre-tokenizer)."""
+    if tok.pre_tokenizer is None:
+        return False
+    pre = json.loads(tok.pre_tokenizer.__getstate__())
+    return pre == {"type": "Split", "pattern": {"Regex": CHAR_PATTERN}, "behavior": "Isolated", "invert": False}
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
@@ -201,3 +221,88 @@ def tokenizer_kind(tok: Tokenizer) -> str:
     if isinstance(tok.model, models.WordLevel):
         return "char"
     return type(tok.model).__name__.lower()
+
+
+# ----------------------------------------------------------------------------------------------
+# Text a tokenizer cannot encode
+
+
+def closed_char_vocabulary(tok: Tokenizer) -> bool:
+    """Whether `tok` has an id only for the characters it was trained on (the char kind: one pre-token per
+    character, looked up in a vocabulary without an unknown token), so that any other character cannot be encoded."""
+    return isinstance(tok.model, models.WordLevel) and tok.model.unk_token not in tok.get_vocab() and _per_char(tok)
+
+
+def unencodable(tok: Tokenizer, text: str) -> list[str]:
+    """The distinct characters of `text` that `tok` cannot encode, in the order they first appear: lone surrogates
+    (any tokenizer) and, for a closed char vocabulary, every character outside it. Text that `tok` matches as an
+    added token (<|endoftext|>) is that one token, whatever its characters."""
+    if not closed_char_vocabulary(tok):
+        return list(dict.fromkeys(_SURROGATE.findall(text)))
+    vocab = tok.get_vocab()
+    return [c for c in dict.fromkeys("".join(_split_at_added(tok, text)[::2])) if c not in vocab]
+
+
+def _split_at_added(tok: Tokenizer, text: str) -> list[str]:
+    """`text` as [plain, added token, plain, ...]: the added tokens `tok` matches in it (special ones unless the
+    tokenizer encodes them as text), longest first, as the tokenizer matches them."""
+    added = sorted((t.content for t in tok.get_added_tokens_decoder().values()
+                    if not (t.special and tok.encode_special_tokens)), key=len, reverse=True)
+    return re.split("(" + "|".join(map(re.escape, added)) + ")", text) if added else [text]
+
+
+def drop_unencodable(tok: Tokenizer, text: str) -> tuple[str, Counter]:
+    """`text` without the characters `tok` cannot encode (`unencodable`), and how many of each were dropped."""
+    bad = set(unencodable(tok, text))
+    if not bad:
+        return text, Counter()
+    parts = _split_at_added(tok, text)
+    dropped = Counter(c for part in parts[::2] for c in part if c in bad)
+    table = dict.fromkeys(map(ord, bad))
+    return "".join(part if i % 2 else part.translate(table) for i, part in enumerate(parts)), dropped
+
+
+def name_characters(chars: Sequence[str], distinct: int | None = None) -> str:
+    """"'😀' (U+1F600), '\\udcff' (byte 0xff, not UTF-8)": the first SHOWN_CHARACTERS, then how many more of the
+    `distinct` characters (default: of `chars`)."""
+    def one(char: str) -> str:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:  # surrogateescape's stand-in for a byte that is not UTF-8
+            return f"{char!r} (byte {code - 0xDC00:#04x}, not UTF-8)"
+        if _SURROGATE.match(char):
+            return f"{char!r} (U+{code:04X}, a lone surrogate)"
+        return f"{char!r} (U+{code:04X})"
+    named = ", ".join(map(one, chars[:SHOWN_CHARACTERS]))
+    more = (len(chars) if distinct is None else distinct) - min(len(chars), SHOWN_CHARACTERS)
+    return named + (f" and {more} more" if more > 0 else "")
+
+
+def unencodable_error(tok: Tokenizer, text: str, where: str, fix: str | None = None,
+                      error: BaseException | None = None) -> BurnoutError:
+    """The one line for a text `tok` could not encode: `where`, the characters and why, and `fix` (by default: leave
+    out what a char tokenizer never saw; give text as UTF-8)."""
+    chars = unencodable(tok, text)
+    if not chars:  # another tokenizer's refusal (a tokenizer.json of words given in a file, say)
+        return BurnoutError(f"{where}: the tokenizer cannot encode it ({first_line(error or 'no reason given')}); "
+                            f"{fix or 'use a byte-level BPE tokenizer, which encodes any text'}")
+    why, default = [], []
+    if any(_SURROGATE.match(c) for c in chars):
+        why.append("a byte that is not UTF-8, or half of a surrogate pair, is no character")
+        default.append("give the text as UTF-8")
+    if any(not _SURROGATE.match(c) for c in chars):
+        known = sum(len(token) == 1 for token in tok.get_vocab())
+        why.append(f"this char-level tokenizer has tokens only for the {known} characters of the text it was "
+                   "trained on")
+        default.append("leave them out")
+    return BurnoutError(f"{where} holds {name_characters(chars)}, which the tokenizer cannot encode: "
+                        f"{'; '.join(why)}; {fix or ' and '.join(default)}")
+
+
+def encode_text(tok: Tokenizer, text: str, where: str, fix: str | None = None,
+                add_special_tokens: bool = True) -> list[int]:
+    """The ids of `text`, a user's (a prompt, a line typed): text `tok` cannot encode is a BurnoutError naming
+    `where` and the characters (`unencodable_error`)."""
+    try:
+        return tok.encode(text, add_special_tokens=add_special_tokens).ids
+    except Exception as exc:  # the Rust side raises a bare Exception (an unseen character), TypeError (a surrogate)
+        raise unencodable_error(tok, text, where, fix, exc) from None

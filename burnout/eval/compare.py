@@ -18,16 +18,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from burnout.common import COMPARE_JSON, COMPARE_MD, write_atomic
+from burnout.common import COMPARE_JSON, COMPARE_MD, TOKENIZER_FILE, write_atomic
 from burnout.config import load_run_config
 from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.device import resolve_device
 from burnout.core.model_files import load_model
+from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.eval.degeneration import summarize
 from burnout.generate.chat import chat_replies
-from burnout.generate.prompts import COMPARE_PROMPTS
+from burnout.generate.prompts import COMPARE_PROMPTS, builtin_prompts_for
 from burnout.generate.sampling import generate_texts
 
 
@@ -53,16 +54,19 @@ def select_checkpoints(run_dir: Path, steps: Sequence[int | str] | None) -> list
 def compare_checkpoints(
     run_dir: str | Path,
     checkpoints: Sequence[int | str] | None = None,
-    prompts: Sequence[str] = COMPARE_PROMPTS,
+    prompts: Sequence[str] | None = None,
     max_new_tokens: int = 60,
     device: str = "auto",
     say: Callable[[str], None] = print,
     suspicious: Sequence[str] = (),
     **sampling,
 ) -> str:
-    """Generate every prompt at each chosen checkpoint; returns (and writes) the Markdown comparison."""
+    """Generate every prompt at each chosen checkpoint; returns (and writes) the Markdown comparison. `prompts`: the
+    user's, each of which must encode; None: the built-in COMPARE_PROMPTS the run's tokenizer can encode."""
     run_dir = Path(run_dir)
     paths = select_checkpoints(run_dir, checkpoints)
+    if prompts is None:  # the newest checkpoint's tokenizer: a fine-tune's base has the same characters
+        prompts = builtin_prompts_for(load_tokenizer(paths[-1] / TOKENIZER_FILE), COMPARE_PROMPTS, say)
     dev = resolve_device(device, "--device")
     rows = []
     models = [*_starting_model(paths[-1], say), *((p.name, p) for p in paths)]

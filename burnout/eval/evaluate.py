@@ -25,13 +25,13 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import write_atomic
+from burnout.common import first_line, write_atomic
 from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint, run_dir_of
 from burnout.core.device import autocast, configure_backends, resolve_device, resolve_precision
 from burnout.core.model_files import load_model
 from burnout.data.loader import TokenLoader
 from burnout.data.shards import read_meta
-from burnout.data.tokenizer import tokenizer_sha256
+from burnout.data.tokenizer import closed_char_vocabulary, tokenizer_sha256, unencodable, unencodable_error
 from burnout.errors import BurnoutError
 from burnout.eval.icl import Suite, load_suite, result_keys, score_task, suite_core
 from burnout.eval.references import REFERENCES_FILE, reference_table
@@ -39,9 +39,11 @@ from burnout.eval.tasks import (
     BENCHMARKS,
     BUILTIN_TASKS,
     IclTask,
+    build_items,
     builtin_task,
     check_fewshot,
     describe_template,
+    needs_prefix_space,
     read_records,
     task_file,
 )
@@ -127,6 +129,25 @@ def plan_tasks(tasks: list[str] | str, data_root: str | Path | None = None, task
         plan.records.append(read_records(task))
         check_fewshot(task, plan.records[-1])
     return plan
+
+
+def check_plan_encodes(tokenizer: Tokenizer, plan: Plan, limit: int | None, where: str = "") -> None:
+    """Refuse, before anything is scored, a plan whose items (the first `limit` of each task, as score_plan builds
+    them) hold characters a char model's tokenizer lacks (the tasks' quotes, digits, capitals), naming the task after
+    `where` ("train.eval_tasks: "). Found at its turn, it ended an eval after the other tasks' scores, or a training
+    run at its first evaluation. A byte-level BPE encodes any character: its items are not built twice for this (a
+    lone surrogate in a task file is still one line, when its item is scored)."""
+    if not closed_char_vocabulary(tokenizer):
+        return
+    prefix_space = needs_prefix_space(tokenizer)
+    for task, records in zip(plan.tasks, plan.records):
+        for shots, key in result_keys(task):
+            items = build_items(task, records, shots, prefix_space, limit)
+            text = "".join(dict.fromkeys(part for item in items for request in item.requests for part in request))
+            if unencodable(tokenizer, text):
+                raise unencodable_error(tokenizer, text, f"{where}task '{key}'", f"leave '{task.label}' out"
+                                        f"{' of ' + where.rstrip(': ') if where else ''} (val scores any model), or "
+                                        "score a byte-level BPE model")
 
 
 def score_plan(model: Transformer, tokenizer: Tokenizer, plan: Plan, limit: int | None = None, batch_size: int = 16,
@@ -229,6 +250,7 @@ def evaluate_checkpoint(
             say(line)
     dev = resolve_device(device, "--device")
     model, tokenizer, ckpt = load_model(path, dev)
+    check_plan_encodes(tokenizer, plan, limit)
     record: dict = {"checkpoint": str(ckpt.path), "step": ckpt.info.get("step"), "tokens": ckpt.info.get("tokens"),
                     "limit": limit, "tasks": {}}
 
@@ -307,10 +329,10 @@ def write_summary(run_dir: Path) -> str:
     """The step → scores Markdown table over RUN/eval/step_*.json, written to summary.md and summary.json:
     the built-in tasks' columns, then each other task's accuracy, then CORE."""
     eval_dir = Path(run_dir) / EVAL_DIR
-    records = sorted(
-        (json.loads(p.read_text(encoding="utf-8")) for p in eval_dir.glob("step_*.json")),
-        key=lambda r: r.get("step") or 0,
-    )
+    found, left_out = eval_records(run_dir)
+    left_out += [f"{path} is left out (it holds no tasks)" for path, record in found
+                 if not isinstance(record.get("tasks"), dict)]
+    records = sorted((r for _, r in found if isinstance(r.get("tasks"), dict)), key=lambda r: r.get("step") or 0)
     present = [c for c in SUMMARY_COLUMNS if any(c[1] in r["tasks"].get(c[0], {}) for r in records)]
     builtin = {c[0] for c in SUMMARY_COLUMNS}
     others = dict.fromkeys(t for r in records for t, m in r["tasks"].items() if t not in builtin and "acc" in m)
@@ -335,9 +357,28 @@ def write_summary(run_dir: Path) -> str:
     if published:
         table += (f"\nPublished scores at comparable sizes ({REFERENCES_FILE.name}, each with its source):\n\n"
                   f"{published}")
+    table += "".join(f"\n{line}\n" for line in left_out)
     write_atomic(eval_dir / "summary.md", table)
     _write_json(eval_dir / "summary.json", {"rows": records})
     return table
+
+
+def eval_records(run_dir: Path, pattern: str = "step_*.json") -> tuple[list[tuple[Path, dict]], list[str]]:
+    """(file, record) of each RUN/eval file matching `pattern` (default: burnout eval's, one per checkpoint) that
+    reads as a JSON object, and a line for each one left out (cut short, edited): one damaged file does not fail what
+    reads them all."""
+    found, left_out = [], []
+    for path in sorted((Path(run_dir) / EVAL_DIR).glob(pattern)):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            problem = None if isinstance(record, dict) else "not a JSON object"
+        except (OSError, ValueError) as exc:
+            problem = f"unreadable: {first_line(exc)}"
+        if problem is None:
+            found.append((path, record))
+        else:
+            left_out.append(f"{path} is left out ({problem}); run the burnout eval that wrote it again")
+    return found, left_out
 
 
 def _fmt(value) -> str:

@@ -43,6 +43,7 @@ from burnout.core.chat_template import IM_END, is_chat_model
 from burnout.core.checkpoint import run_dir_of
 from burnout.core.device import resolve_device
 from burnout.core.model_files import load_model
+from burnout.data.tokenizer import unencodable, unencodable_error
 from burnout.errors import BurnoutError
 from burnout.eval.evaluate import checkpoints_to_evaluate
 from burnout.eval.scoring import score_encoded
@@ -158,9 +159,10 @@ class BurnoutLM(TemplateLM):
     def _encode(self, strings: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
         try:
             return [e.ids for e in self._tokenizer.encode_batch(list(strings), add_special_tokens=add_special_tokens)]
-        except Exception as exc:  # the Rust side raises a bare Exception, e.g. a char tokenizer's unseen character
-            raise BurnoutError(f"the tokenizer cannot encode the task text ({first_line(exc)}); "
-                               "evaluate a byte-level BPE model, which encodes any text") from None
+        except Exception as exc:  # the Rust side raises a bare Exception (an unseen character), TypeError (a surrogate)
+            failing = next((text for text in strings if unencodable(self._tokenizer, text)), "")
+            raise unencodable_error(self._tokenizer, failing, "the task text", "evaluate a byte-level BPE model, "
+                                    "which encodes any text", exc) from None
 
     def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
         """(context ids, continuation ids) of each (context, continuation), as TemplateLM.loglikelihood splits

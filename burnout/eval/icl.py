@@ -40,6 +40,7 @@ from pathlib import Path
 
 import yaml
 
+from burnout.common import first_line
 from burnout.errors import BurnoutError
 from burnout.eval.scoring import chance_accuracy, item_metrics, score_items
 from burnout.eval.tasks import (
@@ -231,6 +232,10 @@ def _read_yaml_list(path: Path, depth: int = 0) -> list:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise BurnoutError(f"{path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    except ValueError as exc:  # not UTF-8, or a value YAML recognises but cannot build (2024-13-45)
+        raise BurnoutError(f"{path} cannot be read as YAML ({first_line(exc)}); fix it") from None
+    except RecursionError:
+        raise BurnoutError(f"{path}: its values are nested too deeply for YAML to read") from None
     if isinstance(data, dict):
         data = data.get("icl_tasks")
         if isinstance(data, str) and depth == 0:  # llm-foundry: icl_tasks may name another YAML

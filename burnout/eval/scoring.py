@@ -36,8 +36,9 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from burnout.common import EOT_TOKEN, first_line
+from burnout.common import EOT_TOKEN
 from burnout.core.device import autocast, configure_backends, resolve_precision
+from burnout.data.tokenizer import unencodable, unencodable_error
 from burnout.errors import BurnoutError
 from burnout.eval.tasks import Example, Item
 from burnout.models import Transformer
@@ -72,11 +73,10 @@ def encode_requests(
     try:
         context_ids = dict(zip(unique, (e.ids for e in tokenizer.encode_batch(unique))))
         wholes = tokenizer.encode_batch([c + k for c, k in pairs])
-    except Exception as exc:  # the Rust side raises a bare Exception, e.g. a char tokenizer's unseen character
-        raise BurnoutError(
-            f"the tokenizer cannot encode the task text ({first_line(exc)}); "
-            "score with a byte-level BPE model, which encodes any text"
-        ) from None
+    except Exception as exc:  # the Rust side raises a bare Exception (an unseen character), TypeError (a surrogate)
+        failing = next((text for text in unique + [c + k for c, k in pairs] if unencodable(tokenizer, text)), "")
+        raise unencodable_error(tokenizer, failing, "the task text", "score with a byte-level BPE model, which "
+                                "encodes any text", exc) from None
     out = []
     for (context, _), whole in zip(pairs, wholes):
         if not context:  # lm-eval: the continuation alone, after the prefix token

@@ -62,6 +62,7 @@ lm-eval's target delimiter " " before every answer. Their readers also accept th
 from __future__ import annotations
 
 import bz2
+import io
 import json
 import os
 import random
@@ -69,6 +70,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from burnout.common import first_line
 from burnout.errors import BurnoutError
 
 # Where each task's file lives under a data root (the layout of shared/data).
@@ -302,8 +304,26 @@ def _check_record(task: IclTask, path: Path, record: dict) -> None:
             raise BurnoutError(f"{where}: '{field}' must be a string, not {json.dumps(value)[:40]}")
 
 
-def _open_text(path: Path):
-    return bz2.open(path, "rt", encoding="utf-8") if path.suffix == ".bz2" else open(path, encoding="utf-8")
+def _open_text(path: Path) -> io.StringIO:
+    """A task file's text to read line by line, as a text file reads (newlines translated), decompressed first when it
+    ends in .bz2: a file that is cut short, is not bz2 data or not UTF-8 is a BurnoutError naming it, here, rather
+    than an error half way through its lines."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BurnoutError(f"cannot read task file '{path}': {exc.strerror or first_line(exc)}") from None
+    if path.suffix == ".bz2":
+        try:
+            raw = bz2.decompress(raw)
+        except (OSError, ValueError) as exc:  # ValueError: cut short; OSError: not bz2 data
+            raise BurnoutError(f"task file '{path}' is not whole bz2 data ({first_line(exc)}): it was cut short or "
+                               "damaged; download it again") from None
+    try:
+        return io.StringIO(raw.decode("utf-8"), newline=None)
+    except UnicodeDecodeError as exc:
+        raise BurnoutError(f"task file '{path}' is not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start}"
+                           f"{' of its decompressed text' if path.suffix == '.bz2' else ''}); save it as UTF-8"
+                           ) from None
 
 
 def _jsonl(path: Path):
@@ -376,8 +396,12 @@ def _read_lambada(path: Path) -> list[dict]:
 
 
 def needs_prefix_space(tokenizer) -> bool:
-    """llm-foundry's `tokenizer_needs_prefix_space`: " a" is one token (GPT-2-style BPE)."""
-    return len(tokenizer.encode(" a").ids) == 1
+    """llm-foundry's `tokenizer_needs_prefix_space`: " a" is one token (GPT-2-style BPE). A char tokenizer without an
+    "a" (it raises) needs none either."""
+    try:
+        return len(tokenizer.encode(" a").ids) == 1
+    except Exception:  # the Rust side's bare Exception for a character a char vocabulary lacks
+        return False
 
 
 def fewshot_indices(size: int, num_fewshot: int, item: int, rng: random.Random) -> set[int]:

@@ -56,7 +56,7 @@ from burnout.errors import BurnoutError
 from burnout.finetune.conversations import iter_records
 from burnout.finetune.dpo import AgainstReference, StepMetrics, eval_mode, sequence_logprobs, trained_adapters
 from burnout.finetune.recipes import FineTune, from_chat_model, load_base
-from burnout.finetune.tokenized import RowBatches, held_out_split
+from burnout.finetune.tokenized import RowBatches, held_out_split, read_sft_meta
 from burnout.generate.sampling import generate_batch
 from burnout.models import Transformer
 from burnout.models.cpu_paths import forget_packed_weights
@@ -496,10 +496,7 @@ def nothing_to_learn(probe: Probe, section: RLConfig) -> str:
 
 def read_prepared_tasks(data_dir: Path) -> dict[str, list[Task]]:
     """{"train": [...], "val": [...]} of a folder _prepare_data wrote."""
-    meta = json.loads((Path(data_dir) / META_FILE).read_text())
-    if meta.get("format") != TASKS_FORMAT:
-        raise BurnoutError(f"{data_dir} holds no RL tasks (its meta.json format is {meta.get('format')!r}); "
-                           "start the run again with `burnout rl`")
+    read_sft_meta(data_dir, TASKS_FORMAT)  # a meta.json cut short or of another kind: one line
     splits: dict[str, list[Task]] = {"train": [], "val": []}
     for line in (Path(data_dir) / TASKS_FILE).read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
@@ -549,6 +546,9 @@ class RL(FineTune):
         section = cfg.rl
         say(f"reading {self.what} from {section.source} into {data_dir}")
         tasks = read_tasks(section.source, section.split, section.subset, section.data_files, section.max_examples)
+        for number, task in enumerate(tasks, start=1):  # each is encoded at every step: refused now, not then
+            encode_prompt(tokenizer, [{"role": "user", "content": task.prompt}],
+                          f"'{section.source}' record {number}: its question")
         if section.reward == "gsm8k":
             for number, task in enumerate(tasks, start=1):
                 if final_number(task.reference) is None:
@@ -587,7 +587,7 @@ class RL(FineTune):
 
     def data_meta(self, cfg: RunConfig, data_dir: Path, seq_len: int) -> dict:
         """meta.json with `splits.train.tokens` = questions × seq_len, so train.max_epochs counts passes over them."""
-        meta = json.loads((Path(data_dir) / META_FILE).read_text())
+        meta = read_sft_meta(data_dir, TASKS_FORMAT)
         meta["splits"]["train"]["tokens"] = meta["splits"]["train"]["examples"] * seq_len
         return meta
 

@@ -228,8 +228,10 @@ def variants_of(tok, text: str, what: str = "TEXT") -> list[Variant]:
         raise BurnoutError(f"{what} is empty; give the string to look for, e.g. burnout data trace PersonX DATA")
     ids = _encode(tok, text)
     if ids is None:
-        missing = sorted({c for c in text if _encode(tok, c) is None})
-        detail = f" (it lacks {', '.join(repr(c) for c in missing[:5])})" if missing else ""
+        from burnout.data.tokenizer import name_characters
+
+        missing = [c for c in dict.fromkeys(text) if _encode(tok, c) is None]
+        detail = f" (it lacks {name_characters(missing)})" if missing else ""
         raise BurnoutError(f"{what} {text!r} cannot be encoded by this folder's tokenizer{detail}, so the data "
                            f"cannot hold it; check the string")
     found = [Variant(text, ids)]

@@ -72,7 +72,28 @@ def format_settings(settings: dict) -> str:
     return "  ".join(f"{k}={v}" for k, v in settings.items())
 
 
-def chat(model, tokenizer, settings: dict, read: Callable[[str], str] = input, out: TextIO | None = None) -> None:
+def read_line(prompt: str) -> str:
+    """The next line typed (without its newline), or EOFError at the end of input. A terminal's line is read by
+    `input` (line editing); piped input line by line from the bytes, so that a line that is not UTF-8 fails alone
+    (UnicodeDecodeError) instead of the decoder's whole buffered chunk of lines after it."""
+    buffer = getattr(sys.stdin, "buffer", None)  # none under a text stream put in its place (a test's StringIO)
+    if buffer is None or sys.stdin.isatty():
+        return input(prompt)
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = buffer.readline()
+    if not line:
+        raise EOFError
+    return line.decode("utf-8").removesuffix("\n").removesuffix("\r")
+
+
+def unreadable_line(exc: UnicodeDecodeError) -> str:
+    """What a session says of a line whose bytes are not UTF-8, and goes on."""
+    return (f"error: the line could not be read: byte {exc.object[exc.start]:#04x} is not UTF-8 text; type it again "
+            "(a terminal set to UTF-8 sends any character)")
+
+
+def chat(model, tokenizer, settings: dict, read: Callable[[str], str] = read_line, out: TextIO | None = None) -> None:
     """Loop until /quit or end of input: read a line, stream its continuation to `out` (default: stdout),
     or run a /command."""
     out = out or sys.stdout
@@ -82,6 +103,9 @@ def chat(model, tokenizer, settings: dict, read: Callable[[str], str] = input, o
             line = read("> ")
         except EOFError:
             return
+        except UnicodeDecodeError as exc:  # a terminal that is not UTF-8, a pasted byte: the session goes on
+            out.write(unreadable_line(exc) + "\n")
+            continue
         if line.strip() == "/quit":
             return
         if line.startswith("/"):
@@ -91,7 +115,7 @@ def chat(model, tokenizer, settings: dict, read: Callable[[str], str] = input, o
             continue
         sampling = {k: v for k, v in settings.items() if k != "max_new_tokens"}
         try:
-            pieces = stream_text(model, tokenizer, line, settings["max_new_tokens"], **sampling)
+            pieces = stream_text(model, tokenizer, line, settings["max_new_tokens"], where="the line", **sampling)
         except BurnoutError as exc:  # a bad line or setting must not end the session
             out.write(f"error: {exc}\n")
             continue
@@ -178,7 +202,7 @@ def plain_transcript(messages: list[dict]) -> str:
     return "\n".join([*lines, "Assistant:"])
 
 
-def chat_loop(model, tokenizer, settings: dict, system: str | None = None, read: Callable[[str], str] = input,
+def chat_loop(model, tokenizer, settings: dict, system: str | None = None, read: Callable[[str], str] = read_line,
               out: TextIO | None = None) -> None:
     """Hold a conversation until /quit or end of input: each line is the user's message, the answer streams
     to `out` (default: stdout); /system, /reset and the sampling /commands as CHAT_HELP lists them."""
@@ -191,6 +215,9 @@ def chat_loop(model, tokenizer, settings: dict, system: str | None = None, read:
             line = read("you> ")
         except EOFError:
             return
+        except UnicodeDecodeError as exc:
+            out.write(unreadable_line(exc) + "\n")
+            continue
         name, _, value = line.strip().partition(" ")
         if name == "/quit":
             return

@@ -15,6 +15,7 @@ import torch
 
 from burnout.common import EOT_TOKEN
 from burnout.core.device import autocast, configure_backends, resolve_precision
+from burnout.data.tokenizer import encode_text
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.models.cpu_paths import few_row_products, linear, packs_weights
@@ -244,11 +245,12 @@ def _cut_at_stop(text: str, stop: Sequence[str]) -> int | None:
 
 
 def stream_text(model: Transformer, tokenizer, prompt: str, max_new_tokens: int, stop: Sequence[str] = (),
-                **sampling) -> Iterator[str]:
+                where: str = "the prompt", **sampling) -> Iterator[str]:
     """The continuation of `prompt` as printable pieces, ending at <|endoftext|> or before the first stop
     sequence. Text that might be half a character, or the start of a stop sequence, is held back until
-    the next tokens settle it. Bad settings or a too-long prompt raise here, before anything streams."""
-    prompt_ids = tokenizer.encode(prompt).ids
+    the next tokens settle it. Bad settings, a too-long prompt or one the tokenizer cannot encode (named as
+    `where`) raise here, before anything streams."""
+    prompt_ids = encode_text(tokenizer, prompt, where)
     check_sampling(model, prompt_ids, sampling.get("temperature", 1.0), sampling.get("top_k"), sampling.get("top_p"),
                    sampling.get("repetition_penalty", 1.0))
     return stream_continuation(model, tokenizer, prompt_ids, max_new_tokens, stop, **sampling)
@@ -296,8 +298,9 @@ def generate_text(model: Transformer, tokenizer, prompt: str, max_new_tokens: in
 
 def generate_texts(model: Transformer, tokenizer, prompts: Sequence[str], max_new_tokens: int,
                    stop: Sequence[str] = (), **sampling) -> list[str]:
-    """Each prompt followed by its continuation, decoded in batches (see generate_batch)."""
-    prompt_ids = [tokenizer.encode(p).ids for p in prompts]
+    """Each prompt followed by its continuation, decoded in batches (see generate_batch). A prompt the tokenizer
+    cannot encode is a BurnoutError naming it by its number, before anything is generated."""
+    prompt_ids = [encode_text(tokenizer, p, f"prompt {number}") for number, p in enumerate(prompts, start=1)]
     new_ids = generate_batch(
         model, prompt_ids, max_new_tokens, stop_id=tokenizer.token_to_id(EOT_TOKEN),
         is_done=(lambda row, ids: _cut_at_stop(tokenizer.decode(ids), stop) is not None) if stop else None,

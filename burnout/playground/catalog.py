@@ -10,20 +10,19 @@ bounded here before anything is encoded.
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from burnout.common import RUN_CONFIG_FILE, checked_number, tokenizer_file
 from burnout.config import load_run_config, load_saved_config
 from burnout.core.chat_template import is_chat_model
-from burnout.core.checkpoint import list_checkpoints
+from burnout.core.checkpoint import checkpoint_info, list_checkpoints
 from burnout.core.model_files import load_model
 from burnout.data.documents import iter_documents
-from burnout.data.tokenizer import load_tokenizer
+from burnout.data.tokenizer import encode_text, load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.finetune.tokenized import held_out_questions
 from burnout.generate.chat import TRANSCRIPT_STOP, chat_prompt, fit_messages, plain_transcript, reply_room, stream_reply
@@ -46,8 +45,9 @@ class Entry:
     chat: bool = False  # a chat model (core.chat_template.is_chat_model)
 
 
-def discover(sources: list[str | Path]) -> dict[str, Entry]:
-    """Checkpoints of each source (a run folder: all its checkpoints; a checkpoint folder: itself), in order."""
+def discover(sources: list[str | Path], say: Callable[[str], None] = print) -> dict[str, Entry]:
+    """Checkpoints of each source (a run folder: all its checkpoints; a checkpoint folder: itself), in order. A
+    checkpoint whose info.json or config.yaml cannot be read is left out, said in a line: the others are served."""
     if not sources:
         raise BurnoutError("give at least one run folder or checkpoint folder to serve")
     entries: dict[str, Entry] = {}
@@ -63,12 +63,19 @@ def discover(sources: list[str | Path]) -> dict[str, Entry]:
             raise BurnoutError(f"'{source}' holds no checkpoint (no model.safetensors, no checkpoints/step_*); "
                                "give a run folder made by `burnout train`")
         for ckpt in found:
-            info = json.loads((ckpt / "info.json").read_text())
+            try:
+                info, chat = checkpoint_info(ckpt), is_chat_model(load_run_config(ckpt / RUN_CONFIG_FILE))
+            except BurnoutError as exc:
+                say(f"left out: {exc}")
+                continue
             label = f"{run_name} · step {info['step']}"
             n = 2
             while label in entries and entries[label].path != ckpt:  # two runs with one folder name
                 label, n = f"{run_name} ({n}) · step {info['step']}", n + 1
-            entries[label] = Entry(label, ckpt, info, is_chat_model(load_run_config(ckpt / RUN_CONFIG_FILE)))
+            entries[label] = Entry(label, ckpt, info, chat)
+    if not entries:
+        raise BurnoutError(f"no checkpoint of {', '.join(map(str, sources))} can be read (each said above); give "
+                           "runs with a readable checkpoint")
     return entries
 
 
@@ -238,8 +245,9 @@ def stream_chat(loaded: Loaded, history: list, message: str, max_new_tokens: int
         ids, _ = chat_prompt(tokenizer, messages, context, max_new_tokens)
         pieces = stream_reply(model, tokenizer, ids, max_new_tokens, **sampling)
     else:
-        ids, dropped = fit_messages(messages, lambda kept: tokenizer.encode(plain_transcript(kept)).ids, context,
-                                    reply_room(context, max_new_tokens))
+        ids, dropped = fit_messages(messages, lambda kept: encode_text(tokenizer, plain_transcript(kept),
+                                                                       "the conversation"),
+                                    context, reply_room(context, max_new_tokens))
         kept = messages[:1] + messages[1 + dropped:] if messages[0]["role"] == "system" else messages[dropped:]
         pieces = sampling_stream_text(model, tokenizer, plain_transcript(kept), max_new_tokens,
                                       stop=TRANSCRIPT_STOP, **sampling)

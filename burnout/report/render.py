@@ -15,7 +15,15 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnout.common import REPORT_DIR, check_output_folder, format_duration, mark_folder, next_steps, write_atomic
+from burnout.common import (
+    REPORT_DIR,
+    check_output_folder,
+    first_line,
+    format_duration,
+    mark_folder,
+    next_steps,
+    write_atomic,
+)
 from burnout.core.checkpoint import mirror_run_logs
 from burnout.errors import BurnoutError
 from burnout.eval.references import reference_table
@@ -217,11 +225,16 @@ def fine_tune_blocks(run: RunLog) -> list[Block]:
         blocks.append(Block("table", columns=["", "first", "last"], rows=rows))
     examples = run.path / EXAMPLES_FILE
     if rl and examples.is_file():
-        rows = [[e["question"], f"{e['before']['answer']} (reward {e['before']['reward']:g})",
-                 f"{e['after']['answer']} (reward {e['after']['reward']:g})"]
-                for e in json.loads(examples.read_text(encoding="utf-8"))]
-        blocks.append(Block("table", columns=["held-out question", "the starting model's answer",
-                                              "the run's answer"], rows=rows))
+        try:
+            rows = [[e["question"], f"{e['before']['answer']} (reward {e['before']['reward']:g})",
+                     f"{e['after']['answer']} (reward {e['after']['reward']:g})"]
+                    for e in json.loads(examples.read_text(encoding="utf-8"))]
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # cut short or edited: said, not fatal
+            blocks.append(Block("p", f"`{examples}` cannot be read ({type(exc).__name__}: {first_line(exc)}), so "
+                                     "the held-out answers are left out; the run writes it again at its end"))
+        else:
+            blocks.append(Block("table", columns=["held-out question", "the starting model's answer",
+                                                  "the run's answer"], rows=rows))
     return blocks
 
 

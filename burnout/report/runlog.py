@@ -32,8 +32,9 @@ from burnout.common import (
     read_jsonl,
 )
 from burnout.config import load_run_config
-from burnout.core.checkpoint import list_checkpoints
+from burnout.core.checkpoint import checkpoint_info, list_checkpoints
 from burnout.errors import BurnoutError
+from burnout.eval.evaluate import eval_records
 from burnout.models.info import model_info
 from burnout.train.provenance import lineage_of, read_launches
 
@@ -60,7 +61,7 @@ class RunLog:
     compare_md: str | None = None
     phases: list[dict] = field(default_factory=list)  # RUN/phases.jsonl: a summary at each phase's end
     launches: list[dict] = field(default_factory=list)  # RUN/launches.jsonl: each start and resume
-    left_out: list[str] = field(default_factory=list)  # a line for each metrics.jsonl record the report cannot use
+    left_out: list[str] = field(default_factory=list)  # a line for each record or file the report cannot use
     lineage: dict | None = None  # a continued run's: what its step 0 was (train/provenance.py: lineage_of)
     parent_records: list[dict] = field(default_factory=list)  # the parent's logged steps up to that checkpoint
 
@@ -101,8 +102,7 @@ def load_run(path: str | Path) -> RunLog:
                        precision="fp32" if cfg.train.precision == "fp32" else "bf16")
     # Hash of the parsed config, so that formatting and key order do not change it.
     config_hash = hashlib.sha256(json.dumps(raw_config, sort_keys=True).encode()).hexdigest()[:12]
-    checkpoints = [{"name": p.name, **json.loads((p / "info.json").read_text())} for p in list_checkpoints(path)]
-    evals = [(p.stem, json.loads(p.read_text())) for p in sorted((path / "eval").glob("*.json"))]
+    checkpoints, evals = _checkpoints_and_evals(path, left_out)
     compare = path / COMPARE_MD
     phases = read_jsonl(path / PHASES_FILE)
     lineage = lineage_of(path)
@@ -120,6 +120,20 @@ def parent_records(lineage: dict | None) -> list[dict]:
         return []
     records, _ = step_records(Path(lineage["parent_run"]) / METRICS_FILE)
     return [record for record in records if record["step"] <= lineage["parent_step"]]
+
+
+def _checkpoints_and_evals(path: Path, left_out: list[str]) -> tuple[list[dict], list[tuple[str, dict]]]:
+    """The info.json of each kept checkpoint (with its folder's name) and each eval/*.json, as read; a file cut short
+    or not burnout's is left out of the report, said in `left_out`, rather than failing it."""
+    checkpoints = []
+    for checkpoint in list_checkpoints(path):
+        try:
+            checkpoints.append({"name": checkpoint.name, **checkpoint_info(checkpoint)})
+        except BurnoutError as exc:
+            left_out.append(f"{exc}; the report leaves it out")
+    found, unreadable = eval_records(path, "*.json")  # burnout eval's, lm-eval's (harness_*), the summary
+    left_out += unreadable
+    return checkpoints, [(file.stem, record) for file, record in found]
 
 
 def step_records(path: Path) -> tuple[list[dict], list[str]]:

@@ -53,6 +53,7 @@ except ImportError:
 from burnout.core.chat_template import chat_token_ids, encode_prompt, is_chat_model  # noqa: E402
 from burnout.core.checkpoint import run_dir_of  # noqa: E402
 from burnout.core.model_files import load_model  # noqa: E402
+from burnout.data.tokenizer import encode_text  # noqa: E402
 from burnout.generate.sampling import check_sampling, stream_continuation  # noqa: E402
 
 MAX_BODY_BYTES = 1 << 20
@@ -350,7 +351,11 @@ def build_app(served: Served, api_key: str | None = None, concurrency: int = 1, 
     async def completions(request: Request):
         req = await _parsed(request, CompletionRequest)
         check_model(req)
-        prompts_ids = [served.tokenizer.encode(p).ids for p in req.prompts]
+        try:
+            prompts_ids = [encode_text(served.tokenizer, p, f"prompt[{i}]" if len(req.prompts) > 1 else "prompt")
+                           for i, p in enumerate(req.prompts)]
+        except BurnoutError as exc:  # a character a char model lacks, a lone surrogate: the client's text
+            raise APIError(400, str(exc), param="prompt") from None
         if not prompts_ids or not all(prompts_ids):
             raise APIError(400, "a prompt is empty; give at least one character", param="prompt")
         return await respond(req, prompts_ids, req.max_tokens, "text_completion", "cmpl")

@@ -8,7 +8,6 @@ RNG states) and gathers it from the shards under FSDP.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from burnout.core.checkpoint import (
     Checkpoint,
     CheckpointMirror,
     checkpoint_bytes,
+    checkpoint_info,
     checkpoint_problem,
     folder_bytes,
     list_checkpoints,
@@ -97,8 +97,8 @@ def newest_good_checkpoint(run_dir: Path, emit: Callable[[str], None], label: st
 def read_info(checkpoint: Path) -> dict | None:
     """A checkpoint's info.json, or None where it cannot be read."""
     try:
-        return json.loads((checkpoint / "info.json").read_text())
-    except (OSError, ValueError):
+        return checkpoint_info(checkpoint)
+    except BurnoutError:
         return None
 
 

@@ -42,7 +42,7 @@ from burnout.core.checkpoint import holds_run, list_checkpoints
 from burnout.core.device import configure_backends, resolve_device
 from burnout.core.rng import seed_everything
 from burnout.data.loader import Prefetcher, check_compatible
-from burnout.data.tokenizer import load_tokenizer
+from burnout.data.tokenizer import encode_text, load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.eval.degeneration import degeneration, read_suspicious
 from burnout.generate.sampling import generate_text
@@ -160,6 +160,20 @@ def _silent(line: str) -> None:
     pass
 
 
+def check_sample_prompt(cfg: RunConfig, tokenizer_path: Path) -> None:
+    """Refuse, before the first step, a train.sample_prompt the run could not sample at its first evaluation: one of
+    characters its tokenizer cannot encode (a char tokenizer knows only its corpus's), or too long for the context."""
+    tc = cfg.train
+    if not (tc.sample_prompt and tc.sample_tokens):
+        return
+    ids = encode_text(load_tokenizer(tokenizer_path), tc.sample_prompt, "train.sample_prompt",
+                      fix="set train.sample_prompt to a few words of the training text, or train.sample_tokens=0 "
+                          "for no sample")
+    if len(ids) >= cfg.model.context_length:
+        raise BurnoutError(f"train.sample_prompt is {len(ids)} tokens but model.context_length is "
+                           f"{cfg.model.context_length}, which leaves no room to sample; shorten it")
+
+
 class Validator:
     """Due every train.eval_interval steps and at a session's last step: the recipe's validation metrics over
     train.eval_batches val batches (val_loss, and any val_* it adds), train.eval_tasks' benchmarks
@@ -180,9 +194,10 @@ class Validator:
         self.tokenizer = load_tokenizer(tokenizer_path) if self.runs_here else None
         self.tasks = None  # train.eval_tasks resolved and read now: a missing file fails before step 1
         if self.tc.eval_tasks and self.runs_here:
-            from burnout.eval.evaluate import plan_tasks
+            from burnout.eval.evaluate import check_plan_encodes, plan_tasks
 
             self.tasks = plan_tasks(self.tc.eval_tasks, self.tc.eval_data_root)
+            check_plan_encodes(self.tokenizer, self.tasks, self.tc.eval_task_items, "train.eval_tasks: ")
             for line in self.tasks.lines:
                 emit(line)
         self.last_loss = math.nan
@@ -247,6 +262,7 @@ class Trainer:
         self.seq_len = cfg.train.seq_len or cfg.model.context_length
         meta = recipe.data_meta(cfg, data_dir, self.seq_len)
         check_compatible(meta, cfg.model.vocab_size)
+        check_sample_prompt(cfg, data_dir / TOKENIZER_FILE)  # sampled at each evaluation: refused now, not then
         if auto_batch and not resume:
             cfg = self._auto_batch(cfg)
         self.cfg, self.tc = cfg, cfg.train

@@ -44,8 +44,8 @@ def test_a_long_document_encodes_in_pieces_to_the_ids_of_the_whole(tokenizers, k
     for doc, ids in zip(docs, encoded):
         assert ids.dtype == np.uint32 and np.array_equal(ids, whole_ids(tok, doc))
     with Encoder(tok, 2) as background:  # the thread pool's path, with each document's characters
-        assert [(ids.tolist(), chars) for ids, chars in background.submit(docs).result()] == \
-            [(whole_ids(tok, doc).tolist(), len(doc)) for doc in docs]
+        assert [(ids.tolist(), chars, dropped) for ids, chars, dropped in background.submit(docs).result()] == \
+            [(whole_ids(tok, doc).tolist(), len(doc), {}) for doc in docs]
 
 
 def test_a_tokenizer_whose_pieces_would_differ_encodes_each_document_whole(tokenizers, monkeypatch):

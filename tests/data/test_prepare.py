@@ -347,3 +347,34 @@ def test_the_smallest_preset_a_prepared_folder_is_measured_against_is_the_smalle
     from burnout.models.memory import param_counts
 
     assert SMALLEST_PRESET_PARAMS == min(param_counts(load_model_preset(name)).total for name in model_preset_names())
+
+
+def test_the_characters_left_out_are_counted_once_across_an_interrupted_and_resumed_prepare(tmp_path, monkeypatch):
+    """A char tokenizer given for text with rare characters it lacks: a prepare killed after its third shard and
+    resumed counts what it left out exactly as one run through does (the count is in the resume point)."""
+    from burnout.data.shards import ShardWriter
+
+    docs = [f"line {i}: plain words here" + (" é中😀"[: 1 + i % 3] if i % 40 == 0 else "") for i in range(2000)]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    train_tokenizer(["abcdefghijklmnopqrstuvwxyz 0123456789:"], TokenizerConfig(kind="char")).save(
+        str(tmp_path / "tokenizer.json"))
+    cfg = DataConfig(sources=[SourceConfig(name="j", kind="jsonl", path=str(tmp_path / "docs.jsonl"))],
+                     max_tokens=1_000_000, shard_tokens=5_000)
+    reference = prepare_data(cfg, TOK_CFG, tmp_path / "ref", tokenizer_path=tmp_path / "tokenizer.json", workers=1)
+    expected = sum(len(" é中😀"[: 1 + i % 3]) - 1 for i in range(0, 2000, 40))  # the space is in the vocabulary
+    assert reference["dropped_characters"]["characters"] == expected > 0
+    real_close, closed = ShardWriter._close, []
+
+    def dying_close(self):
+        real_close(self)
+        closed.append(self.index)
+        if len(closed) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ShardWriter, "_close", dying_close)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data(cfg, TOK_CFG, tmp_path / "run", tokenizer_path=tmp_path / "tokenizer.json", workers=1)
+    monkeypatch.setattr(ShardWriter, "_close", real_close)
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["resume"]["dropped"]  # counted before the kill
+    resumed = prepare_data(cfg, TOK_CFG, tmp_path / "run", tokenizer_path=tmp_path / "tokenizer.json", workers=1)
+    assert resumed["dropped_characters"] == reference["dropped_characters"] and resumed == reference

@@ -119,3 +119,42 @@ def test_bpe_trained_on_a_long_text_in_pieces_learns_the_merges_of_the_whole(mon
     whole = train_tokenizer([text], cfg)
     monkeypatch.setattr(tokenizer_module, "PIECE_CHARS", 100)
     assert train_tokenizer([text], cfg).to_str() == whole.to_str()
+
+
+# ------------------------------------------------------------------------------------------------
+# Text a tokenizer cannot encode (issue 48): named, or left out and counted, never an error from the Rust side.
+
+
+def test_unencodable_names_what_a_char_vocabulary_lacks_in_order_and_spares_added_tokens():
+    from collections import Counter
+
+    from burnout.data.tokenizer import drop_unencodable, encode_text, unencodable
+
+    tok = train_tokenizer(["abc d"], TokenizerConfig(kind="char"))
+    text = "ab😀c<|endoftext|>x\ud800a😀"  # <|endoftext|> is one token though '<', '|', ... are not in the vocabulary
+    assert unencodable(tok, text) == ["😀", "x", "\ud800"]
+    kept, dropped = drop_unencodable(tok, text)
+    assert kept == "abc<|endoftext|>a" and dropped == Counter({"😀": 2, "x": 1, "\ud800": 1})
+    assert encode_text(tok, kept, "TEXT") == tok.encode(kept).ids
+    bpe = train_tokenizer(["abc d " * 50], TokenizerConfig(kind="bpe", vocab_size=300))
+    assert unencodable(bpe, text) == ["\ud800"]  # byte-level BPE encodes any character, but no lone surrogate
+    assert drop_unencodable(bpe, "ab😀") == ("ab😀", Counter())
+
+
+def test_encode_text_refuses_in_one_line_naming_each_character_by_code_point():
+    from burnout.data.tokenizer import SHOWN_CHARACTERS, encode_text
+
+    tok = train_tokenizer(["abc d"], TokenizerConfig(kind="char"))
+    with pytest.raises(BurnoutError) as unseen:
+        encode_text(tok, "a中b文", "--prompt")
+    assert str(unseen.value) == ("--prompt holds '中' (U+4E2D), '文' (U+6587), which the tokenizer cannot encode: this "
+                                 "char-level tokenizer has tokens only for the 5 characters of the text it was "
+                                 "trained on; leave them out")
+    with pytest.raises(BurnoutError) as undecoded:
+        encode_text(tok, "a\udcff\ud800", "the line", fix="type it again")
+    assert str(undecoded.value) == ("the line holds '\\udcff' (byte 0xff, not UTF-8), '\\ud800' (U+D800, a lone "
+                                    "surrogate), which the tokenizer cannot encode: a byte that is not UTF-8, or half "
+                                    "of a surrogate pair, is no character; type it again")
+    many = "".join(chr(0x4E00 + i) for i in range(SHOWN_CHARACTERS + 3))
+    with pytest.raises(BurnoutError, match=r"\(U\+4E04\) and 3 more, which"):
+        encode_text(tok, many, "TEXT")

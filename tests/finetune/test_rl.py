@@ -605,6 +605,23 @@ def test_the_run_answers_held_out_questions_before_and_after_and_the_report_show
                                     f"{e['after']['answer']} (reward {e['after']['reward']:g})"] for e in examples]
 
 
+def test_the_report_of_a_run_whose_held_out_answers_were_cut_short_says_so_and_is_written(rl_run, tmp_path):
+    """examples.json cut short or edited once failed `burnout report`."""
+    import shutil
+
+    from burnout.finetune.rl import EXAMPLES_FILE
+    from burnout.report.render import run_blocks
+    from burnout.report.runlog import load_run
+
+    run = tmp_path / "run"
+    shutil.copytree(rl_run, run)
+    os.truncate(run / EXAMPLES_FILE, 20)
+    _, blocks = run_blocks(load_run(run), log_scale=False)
+    said = [b.text for b in blocks if b.kind == "p" and EXAMPLES_FILE in (b.text or "")]
+    assert len(said) == 1 and said[0].startswith(f"`{run / EXAMPLES_FILE}` cannot be read (JSONDecodeError: "), said
+    assert "the held-out answers are left out" in said[0]
+
+
 # ----------------------------------------------------------------------------------------------
 # LoRA
 

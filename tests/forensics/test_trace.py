@@ -400,7 +400,7 @@ def test_bad_inputs_are_one_line(char_data, tmp_path, capsys, monkeypatch):
     _one_line_error(capsys, ["data", "trace", "", str(data)], "TEXT is empty")
     _one_line_error(capsys, ["data", "trace", "   ", str(data)], "TEXT is empty")
     _one_line_error(capsys, ["data", "trace", "Romeo€", str(data)],
-                    "cannot be encoded by this folder's tokenizer (it lacks '€')")
+                    "cannot be encoded by this folder's tokenizer (it lacks '€' (U+20AC))")
     _one_line_error(capsys, ["data", "trace", "Romeo", str(tmp_path)], "has no meta.json")
     _one_line_error(capsys, ["data", "trace", "Romeo", str(tmp_path / "nowhere")], "does not exist")
     _one_line_error(capsys, ["data", "trace", "Romeo"], "needs TEXT and DATA")
