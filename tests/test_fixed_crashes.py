@@ -263,7 +263,8 @@ def test_serve_answers_400_naming_the_prompt_for_text_a_char_model_cannot_encode
                                                                         "max_tokens": 2}))
                for name, prompt in asks.items()}
     for name, fragment in [("emoji", "prompt holds '😀' (U+1F600), which the tokenizer cannot encode"),
-                           ("surrogate", "prompt holds '\\ud800' (U+D800, a lone surrogate)"),
+                           # A lone surrogate is no Unicode: the body's own check refuses it before any tokenizer.
+                           ("surrogate", "prompt: holds \\ud800, half of a surrogate pair, which is no character"),
                            ("list", "prompt[1] holds '(' (U+0028), ')' (U+0029)")]:
         error = answers[name].json()["error"]
         assert answers[name].status_code == 400 and error["param"] == "prompt" and fragment in error["message"], error
