@@ -291,7 +291,9 @@ def cmd_data_trace(p: argparse.ArgumentParser) -> Handler:
             lines = trace.format_samples(result, args.limit) + [f"wrote {Path(args.from_samples) / trace.TRACE_FILE}"]
         else:
             if args.text is None or args.data_dir is None:
-                raise BurnoutError("data trace needs TEXT and DATA (or --from-samples RUN DATA)")
+                given = f"; '{args.text}' alone is one of them" if args.text is not None else ""
+                raise BurnoutError(f"data trace needs TEXT and DATA (or --from-samples RUN DATA){given}: burnout "
+                                   "data trace 'the string' DATA, DATA a folder burnout data prepare wrote")
             result = trace.trace_text(Path(args.data_dir), args.text, limit=args.limit, context=args.context,
                                       split=args.split)
             lines = trace.format_trace(result)
