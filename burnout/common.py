@@ -385,7 +385,7 @@ def not_a_file_or_folder(path: str | Path) -> str | None:
 
 def format_bytes(count: int) -> str:
     """'512 B', '3.4 MB', '12.0 GB' (powers of 1000, as `df -H` prints them)."""
-    units = ("B", "kB", "MB", "GB", "TB")
+    units = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
     power = min(int(math.log10(max(count, 1)) // 3), len(units) - 1)
     return f"{count / 1000 ** power:.1f} {units[power]}" if power else f"{count} B"
 
