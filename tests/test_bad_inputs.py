@@ -458,6 +458,11 @@ CASES = [
          setup=lambda d, data, run: (_copy_run(d, data, run),
                                      _retouch_yaml(_ckpt(d) / "config.yaml", "n_layer: 2", "n_layer: 1000000000"),
                                      _record_sha256(_ckpt(d)))),
+    Case("import-a-config-json-past-an-address-space", ["import", "{dir}/hf", "--to", "{dir}/run"],
+         ["{dir}/hf/config.json: model.vocab_size 100,000,000,000,000,000,000: the token embedding",
+          "give a smaller model.vocab_size"],
+         setup=lambda d, data, run: (_export(run, d / "hf"),
+                                     _edit_json(d / "hf" / "config.json", lambda c: c.update(vocab_size=10**20)))),
     # -- issue 48, item 9: what data trace and plan need instead
     Case("trace-in-a-text-file", ["data", "trace", "The", "{dir}/notes.txt"],
          ["'{dir}/notes.txt' is a file, not a prepared data folder",

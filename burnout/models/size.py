@@ -148,8 +148,12 @@ def refuse_unless_fits(subject: str, parts: list[tuple[str, int]], room: tuple[i
 
 
 def check_weights_fit(cfg: ModelConfig, subject: str, fix: str = "choose a smaller model") -> None:
-    """Before a model of `cfg` is built in this process's memory: its fp32 weights against what is left of it."""
-    addressable(cfg)
+    """Before a model of `cfg` is built in this process's memory: its fp32 weights against what is left of it (and
+    its shape against what any machine can address, said of `subject`)."""
+    try:
+        addressable(cfg)
+    except BurnoutError as exc:
+        raise BurnoutError(f"{subject}: {exc}") from None
     refuse_unless_fits(f"{subject}, {describe(cfg)},", [("fp32 weights", weights_bytes(cfg))], machine_memory(), fix)
 
 

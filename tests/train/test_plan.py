@@ -384,3 +384,20 @@ def test_a_plan_of_a_vast_accumulation_searches_the_divisors_not_every_number(ca
         for cap in (1, 7, 50, n):
             brute = max(d for d in range(1, n + 1) if n % d == 0 and d <= cap)
             assert largest_fitting(n, 1, lambda b, cap=cap: b <= cap, start_fits=True) == brute
+
+
+def test_a_fine_tunes_micro_batch_is_checked_before_its_model_is_built(tiny_run, fine_tune_data, tmp_path,
+                                                                       monkeypatch):
+    """A fine-tune's model is its base's, known once the base is read: the Trainer checks it, as it does a resumed
+    run's, before building it."""
+    from burnout.finetune import recipes
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before its size was checked")
+
+    monkeypatch.setattr(recipes, "build_model", no_model)
+    cfg = load_run_config({"sft": {"base": str(tiny_run.run_dir), "source": str(fine_tune_data.chats)},
+                           "train": {"device": "cpu", "batch_size": 10**12, "seq_len": 64, "max_steps": 2}})
+    with pytest.raises(BurnoutError, match="^a training step at micro-batch 1,000,000,000,000 × 64 tokens .* lower "
+                                           "train.batch_size"):
+        start_training(cfg, tmp_path / "sft", on_event=lambda line: None, progress=False)
