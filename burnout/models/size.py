@@ -63,14 +63,15 @@ def activations_floor(cfg: ModelConfig, batch_size: int, seq_len: int) -> int:
     return cfg.n_layer * batch_size * seq_len * cfg.d_model * FP32
 
 
-def addressable(cfg: ModelConfig, batch_size: int = 1, seq_len: int | None = None,
+def addressable(cfg: ModelConfig, batch_size: int | None = None, seq_len: int | None = None,
                 batch_key: str = "train.batch_size", seq_key: str = "train.seq_len") -> None:
     """Refuse a shape no machine can hold: a tensor of it, or its weights together, past 2^63 bytes. With a batch
-    and sequence, also a training step's activations: a row of hidden states and the attention scores per head."""
+    (of sequences of `seq_len`, default the context), also a step's activations: a row of hidden states and the
+    attention scores per head."""
     cfg = cfg.resolved()
     if seq_len is None:  # the context's length: the model's setting is what to change
         seq_len, seq_key = cfg.context_length, "model.context_length"
-    d, f, tokens = cfg.d_model, cfg.ffn_hidden, batch_size * seq_len
+    d, f, tokens = cfg.d_model, cfg.ffn_hidden, (batch_size or 0) * seq_len
     widest = max(f, (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim)
     shapes = [  # (the setting to lower, its value, what grows with it, values)
         ("model.vocab_size", cfg.vocab_size, f"the token embedding (vocab_size × d_model {d:,})", cfg.vocab_size * d),
@@ -79,11 +80,13 @@ def addressable(cfg: ModelConfig, batch_size: int = 1, seq_len: int | None = Non
         ("model.context_length", cfg.context_length, f"the position table (context_length × {max(d, cfg.head_dim):,})",
          cfg.context_length * max(d, cfg.head_dim)),
         ("model.n_layer", cfg.n_layer, "the weights together", parameter_count(cfg)),
-        (batch_key, batch_size, f"a step's hidden states ({batch_key} × {seq_len:,} tokens × {widest:,})",
-         tokens * widest),
-        (seq_key, seq_len, f"a step's attention scores ({batch_size:,} × {cfg.n_head} heads × {seq_key}²)",
-         batch_size * cfg.n_head * seq_len * seq_len),
     ]
+    if batch_size is not None:
+        shapes += [
+            (batch_key, batch_size, f"a step's hidden states ({batch_key} × {seq_len:,} tokens × {widest:,})",
+             tokens * widest),
+            (seq_key, seq_len, f"a step's attention scores ({batch_size:,} × {cfg.n_head} heads × {seq_key}²)",
+             batch_size * cfg.n_head * seq_len * seq_len)]
     for key, value, what, values in shapes:
         if values * FP32 >= ADDRESSABLE_BYTES:
             raise BurnoutError(f"{key} {value:,}: {what} would hold {values:.3g} values, {values * FP32:.3g} bytes in "

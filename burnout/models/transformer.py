@@ -26,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from burnout.config import ModelConfig
 from burnout.models.cpu_paths import explicit_is_faster, gelu_tanh, linear
 from burnout.models.dropout import Dropout, dropout
+from burnout.models.size import addressable
 
 
 class RotaryEmbedding(nn.Module):
@@ -259,6 +260,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg = cfg.resolved()
+        addressable(cfg)  # a shape no machine can hold: refused in one line, on any device (meta too)
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model) if cfg.family == "gpt2" else None

@@ -54,12 +54,18 @@ def test_a_shape_past_a_64_bit_address_space_is_refused_naming_its_setting(cfg, 
     assert str(caught.value).startswith(key) and str(caught.value).endswith("give a smaller " + key.split()[0])
 
 
+def test_no_module_is_built_of_a_shape_past_it_even_on_the_meta_device():
+    with torch.device("meta"), pytest.raises(BurnoutError, match="^model.vocab_size 1,152,921,504,606,846,976: "):
+        Transformer(dataclasses.replace(LLAMA, vocab_size=2**60))
+
+
 def test_a_batch_or_sequence_past_it_names_the_flag_that_set_it_or_the_context():
     size.addressable(LLAMA, 2**46, 64)  # 2^52 tokens of 192 values (the MLP's) in fp32: 2^61.6 bytes
     with pytest.raises(BurnoutError, match="^--batch-size 281,474,976,710,656: a step's hidden states"):
         size.addressable(LLAMA, 2**48, 64, "--batch-size", "--seq-len")  # 2^63.6 bytes
     with pytest.raises(BurnoutError, match="^model.context_length 1,073,741,824: a step's attention scores"):
-        size.addressable(dataclasses.replace(LLAMA, context_length=2**30))  # 4 heads × 2^60 scores in fp32
+        size.addressable(dataclasses.replace(LLAMA, context_length=2**30), 1)  # 4 heads × 2^60 scores in fp32
+    size.addressable(dataclasses.replace(LLAMA, context_length=2**30))  # the model alone: its tables are addressable
     with pytest.raises(BurnoutError, match="^--seq-len 100: longer than the model's context_length 64"):
         size.check_sequence(LLAMA, 1, 100, "--batch-size", "--seq-len")
 
