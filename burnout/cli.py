@@ -152,6 +152,9 @@ def cmd_model_info(p: argparse.ArgumentParser) -> Handler:
         for item in overrides:
             apply_override(raw, item.removeprefix("model."))
         cfg = load_model_preset(args.preset, raw)
+        from burnout.models.size import check_sequence
+
+        check_sequence(cfg, args.batch_size, args.seq_len, "--batch-size", "--seq-len")
         from burnout.models.info import format_model_info, model_info  # imports torch: after the cheap checks
 
         info = model_info(cfg, batch_size=args.batch_size, seq_len=args.seq_len, precision=args.precision,
@@ -288,7 +291,9 @@ def cmd_data_trace(p: argparse.ArgumentParser) -> Handler:
             lines = trace.format_samples(result, args.limit) + [f"wrote {Path(args.from_samples) / trace.TRACE_FILE}"]
         else:
             if args.text is None or args.data_dir is None:
-                raise BurnoutError("data trace needs TEXT and DATA (or --from-samples RUN DATA)")
+                given = f"; '{args.text}' alone is one of them" if args.text is not None else ""
+                raise BurnoutError(f"data trace needs TEXT and DATA (or --from-samples RUN DATA){given}: burnout "
+                                   "data trace 'the string' DATA, DATA a folder burnout data prepare wrote")
             result = trace.trace_text(Path(args.data_dir), args.text, limit=args.limit, context=args.context,
                                       split=args.split)
             lines = trace.format_trace(result)
@@ -586,7 +591,10 @@ def cmd_bench(p: argparse.ArgumentParser) -> Handler:
 
         cfg = load_run_config(args.config, overrides)
         from burnout.bench import ablate, bench, bench_data_dir, format_ablation, format_bench
+        from burnout.core.device import resolve_device
+        from burnout.train.plan import check_memory_floor
 
+        check_memory_floor(cfg, resolve_device(cfg.train.device))  # before its data are prepared
         data_dir = bench_data_dir(cfg, args.data, on_event=(lambda line: None) if args.json else print)
         if args.ablate:
             result = ablate(cfg, data_dir, steps=args.steps, warmup=args.warmup, skip=tuple(args.skip),
@@ -970,7 +978,7 @@ def cmd_grow(p: argparse.ArgumentParser) -> Handler:
         from burnout.common import next_steps
         from burnout.core.model_files import grow_run
 
-        written, record = grow_run(args.source, args.out, overrides)
+        written, record = grow_run(args.source, args.out, overrides, on_event=lambda line: print(line, flush=True))
         shape = ", ".join(f"{key} {before} → {record['after'][key]}" for key, before in record["before"].items()
                           if before != record["after"][key])
         new, trained = shlex.quote(str(args.out)), shlex.quote(f"{args.out}-trained")

@@ -396,7 +396,7 @@ def not_a_file_or_folder(path: str | Path) -> str | None:
 
 def format_bytes(count: int) -> str:
     """'512 B', '3.4 MB', '12.0 GB' (powers of 1000, as `df -H` prints them)."""
-    units = ("B", "kB", "MB", "GB", "TB")
+    units = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
     power = min(int(math.log10(max(count, 1)) // 3), len(units) - 1)
     return f"{count / 1000 ** power:.1f} {units[power]}" if power else f"{count} B"
 
@@ -448,15 +448,30 @@ def needs_package(command: str, module: str, extra: str, note: str = "") -> str:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX = -1, -3, 32 << 20
 
 
-def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    """Bytes of memory the kernel can hand out now without swapping (Linux: /proc/meminfo's MemAvailable)."""
+def available_memory(meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes of memory the kernel can hand out now without swapping (Linux: /proc/meminfo's MemAvailable), and no
+    more than the process's cgroup (a container's memory limit) has left: its limit less its use, the cache it
+    would drop first (inactive files) not counted as used."""
+    found = None
     try:
         for line in meminfo.read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+                found = int(line.split()[1]) * 1024
     except OSError:  # not Linux
         pass
-    return None
+    # cgroup v2, then v1: (limit, usage, memory.stat's key for inactive file pages)
+    for limit, usage, inactive in (("memory.max", "memory.current", "inactive_file"),
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes",
+                                    "total_inactive_file")):
+        try:
+            cap = int((cgroup / limit).read_text())  # "max" (no limit) is not a number
+            used = int((cgroup / usage).read_text())
+            stat = dict(line.split() for line in (cgroup / limit).with_name("memory.stat").read_text().splitlines())
+        except (OSError, ValueError):
+            continue
+        left = max(0, cap - used + int(stat.get(inactive, 0)))
+        return left if found is None else min(found, left)
+    return found
 
 
 def retain_freed_memory() -> bool:

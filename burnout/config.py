@@ -713,8 +713,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except RecursionError:
         raise BurnoutError(f"{path}: its values are nested too deeply for YAML to read; a config is a few levels "
                            "deep") from None
-    if data is None:
-        return {}
+    if data is None:  # nothing in it but blanks and comments: read as {}, every section would be the defaults
+        raise BurnoutError(f"{path} is empty (no YAML in it, or only comments); write its sections into it (a run "
+                           "config: model, data, train; a data recipe: data, tokenizer) or give another file")
     if not isinstance(data, dict):
         raise BurnoutError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}")
     return data

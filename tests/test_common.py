@@ -1,6 +1,6 @@
 """Shared helpers: write_atomic (the old file or the new one, never half of one, no temporary left), and
 retain_freed_memory (repeated training steps stop page-faulting their activations in afresh), and
-available_memory (the kernel's MemAvailable)."""
+available_memory (the kernel's MemAvailable, a cgroup's limit)."""
 
 import os
 import platform
@@ -90,12 +90,21 @@ def test_available_memory_reads_the_kernels_figure(tmp_path):
     """MemAvailable in bytes; None without the line or the file (not Linux); on Linux, within the machine's total."""
     from burnout.common import available_memory
 
-    fake = tmp_path / "meminfo"
+    fake, none = tmp_path / "meminfo", tmp_path / "no-cgroup"
     fake.write_text("MemTotal:       16384000 kB\nMemFree:         1000000 kB\nMemAvailable:    8192000 kB\n")
-    assert available_memory(fake) == 8192000 * 1024
+    assert available_memory(fake, none) == 8192000 * 1024
+    # A container's cgroup (v2) with 1 GB left of its 3 GB, 0.5 GB of it cache it would drop: 1.5 GB.
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text("3000000000\n")
+    (cgroup / "memory.current").write_text("2000000000\n")
+    (cgroup / "memory.stat").write_text("anon 1500000000\ninactive_file 500000000\n")
+    assert available_memory(fake, cgroup) == 1_500_000_000
+    (cgroup / "memory.max").write_text("max\n")  # no limit: the kernel's figure
+    assert available_memory(fake, cgroup) == 8192000 * 1024
     fake.write_text("MemTotal:       16384000 kB\n")
-    assert available_memory(fake) is None
-    assert available_memory(tmp_path / "missing") is None
+    assert available_memory(fake, none) is None
+    assert available_memory(tmp_path / "missing", none) is None
     if sys.platform.startswith("linux"):
         meminfo = Path("/proc/meminfo").read_text().splitlines()
         total = int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1]) * 1024

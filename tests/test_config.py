@@ -207,8 +207,10 @@ def test_invalid_yaml(tmp_path):
     path.write_text("- just\n- a list\n")
     with pytest.raises(BurnoutError, match="expected a mapping"):
         load_run_config(path)
-    path.write_text("")
-    assert load_run_config(path) == load_run_config({})  # an empty file means all defaults
+    for empty in ("", "# comments only\n", "---\n"):  # read as {}, every section would be the defaults: refused
+        path.write_text(empty)
+        with pytest.raises(BurnoutError, match=f"^{path} is empty \\(no YAML in it, or only comments\\)"):
+            load_run_config(path)
 
 
 def with_sources(*sources):

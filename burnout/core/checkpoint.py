@@ -62,6 +62,7 @@ from burnout.core.device import lowbit_optim
 from burnout.errors import BurnoutError, StorageError
 from burnout.models import Transformer
 from burnout.models.memory import param_counts, static_bytes
+from burnout.models.size import check_weights_fit
 
 MANIFEST_FILE = "sha256.json"
 INFO_FILE = "info.json"
@@ -378,6 +379,8 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
         raise BurnoutError(f"checkpoint {path} is unreadable: {problem}; use another checkpoint of the run "
                            "(or its copy in train.mirror_dir) or train again")
     cfg = load_saved_config(path / RUN_CONFIG_FILE)
+    check_weights_fit(cfg.model, f"checkpoint {path}", f"load it on a machine with more memory (or check its "
+                      f"{RUN_CONFIG_FILE}'s model section)")
     model = model_for(cfg)
     name = "model.safetensors"
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 
@@ -21,12 +21,13 @@ from burnout.common import (
     TOKENIZER_FILE,
     check_output_folder,
     folder_owner,
+    format_bytes,
     sha256_file,
     unwrapped,
     write_atomic,
     writing_into,
 )
-from burnout.config import apply_override, load_run_config, saved_config_text
+from burnout.config import ModelConfig, apply_override, load_run_config, saved_config_text
 from burnout.core.chat_template import CHAT_TEMPLATE, CHAT_TOKENS, chat_token_ids, is_chat_model
 from burnout.core.checkpoint import (
     CHECKPOINT_DIR,
@@ -47,6 +48,15 @@ from burnout.models import Transformer
 from burnout.models.growth import GROWN_KEYS, grow_state_dict, grown_model_config
 from burnout.models.hf import load_hf, save_hf
 from burnout.models.lora import lora_layers, merge_lora
+from burnout.models.size import (
+    FP32,
+    check_weights_fit,
+    describe,
+    free_disk,
+    machine_memory,
+    parameter_count,
+    refuse_unless_fits,
+)
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[Transformer, Tokenizer, Checkpoint]:
@@ -133,12 +143,14 @@ def export_source(checkpoint: Path) -> str:
     return f"{run}{checkpoint.name} (weights sha256 {(digest or sha256_file(weights))[:16]})"
 
 
-def grow_run(source: str | Path, out_dir: str | Path, overrides: Iterable[str]) -> tuple[Path, dict]:
+def grow_run(source: str | Path, out_dir: str | Path, overrides: Iterable[str],
+             on_event: Callable[[str], None] | None = None) -> tuple[Path, dict]:
     """`burnout grow`: the checkpoint `source` (a run folder: its newest) grown by `overrides` (model.KEY=VALUE) into
     a new run folder `out_dir` whose outputs equal its own (burnout/models/growth.py), a start point for `burnout
     train --init-from`: OUT/config.yaml (the parent's config, the new model section) and OUT/checkpoints/step_0000000
     (the grown weights, the parent's tokenizer, no optimizer state; info.json's grown_from records the parent run,
-    checkpoint, step and both shapes). (the checkpoint written, that record)."""
+    checkpoint, step and both shapes). (the checkpoint written, that record). The grown model's size is said to
+    `on_event` before it is built, and one this machine cannot hold or write is refused then (models/size.py)."""
     path = resolve_checkpoint(source)
     writing = writing_run(out_dir, "--out", reads=[path])
     if holds_run(Path(out_dir)):
@@ -150,6 +162,9 @@ def grow_run(source: str | Path, out_dir: str | Path, overrides: Iterable[str]) 
                            "(burnout lora merge) and grow the merged run")
     old = ckpt.config.model
     new = grown_model_config(old, changes)
+    line = _check_grown_fits(old, new, list(overrides), Path(out_dir))
+    if on_event is not None:
+        on_event(line)
     # A start point: where the parent itself started from is the parent's record, not this folder's.
     cfg = dataclasses.replace(ckpt.config, model=new,
                               train=dataclasses.replace(ckpt.config.train, init_from=None, init_optimizer="fresh"))
@@ -167,6 +182,21 @@ def grow_run(source: str | Path, out_dir: str | Path, overrides: Iterable[str]) 
                                   {"step": 0, "tokens": 0, "grown_from": record}, path / TOKENIZER_FILE, keep_last=1)
         write_atomic(Path(out_dir) / RUN_CONFIG_FILE, saved_config_text(cfg, out_dir))
     return written, record
+
+
+def _check_grown_fits(old: ModelConfig, new: ModelConfig, overrides: list[str], out_dir: Path) -> str:
+    """Before a weight of it is made: the grown model in this process's memory, its checkpoint (fp32 weights) on the
+    disk of `out_dir`; the line that says how large it is."""
+    subject = f"{' '.join(overrides)}: the grown model"
+    fix = f"grow it less (its parent has {describe(old)})"
+    check_weights_fit(new, subject, fix)
+    weights = FP32 * parameter_count(new)
+    disk = free_disk(out_dir)
+    refuse_unless_fits(f"{subject}'s checkpoint", [("fp32 weights", weights)], disk,
+                       f"free some space, choose another --out, or {fix}")
+    memory = machine_memory()
+    return (f"growing into {describe(new)}: {format_bytes(weights)} in fp32"
+            + (f" ({memory[1]}, {disk[1]})" if memory else f" ({disk[1]})"))
 
 
 def _model_changes(overrides: list[str]) -> dict:

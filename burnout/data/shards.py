@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import RUN_CONFIG_FILE, TOKENIZER_FILE, sha256_file, write_atomic
+from burnout.common import RUN_CONFIG_FILE, TOKENIZER_FILE, folder_owner, sha256_file, write_atomic
 from burnout.config import read_saved_config
 from burnout.errors import BurnoutError
 
@@ -247,6 +247,10 @@ def read_meta(data_dir: str | Path) -> dict:
     format (train.bin / val.bin) are read as one shard per split.
     """
     data_dir = Path(data_dir)
+    prepare = f"burnout data prepare {data_dir} --out DATA"
+    if data_dir.is_file():  # your text, most likely: what it needs is preparing
+        raise BurnoutError(f"'{data_dir}' is a file, not a prepared data folder; prepare it into one first ({prepare}) "
+                           "and give DATA")
     if not data_dir.is_dir():
         raise BurnoutError(f"data directory '{data_dir}' does not exist; prepare the data into it first")
     meta_path = data_dir / META_FILE
@@ -256,6 +260,10 @@ def read_meta(data_dir: str | Path) -> dict:
             what, run_data = run
             raise BurnoutError(f"'{data_dir}' is not a data folder (no {META_FILE}): it is {what}, whose data folder "
                                f"is {run_data}; give that")
+        if not (data_dir / MANIFEST_FILE).exists() and (folder_owner(data_dir) or {}).get("kind") != "data":
+            raise BurnoutError(f"'{data_dir}' is not a prepared data folder (no {META_FILE}, and no preparation "
+                               f"was started there); give the --out folder of burnout data prepare, or prepare "
+                               f"your text into one first ({prepare})")
         raise BurnoutError(
             f"'{data_dir}' has no {META_FILE}, so its data preparation never finished; prepare the data again"
         )

@@ -2,10 +2,12 @@
 
 What is audited, and how it is read:
 
-- a recipe (name, YAML path, or a run config) or a single jsonl/text/parquet file: each source through
-  data/corpus.py's readers in its natural (file) order, up to a character budget per source (by default the
-  source's weight share of data.max_chars, the tokenizer sample; `chars_per_source=0` reads it all);
-  the text as the source holds it, before cleaning; documents are numbered by their place in the source;
+- a recipe (name, YAML path, or a run config), or your own text as `burnout data prepare` takes it (a file, a
+  folder, a glob; one source, its documents split as prepare splits them): each source through data/corpus.py's
+  readers in its natural (file) order, up to a character budget per source (by default the source's weight share
+  of data.max_chars, the tokenizer sample: for your own text, all of it up to prepare's sample size;
+  `chars_per_source=0` reads it all); the text as the source holds it, before cleaning; documents are numbered by
+  their place in the source;
 - a prepared data folder: its decoded documents (data/documents.py), each under the source it came from,
   numbered by their index in the split;
 - fine-tuning data (`sft`): each role's messages (system, user, assistant) as a source of its own.
@@ -244,24 +246,6 @@ def recipe_streams(cfg, chars_per_source: int | None = None) -> list[tuple[str, 
     return streams
 
 
-def file_source(path: Path):
-    """A one-source DataConfig for a jsonl / text / parquet file (compressed too); a text file's documents are the
-    ones `burnout data prepare` makes of it."""
-    from burnout.config import DataConfig, SourceConfig
-    from burnout.data.recipe import auto_split
-
-    name = path.name
-    for suffix in (".gz", ".bz2", ".zst"):
-        name = name.removesuffix(suffix)
-    suffix = Path(name).suffix
-    kind = {".jsonl": "jsonl", ".json": "jsonl", ".txt": "text", ".parquet": "parquet"}.get(suffix)
-    if kind is None:
-        raise BurnoutError(f"'{path}' is not a recipe, a prepared data folder or a .jsonl/.txt/.parquet file; "
-                           "give one of those (or --sft for conversations)")
-    split = auto_split([path]) if kind == "text" else {"split_by": "file"}
-    return DataConfig(sources=[SourceConfig(name=Path(name).stem, kind=kind, path=str(path), **split)])
-
-
 def audit_prepared(data_dir: Path, split: str = "train", settings: AuditSettings | None = None,
                    junk_patterns: Iterable[str] = (), progress: Callable[[str], None] | None = None) -> dict:
     """Audit a prepared folder's `split`: its documents decoded with the folder's tokenizer, each under the
@@ -333,33 +317,26 @@ def audit_sft(source: str, layout: str = "auto", settings: AuditSettings | None 
 def audit_target(target: str, *, sft: bool = False, layout: str = "auto", split: str = "train",
                  chars_per_source: int | None = None, overrides: Iterable[str] = (), junk: Iterable[str] = (),
                  settings: AuditSettings | None = None, progress: Callable[[str], None] | None = None) -> dict:
-    """The audit of TARGET: conversations (`sft`), a prepared data folder, a recipe (name or YAML) or run
-    config, or one .jsonl/.txt/.parquet file; see the module docstring."""
+    """The audit of TARGET: conversations (`sft`), a prepared data folder, or what `burnout data prepare` reads,
+    told apart as it tells them (data/recipe.py: input_kind): a recipe (name or YAML) or run config, or your own
+    text (a file, a folder or a glob); see the module docstring."""
+    from burnout.data.recipe import input_kind, load_data_sections, own_text_sections
     from burnout.data.shards import MANIFEST_FILE, META_FILE
 
     overrides = list(overrides)
     path = Path(target).expanduser()
-    recipe = not sft and not path.is_dir() and not (path.is_file() and path.suffix not in (".yaml", ".yml"))
-    if overrides and not recipe:
-        raise BurnoutError(f"overrides ({overrides[0]}) apply to a recipe or run config, not to "
-                           f"'{target}'; leave them out")
-    if sft:
-        return audit_sft(target, layout, settings, junk)
-    if path.is_dir():
-        if (path / META_FILE).is_file():
-            return audit_prepared(path, split, settings, junk, progress)
-        if (path / MANIFEST_FILE).is_file():
-            raise BurnoutError(f"'{path}' is an unfinished data folder (manifest.json but no meta.json); "
-                               "finish it with burnout data prepare first")
-        raise BurnoutError(f"'{path}' is a folder but not a prepared data folder (no meta.json); give a prepared "
-                           "folder, a recipe, a run config or a .jsonl/.txt/.parquet file")
-    if path.is_file() and path.suffix not in (".yaml", ".yml"):
-        cfg, kind = file_source(path), "file"
-    else:
-        from burnout.data.recipe import load_data_sections
-
-        cfg, _ = load_data_sections(target, overrides)
-        kind = "recipe"
+    if sft or (path.is_dir() and (path / META_FILE).is_file()):
+        if overrides:
+            raise BurnoutError(f"overrides ({overrides[0]}) apply to a recipe, a run config or your text, not to "
+                               f"{'conversations' if sft else 'a prepared data folder'}; leave them out")
+        return audit_sft(target, layout, settings, junk) if sft else audit_prepared(path, split, settings, junk,
+                                                                                    progress)
+    if path.is_dir() and (path / MANIFEST_FILE).is_file():
+        raise BurnoutError(f"'{path}' is an unfinished data folder (manifest.json but no meta.json); "
+                           "finish it with burnout data prepare first")
+    own = input_kind(target)
+    cfg, _ = own_text_sections(target, own, overrides) if own else load_data_sections(target, overrides)
+    kind = ("folder" if path.is_dir() else "file" if path.is_file() else "files") if own else "recipe"
     info = {"kind": kind, "path": str(target), "chars_per_source": chars_per_source,
             "documents": "numbered by their place in their source, in file order"}
     return audit_streams(recipe_streams(cfg, chars_per_source), settings, [*cfg.junk_patterns, *junk], info,

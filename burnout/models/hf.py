@@ -45,6 +45,7 @@ import torch
 from burnout.common import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, unwrapped, write_atomic, write_atomic_with
 from burnout.config import ModelConfig
 from burnout.errors import BurnoutError
+from burnout.models.size import check_weights_fit
 from burnout.models.transformer import Transformer
 
 SUPPORTED_MODEL_TYPES = ("gpt2", "llama")
@@ -487,6 +488,7 @@ def load_hf(path: str | Path, dtype: torch.dtype | None = None) -> Transformer:
     except (OSError, ValueError) as exc:
         raise BurnoutError(f"{config_path}: not valid JSON ({exc})") from None
     cfg = model_config_from_hf(hf)
+    check_weights_fit(cfg, str(config_path), "import it on a machine with more memory")
     ours = from_hf_state_dict(cfg, load_hf_state_dict(path))
     model = Transformer(cfg)
     model.to(dtype or ours["tok_emb.weight"].dtype)

@@ -32,6 +32,13 @@ each block's forward, the head and loss, the loss's backward, each block's backw
 Each phase's peak grows by the same amount with each block, and the model's peak is the largest of them. Blocks
 are told apart by their place from the nearer end, the first two and the last two; the peaks of the blocks
 between lie on a line between theirs.
+
+Length: the loss runs over the micro-batch's B·T rows in chunks (models/transformer.py), and a trace costs time per
+chunk, so a micro-batch of more than TRACED_CHUNKS chunks (a huge batch, a long context) is traced instead with
+its rows in three larger chunks and in four, and the loss's two phases are carried along the line through them to
+the real chunk's size: from three chunks on, each phase's peak is what grows with the rows (the hidden states,
+their gradient) plus one chunk's buffers, which grow with the chunk's rows alone. Every other figure is the same
+in both traces. A micro-batch of any size then costs a few shallow traces.
 """
 
 from __future__ import annotations
@@ -50,7 +57,8 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import checkpoint
 
 from burnout.config import ModelConfig
-from burnout.models.transformer import Transformer
+from burnout.models.size import addressable
+from burnout.models.transformer import Transformer, loss_chunk_rows
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Training keeps the weights, their gradients and AdamW's two moments in fp32; Muon keeps one momentum.
@@ -65,6 +73,8 @@ ADAMW8BIT_MIN_VALUES = 4096
 ADAMW8BIT_TABLE_BYTES = 256 * FP32
 # Blocks told apart at each end of a traced model (see the module docstring).
 EDGE_BLOCKS = 2
+# The most chunks of the loss traced as they run; past them, three and four larger ones (see the module docstring).
+TRACED_CHUNKS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +83,11 @@ class ParamCounts:
     muon: int  # the blocks' 2-D weights: Muon's share under train.optimizer=muon (burnout/train/optim.py)
     per_block: int
     outside_blocks: int  # embeddings, an untied head, the final norm: FSDP's root module
-    tensor_sizes: tuple[int, ...]  # values in each parameter tensor (a tied one once), every block's
+    # Values in each parameter tensor (a tied one once): those outside the blocks, and one block's, which every
+    # one of the n_layer blocks has (kept once, so that a count of a deep model is as small as a shallow one's).
+    outside_sizes: tuple[int, ...]
+    block_sizes: tuple[int, ...]
+    n_layer: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +119,10 @@ def param_counts(cfg: ModelConfig) -> ParamCounts:
         model = Transformer(dataclasses.replace(cfg, n_layer=1))
     block = list(model.blocks.parameters())
     per_block = sum(p.numel() for p in block)
-    outside = [p.numel() for p in model.parameters() if all(p is not q for q in block)]
+    outside = tuple(p.numel() for p in model.parameters() if all(p is not q for q in block))
     muon = cfg.n_layer * sum(p.numel() for p in block if p.dim() == 2)
-    sizes = tuple(outside) + cfg.n_layer * tuple(p.numel() for p in block)
-    return ParamCounts(sum(outside) + cfg.n_layer * per_block, muon, per_block, sum(outside), sizes)
+    return ParamCounts(sum(outside) + cfg.n_layer * per_block, muon, per_block, sum(outside), outside,
+                       tuple(p.numel() for p in block), cfg.n_layer)
 
 
 def adamw8bit_state_bytes(values: int) -> int:
@@ -122,7 +136,8 @@ def static_bytes(counts: ParamCounts, optimizer: str = "adamw") -> dict[str, int
     """fp32 weights and gradients, and the optimizer's state: AdamW's two moments, in fp32 or in 8 bits
     (adamw8bit), or Muon's momentum for the blocks' matrices beside AdamW for the rest."""
     muon = counts.muon if optimizer == "muon" else 0
-    state = (sum(map(adamw8bit_state_bytes, counts.tensor_sizes)) if optimizer == "adamw8bit"
+    state = (sum(map(adamw8bit_state_bytes, counts.outside_sizes))
+             + counts.n_layer * sum(map(adamw8bit_state_bytes, counts.block_sizes)) if optimizer == "adamw8bit"
              else ADAMW_STATE_BYTES * (counts.total - muon) + MUON_STATE_BYTES * muon)
     return {"weights": FP32 * counts.total, "gradients": FP32 * counts.total, "optimizer": state}
 
@@ -230,9 +245,11 @@ def _fake_mode():
     return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
 
 
-def _fake_model(cfg: ModelConfig, checkpointing: bool, target: str) -> Transformer:
-    """Inside a FakeTensorMode: the model with gradients already allocated (see the module docstring)."""
+def _fake_model(cfg: ModelConfig, checkpointing: bool, target: str, loss_rows: int | None = None) -> Transformer:
+    """Inside a FakeTensorMode: the model with gradients already allocated (see the module docstring), its loss
+    in chunks of `loss_rows` rows when given."""
     model = Transformer(cfg)
+    model.loss_rows = loss_rows
     # Partitioned on fake CPU tensors, the compiled whole-logits loss keeps an fp32 copy of the logits that
     # inductor's fused loss never makes, which would overstate its peak: the chunked loss stands in for it, close
     # to the peaks measured with either loss (docs/PERFORMANCE.md).
@@ -278,11 +295,11 @@ def _mark_phases(model: Transformer, live: LiveBytes) -> None:
 
 
 def trace_step(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
-               target: str) -> tuple[StepMemory, dict[Hashable, int]]:
+               target: str, loss_rows: int | None = None) -> tuple[StepMemory, dict[Hashable, int]]:
     """One micro-batch as burnout/train/step.py runs it, forward under autocast, then backward outside it, with
-    every block traced: its memory, and the peak of each phase."""
+    every block traced (the loss in chunks of `loss_rows` when given): its memory, and the peak of each phase."""
     with _fake_mode():
-        model = _fake_model(cfg, checkpointing, target)
+        model = _fake_model(cfg, checkpointing, target, loss_rows)
         live = LiveBytes(list(model.parameters()), cpu_casts=target == "cpu")
         _mark_phases(model, live)
         saved: dict[int, int] = {}
@@ -306,6 +323,38 @@ def trace_step(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str, 
     return StepMemory(sum(saved.values()) - saved_copies, copies, live.peak), live.phase_peaks
 
 
+def loss_chunks_traced(cfg: ModelConfig, rows: int) -> tuple[int, ...] | None:
+    """Rows per chunk of the loss to trace `rows` rows with, and so the cost of a trace: None (the loss's own
+    chunks) up to TRACED_CHUNKS of them, else three and four chunks (see the module docstring)."""
+    if -(-rows // loss_chunk_rows(cfg.vocab_size)) <= TRACED_CHUNKS:
+        return None
+    return -(-rows // 3), -(-rows // 4)
+
+
+def _on_line(first: tuple, second: tuple, at_first: int, at_second: int, at: int) -> tuple:
+    """Two traces' figures (bytes, or {phase: its peak}, where the phases both have count) at `at_first` and
+    `at_second`, carried along the line through them to `at`: each grows by the same amount per unit (a block, a
+    row of a chunk)."""
+    def point(a, b):
+        if isinstance(a, dict):
+            return {name: point(a[name], b[name]) for name in a.keys() & b.keys()}
+        return a + (b - a) * (at - at_first) // (at_second - at_first)
+
+    return tuple(point(a, b) for a, b in zip(first, second))
+
+
+def _trace_figures(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
+                   target: str) -> tuple[int, int, dict]:
+    """(saved, weight copies, each phase's peak) of a model of any length of micro-batch (see the module docstring)."""
+    chunks = loss_chunks_traced(cfg, batch_size * seq_len)
+    traces = [trace_step(cfg, batch_size, seq_len, precision, checkpointing, target, rows)
+              for rows in chunks or (None,)]
+    figures = [(step.saved, step.weight_copies, phases) for step, phases in traces]
+    if chunks is None:
+        return figures[0]
+    return _on_line(*figures, *chunks, loss_chunk_rows(cfg.vocab_size))
+
+
 @functools.lru_cache(maxsize=64)
 def _measure_step_cached(cfg_items: tuple, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
                          target: str) -> StepMemory:
@@ -313,23 +362,20 @@ def _measure_step_cached(cfg_items: tuple, batch_size: int, seq_len: int, precis
     shape = (batch_size, seq_len, precision, checkpointing, target)
     shallow = 2 * EDGE_BLOCKS
     if cfg.n_layer <= shallow + 1:
-        return trace_step(cfg, *shape)[0]
-    (step, phases), (deeper, deeper_phases) = (trace_step(dataclasses.replace(cfg, n_layer=n), *shape)
-                                               for n in (shallow, shallow + 1))
-    more = cfg.n_layer - shallow
-
-    def grown(at_shallow: int, one_deeper: int) -> int:
-        return at_shallow + more * (one_deeper - at_shallow)
-
-    peak = max(grown(phases[name], deeper_phases[name]) for name in phases.keys() & deeper_phases.keys())
-    return StepMemory(grown(step.saved, deeper.saved), grown(step.weight_copies, deeper.weight_copies), peak)
+        saved, copies, phases = _trace_figures(cfg, *shape)
+    else:
+        saved, copies, phases = _on_line(*(_trace_figures(dataclasses.replace(cfg, n_layer=n), *shape)
+                                           for n in (shallow, shallow + 1)), shallow, shallow + 1, cfg.n_layer)
+    return StepMemory(saved, copies, max(phases.values()))
 
 
 def measure_step(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str = "bf16",
                  checkpointing: bool = False, target: str = "cuda") -> StepMemory:
-    """Eager training memory of one micro-batch, a deep model's grown from four and five blocks (see the module
-    docstring; cached: the planner asks for the same shapes repeatedly)."""
+    """Eager training memory of one micro-batch, a deep model's grown from four and five blocks, a long one's loss
+    from three and four chunks (see the module docstring; cached: the planner asks for the same shapes
+    repeatedly)."""
     cfg = cfg.resolved()
+    addressable(cfg, batch_size, seq_len)
     items = tuple(sorted(dataclasses.asdict(cfg).items()))
     return _measure_step_cached(items, batch_size, seq_len, precision, checkpointing, target)
 
@@ -359,12 +405,14 @@ def _saved_by_partition(fw_graph, num_fwd_outputs: int) -> tuple[int, int]:
     return sum(acts.values()), sum(copies.values())
 
 
-def _partition(cfg: ModelConfig, seq_len: int, precision: str, target: str) -> tuple[int, int]:
+def _partition(cfg: ModelConfig, seq_len: int, precision: str, target: str,
+               loss_rows: int | None = None) -> tuple[int, int]:
     """What torch.compile saves for backward at micro-batch 1: dynamo captures the training forward (fake
     tensors pass through it as real ones would), AOTAutograd traces the joint forward and backward graph and
     splits it with the min-cut partitioner inductor uses, which recomputes cheap pointwise ops and the
-    checkpointed regions (the loss's chunks) in backward. The forward graph then runs as it is, on fake
-    tensors: nothing is compiled. Summed over the graphs, should dynamo break the forward into several."""
+    checkpointed regions (the loss's chunks, of `loss_rows` rows when given) in backward. The forward graph then
+    runs as it is, on fake tensors: nothing is compiled. Summed over the graphs, should dynamo break the forward
+    into several."""
     import torch._dynamo
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -379,7 +427,7 @@ def _partition(cfg: ModelConfig, seq_len: int, precision: str, target: str) -> t
     backend = aot_autograd(fw_compiler=lambda graph, example_inputs: graph.forward, partition_fn=partition)
     mode = _fake_mode()
     with mode:
-        model = _fake_model(cfg, False, target)
+        model = _fake_model(cfg, False, target, loss_rows)
         x = torch.zeros(1, seq_len, dtype=torch.long)
     try:
         with mode, _autocast(precision):
@@ -390,14 +438,22 @@ def _partition(cfg: ModelConfig, seq_len: int, precision: str, target: str) -> t
     return tuple(sum(column) for column in zip(*found))
 
 
+def _partitioned(cfg: ModelConfig, seq_len: int, precision: str, target: str) -> tuple[int, int]:
+    """_partition of a sequence of any length: a long one's loss in three and four chunks (module docstring)."""
+    chunks = loss_chunks_traced(cfg, seq_len)
+    if chunks is None:
+        return _partition(cfg, seq_len, precision, target)
+    return _on_line(*(_partition(cfg, seq_len, precision, target, rows) for rows in chunks), *chunks,
+                    loss_chunk_rows(cfg.vocab_size))
+
+
 @functools.lru_cache(maxsize=16)
 def _compiled_cached(cfg_items: tuple, seq_len: int, precision: str, target: str) -> tuple[int, int]:
     cfg = ModelConfig(**dict(cfg_items))
     if cfg.n_layer <= 2:
-        return _partition(cfg, seq_len, precision, target)
-    one = _partition(dataclasses.replace(cfg, n_layer=1), seq_len, precision, target)
-    two = _partition(dataclasses.replace(cfg, n_layer=2), seq_len, precision, target)
-    return tuple(a + (cfg.n_layer - 1) * (b - a) for a, b in zip(one, two))
+        return _partitioned(cfg, seq_len, precision, target)
+    return _on_line(*(_partitioned(dataclasses.replace(cfg, n_layer=n), seq_len, precision, target) for n in (1, 2)),
+                    1, 2, cfg.n_layer)
 
 
 def compiled_saved(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str = "bf16",
@@ -410,5 +466,6 @@ def compiled_saved(cfg: ModelConfig, batch_size: int, seq_len: int, precision: s
     fused kernels is not modelled: the planner keeps eager's working memory for compiled runs, an upper bound.
     """
     cfg = cfg.resolved()
+    addressable(cfg, batch_size, seq_len)
     acts, copies = _compiled_cached(tuple(sorted(dataclasses.asdict(cfg).items())), seq_len, precision, target)
     return acts * batch_size, copies

@@ -26,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from burnout.config import ModelConfig
 from burnout.models.cpu_paths import explicit_is_faster, gelu_tanh, linear
 from burnout.models.dropout import Dropout, dropout
+from burnout.models.size import addressable
 
 
 class RotaryEmbedding(nn.Module):
@@ -259,6 +260,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg = cfg.resolved()
+        addressable(cfg)  # a shape no machine can hold: refused in one line, on any device (meta too)
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.context_length, cfg.d_model) if cfg.family == "gpt2" else None
@@ -271,6 +273,9 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         # Whether a compiled forward keeps the eager chunked loss (the memory planner's trace; see forward).
         self.chunk_compiled_loss = False
+        # Rows per chunk of the loss when set, instead of loss_chunk_rows: the memory planner's trace of a long
+        # micro-batch, in a few larger chunks (burnout/models/memory.py).
+        self.loss_rows: int | None = None
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
@@ -305,7 +310,7 @@ class Transformer(nn.Module):
             # Compiled, the whole logits cost no more memory than the chunks (inductor fuses the upcast and
             # the log-softmax into the loss) and skip the chunks' recomputed head GEMM.
             return F.cross_entropy(hidden @ weight.t(), targets, ignore_index=-1)
-        return chunked_cross_entropy(hidden, weight, targets, loss_chunk_rows(weight.size(0)))
+        return chunked_cross_entropy(hidden, weight, targets, self.loss_rows or loss_chunk_rows(weight.size(0)))
 
     def hidden_states(
         self,

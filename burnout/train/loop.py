@@ -61,7 +61,7 @@ from burnout.train.distributed import (
 from burnout.train.hardware import get_hardware, hardware_price, training_precision
 from burnout.train.metrics import MetricsLog, StepLogger
 from burnout.train.phases import current_phase, phase_summary
-from burnout.train.plan import check_fits
+from burnout.train.plan import check_fits, check_memory_floor
 from burnout.train.probe import largest_micro_batch, measure_step_seconds, memory_probe, oom_message
 from burnout.train.provenance import record_launch
 from burnout.train.recipe import Recipe
@@ -263,6 +263,8 @@ class Trainer:
         meta = recipe.data_meta(cfg, data_dir, self.seq_len)
         check_compatible(meta, cfg.model.vocab_size)
         check_sample_prompt(cfg, data_dir / TOKENIZER_FILE)  # sampled at each evaluation: refused now, not then
+        # Before any model is built (--auto-batch builds one to probe): what cannot fit even at the least.
+        check_memory_floor(cfg, device, dist.world_size, 1 if auto_batch and not resume else None)
         if auto_batch and not resume:
             cfg = self._auto_batch(cfg)
         self.cfg, self.tc = cfg, cfg.train

@@ -34,6 +34,7 @@ from burnout.data.recipe import preset_train_section
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
 from burnout.models.memory import FP32, compiled_saved, measure_step, param_counts, static_bytes
+from burnout.models.size import activations_floor, addressable, describe, machine_memory, refuse_unless_fits
 from burnout.train.hardware import HARDWARE_FILE, get_hardware, hardware_table
 from burnout.train.schedule import total_steps
 
@@ -267,8 +268,11 @@ def _static_per_process(cfg: RunConfig, devices: int) -> dict[str, int]:
 def largest_fitting(seqs_per_step: int, start: int, fits: Callable[[int], bool], start_fits: bool) -> int | None:
     """The largest divisor of `seqs_per_step` (sequences per step per GPU, kept through grad_accum as
     --auto-batch does) for which `fits` holds: a binary search above `start` if it fits, below it if not,
-    since memory grows with the micro-batch."""
-    divisors = [d for d in range(1, seqs_per_step + 1) if seqs_per_step % d == 0]
+    since memory grows with the micro-batch. The divisors come from the number's factors (sympy, which torch
+    requires), so a count of any size costs no more than its factoring."""
+    import sympy
+
+    divisors = sympy.divisors(seqs_per_step)
     candidates = [d for d in divisors if d > start] if start_fits else [d for d in divisors if d < start]
     best = start if start_fits else None
     lo, hi = 0, len(candidates) - 1
@@ -417,6 +421,41 @@ def check_fits(cfg: RunConfig, device: torch.device, world_size: int, precision:
     raise BurnoutError(f"predicted peak {total / GIB:.1f} GiB per GPU at micro-batch {tc.batch_size} ({variant.name}) "
                        f"exceeds the GPU's {memory_bytes / GIB:.1f} GiB; {fix}, or set train.memory_check=false "
                        "to start anyway")
+
+
+def device_memory(device: torch.device) -> tuple[int, str] | None:
+    """(bytes, in words) a run on `device` has: a CUDA GPU's memory, as check_fits counts it; else this process's
+    share of the machine's (models/size.py: machine_memory)."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return props.total_memory, f"the GPU ({props.name}) has {props.total_memory / GIB:.1f} GiB"
+    return machine_memory()
+
+
+def check_memory_floor(cfg: RunConfig, device: torch.device, world_size: int = 1, micro_batch: int | None = None,
+                       room: tuple[int, str] | None = None) -> None:
+    """Refuse, before data are prepared or a model is built, a run that cannot fit `device` (its memory: `room`) at
+    `micro_batch` (default: train.batch_size) even at the least: its weights, gradients and optimizer state per
+    process, and the floor of its activations (models/size.py), on every device and whatever the variant.
+    train.memory_check=false skips it, as it does check_fits."""
+    tc = cfg.train
+    if not tc.memory_check:
+        return
+    room = room or device_memory(device)
+    seq_len, batch = tc.seq_len or cfg.model.context_length, micro_batch or tc.batch_size
+    addressable(cfg.model, batch, seq_len)
+    static = sum(static_memory(cfg, world_size).values())
+    if room is None or static + activations_floor(cfg.model, batch, seq_len) <= room[0]:
+        return
+    fits_one = static + activations_floor(cfg.model, 1, seq_len) <= room[0]
+    most = (room[0] - static) // activations_floor(cfg.model, 1, seq_len) if fits_one else 0
+    fix = (f"lower train.batch_size to {most:,} or less (raise train.grad_accum to keep the tokens per step)"
+           if fits_one else "choose a smaller model or a shorter train.seq_len" if static <= room[0]
+           else "choose a smaller model (model.n_layer, model.d_model)")
+    refuse_unless_fits(f"a training step at micro-batch {batch:,} × {seq_len:,} tokens ({describe(cfg.model)})",
+                       [("weights, gradients and optimizer state", static), ("activations, at least",
+                        activations_floor(cfg.model, batch, seq_len))], room,
+                       f"{fix}; or set train.memory_check=false to start anyway")
 
 
 def format_memory(memory: dict, hardware_name: str) -> str:

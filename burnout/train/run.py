@@ -21,10 +21,12 @@ from pathlib import Path
 from burnout.common import RUN_CONFIG_FILE, killed_writer
 from burnout.config import RunConfig, load_saved_config
 from burnout.core.checkpoint import holds_run
+from burnout.core.device import resolve_device
 from burnout.core.model_files import is_run_folder, writing_run
 from burnout.data.shards import data_fingerprint
 from burnout.errors import BurnoutError
 from burnout.train.loop import TrainResult, refuse_existing_run, train
+from burnout.train.plan import check_memory_floor
 from burnout.train.provenance import trained_data
 from burnout.train.recipe import Recipe
 
@@ -46,6 +48,10 @@ def start_run(cfg: RunConfig, run_dir: Path, recipe: Recipe, data_dir: Path | No
     """Train a new run in `run_dir`: its recipe prepares the config and data (`data_dir`, when given), then
     the Trainer trains it."""
     run_dir = Path(run_dir)
+    if cfg.fine_tune is None and not cfg.train.init_from:
+        # A pretraining run's model is its config's: what cannot fit is refused before its data are prepared.
+        check_memory_floor(cfg, resolve_device(cfg.train.device), int(os.environ.get("WORLD_SIZE", "1")),
+                           micro_batch=1 if auto_batch else None)
     with _writing(run_dir, "--out"):
         refuse_existing_run(run_dir)  # before preparing data into a folder that holds another run
         cfg, data_dir = recipe.prepare(cfg, run_dir, data_dir, on_event, progress)

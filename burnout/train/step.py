@@ -24,6 +24,7 @@ from burnout.core.device import autocast, to_float8_training
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.models.memory import checkpoint_blocks
+from burnout.models.size import check_weights_fit
 from burnout.train.distributed import DistContext, grad_sync, mean_across_ranks
 from burnout.train.optim import make_optimizer
 from burnout.train.schedule import lr_at
@@ -45,6 +46,7 @@ def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
     if cfg.adapters is not None and cfg.train.precision == "fp8":
         raise BurnoutError(f"train.precision: fp8 converts the linear layers LoRA adapts; use bf16 with "
                            f"{cfg.adapters[0]}")
+    check_weights_fit(cfg.model, "the run's model", "choose a smaller model (model.n_layer, model.d_model)")
     model = model_for(cfg).to(device)
     if cfg.train.precision == "fp8":
         model = to_float8_training(model, cfg.train.fp8_recipe)

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from burnout.cli import main
+from burnout.config import load_run_config
 from burnout.core.checkpoint import (
     MANIFEST_FILE,
     CheckpointMirror,
@@ -411,3 +412,25 @@ def test_checkpoint_bytes_covers_a_saved_checkpoint_closely(tiny_run_config, tin
     actual = folder_bytes(path)
     predicted = checkpoint_bytes(cfg, tiny_bpe_data / "tokenizer.json")
     assert actual <= predicted <= actual + 300_000, (actual, predicted)
+
+
+def test_a_checkpoint_whose_model_this_machine_cannot_hold_is_refused_before_it_is_built(saved, monkeypatch):
+    """Its config.yaml asks for 40 layers and this process has room for less: one line naming the checkpoint,
+    before a module is built (building it first would end in "does not match its config", or in a killed process
+    for a model of a billion layers)."""
+    from burnout.models import size
+
+    raw = yaml.safe_load((saved / "config.yaml").read_text())
+    raw["model"]["n_layer"] = 40
+    (saved / "config.yaml").write_text(yaml.safe_dump(raw))
+    deep = load_run_config(saved / "config.yaml").model
+    monkeypatch.setattr(size, "machine_memory", lambda: (size.weights_bytes(deep) - 1, "there is less"))
+    with pytest.raises(BurnoutError) as refused:
+        load_checkpoint(saved, verify=False)
+    assert str(refused.value).startswith(f"checkpoint {saved}, ") and "parameters: n_layer 40, d_model 64" in \
+        str(refused.value) and str(refused.value).endswith("and there is less; load it on a machine with more memory "
+                                                           "(or check its config.yaml's model section)")
+    raw["model"]["vocab_size"] = 10**20
+    (saved / "config.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(BurnoutError, match=f"^checkpoint {saved}: model.vocab_size 100,000,000,000,000,000,000: "):
+        load_checkpoint(saved, verify=False)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from burnout.cli import main
+from burnout.common import mark_folder
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
 from burnout.data.prepare import SMALLEST_PRESET_PARAMS, prepare_data
 from burnout.data.shards import read_meta, read_tokens, verify_checksums
@@ -141,8 +142,22 @@ def test_read_meta_detects_truncation(tmp_path):
 
 
 def test_read_meta_without_meta_or_dir(tmp_path):
+    """Each kind of folder that is not a finished data folder is told apart: one whose preparation started (its
+    manifest, or its owner file), one where none did, a file (your text, most likely), nothing at all."""
+    with pytest.raises(BurnoutError, match=r"is not a prepared data folder \(no meta.json, and no preparation was "
+                                           r"started there\); .*burnout data prepare .* --out DATA"):
+        read_meta(tmp_path)
+    (tmp_path / "manifest.json").write_text("{}")
     with pytest.raises(BurnoutError, match="never finished"):
         read_meta(tmp_path)
+    (tmp_path / "manifest.json").unlink()
+    mark_folder(tmp_path, "data")  # killed before its manifest: the owner file says what it was becoming
+    with pytest.raises(BurnoutError, match="never finished"):
+        read_meta(tmp_path)
+    (tmp_path / "notes.txt").write_text("my text")
+    with pytest.raises(BurnoutError, match=r"is a file, not a prepared data folder; prepare it into one first "
+                                           r"\(burnout data prepare .*notes.txt --out DATA\)"):
+        read_meta(tmp_path / "notes.txt")
     with pytest.raises(BurnoutError, match="does not exist"):
         read_meta(tmp_path / "nope")
     (tmp_path / "meta.json").write_text('{"format": "something-else"}', encoding="utf-8")

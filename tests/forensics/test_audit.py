@@ -357,10 +357,12 @@ def _train_hits(data: Path, pattern: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("argv, message", [
     (["no-such-recipe"], "not found"),
-    (["{tmp}/empty"], "not a prepared data folder"),
+    (["{tmp}/empty"], "holds no .txt, .jsonl/.json or .parquet files"),
     (["{tmp}/unfinished"], "unfinished data folder"),
     (["{tmp}/missing.yaml"], "does not exist"),
-    (["{tmp}/notes.md"], "not a recipe"),
+    (["{tmp}/blob.bin"], "contains NUL bytes, so it looks binary"),
+    (["{tmp}/empty.yaml"], "is empty (no YAML in it"),
+    (["{tmp}/unfinished", "data.max_chars=5"], "unfinished data folder"),
     (["{tmp}/ok.yaml", "--junk", "(unclosed"], "not a valid regular expression"),
     (["{tmp}/missing.jsonl", "--sft"], "does not exist"),
     (["{tmp}/ok.yaml", "--threshold", "1.5"], "threshold"),
@@ -371,6 +373,8 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "unfinished" / "manifest.json").write_text("{}")
     (tmp_path / "notes.md").write_text("hello")
+    (tmp_path / "blob.bin").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
     (tmp_path / "missing.yaml").write_text(yaml.safe_dump(
         {"data": {"sources": [{"name": "gone", "kind": "jsonl", "path": str(tmp_path / "gone.jsonl")}]}}))
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump(
@@ -380,6 +384,28 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
     assert code == 2
     assert len(err) == 1 and err[0].startswith("burnout: error:") and message in err[0], err
     assert not (tmp_path / "o").exists()
+
+
+def test_audit_reads_what_prepare_reads_a_glob_a_file_of_any_name_a_symlink_and_a_folder(tmp_path, capsys):
+    """Each way `data prepare` takes your text, the audit takes too (data/recipe.py tells them apart for both), and
+    finds the documents prepare made of it: the same count and characters for the one source."""
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for i in range(3):
+        (texts / f"part{i}.txt").write_text("\n\n".join(f"Paragraph {i}.{j}: " + "words of the text " * (j % 5 + 1)
+                                                      for j in range(30)) + "\n")
+    (tmp_path / "words.tokens").write_text((texts / "part0.txt").read_text())
+    (tmp_path / "link").symlink_to(texts / "part1.txt")
+    (tmp_path / "linked").symlink_to(texts, target_is_directory=True)
+    for i, target in enumerate([str(texts / "*.txt"), str(tmp_path / "words.tokens"), str(tmp_path / "link"),
+                                str(tmp_path / "linked"), str(texts)]):
+        assert main(["data", "prepare", target, "--out", str(tmp_path / f"data{i}"), "--tokenizer", "char"]) == 0
+        prepared = json.loads((tmp_path / f"data{i}" / "meta.json").read_text())["sources"]["per_source"]
+        assert main(["data", "audit", target, "--out", str(tmp_path / f"audit{i}")]) == 0, capsys.readouterr().err
+        audited = json.loads((tmp_path / f"audit{i}" / AUDIT_JSON).read_text())["sources"]
+        assert [(s["name"], s["documents"], s["chars"]) for s in audited] == \
+            [(name, s["documents"], s["chars"]) for name, s in prepared.items()], target
+    capsys.readouterr()
 
 
 def test_an_audit_folder_is_rewritten_for_its_target_and_replaced_for_another_only_with_overwrite(tmp_path, capsys):

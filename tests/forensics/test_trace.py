@@ -401,7 +401,15 @@ def test_bad_inputs_are_one_line(char_data, tmp_path, capsys, monkeypatch):
     _one_line_error(capsys, ["data", "trace", "   ", str(data)], "TEXT is empty")
     _one_line_error(capsys, ["data", "trace", "Romeo€", str(data)],
                     "cannot be encoded by this folder's tokenizer (it lacks '€' (U+20AC))")
-    _one_line_error(capsys, ["data", "trace", "Romeo", str(tmp_path)], "has no meta.json")
+    _one_line_error(capsys, ["data", "trace", "Romeo", str(tmp_path)], "is not a prepared data folder (no meta.json")
+    (tmp_path / "notes.txt").write_text("Romeo, Romeo\n")
+    _one_line_error(capsys, ["data", "trace", "Romeo", str(tmp_path / "notes.txt")],
+                    f"is a file, not a prepared data folder; prepare it into one first (burnout data prepare "
+                    f"{tmp_path / 'notes.txt'} --out DATA)")
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "manifest.json").write_text("{}")
+    _one_line_error(capsys, ["data", "trace", "Romeo", str(tmp_path / "unfinished")],
+                    "has no meta.json, so its data preparation never finished")
     _one_line_error(capsys, ["data", "trace", "Romeo", str(tmp_path / "nowhere")], "does not exist")
     _one_line_error(capsys, ["data", "trace", "Romeo"], "needs TEXT and DATA")
     _one_line_error(capsys, ["data", "trace", "Romeo", str(data), "--limit", "-1"], "--limit: '-1' must be at least 0")

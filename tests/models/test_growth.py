@@ -1,6 +1,7 @@
 """Model growth: the grown model's outputs are the original's (both families; depth, width, GQA), a training step
 moves what is new, and `burnout grow` writes a run that generate, eval, export, plan and --init-from read."""
 
+import dataclasses
 import json
 import shutil
 
@@ -142,3 +143,42 @@ def test_training_a_grown_model_starts_from_the_originals_loss(tiny_run, tmp_pat
         losses.append(json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["train_loss"])
     capsys.readouterr()
     assert abs(losses[0] - losses[1]) < 1e-5
+
+
+def test_grow_says_how_large_the_grown_model_is_before_building_it(tiny_run, tmp_path, capsys):
+    from safetensors import safe_open
+
+    from burnout.common import format_bytes, format_count
+
+    grown = tmp_path / "grown"
+    assert main(["grow", str(tiny_run.run_dir), "--out", str(grown), "model.n_layer=3"]) == 0
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    with safe_open(grown / "checkpoints" / "step_0000000" / "model.safetensors", "pt") as f:
+        n = sum(f.get_slice(name).get_shape()[0] * (f.get_slice(name).get_shape()[1:] or [1])[0] for name in f.keys())
+    assert first.startswith(f"growing into {format_count(n)} parameters: n_layer 3, d_model 64, vocab_size 512: "
+                            f"{format_bytes(4 * n)} in fp32 (")
+    assert "of memory available" in first and f"the disk of {grown.absolute()} has " in first
+    assert second.startswith("grew ")
+
+
+@pytest.mark.parametrize("short", ["memory", "disk"])
+def test_a_grown_model_this_machine_cannot_hold_or_write_is_refused_before_a_weight_is_made(tiny_run, tmp_path,
+                                                                                           monkeypatch, capsys, short):
+    from burnout.core import model_files
+    from burnout.models import size
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("weights were grown before the size was checked")
+
+    monkeypatch.setattr(model_files, "grow_state_dict", no_weights)
+    need = 4 * size.parameter_count(dataclasses.replace(tiny_run.cfg.model, n_layer=40))
+    room = (need - 1, "there is 1 byte too little")
+    monkeypatch.setattr(size, "machine_memory", lambda: room if short == "memory" else None)
+    monkeypatch.setattr(model_files, "free_disk", lambda folder: room if short == "disk" else (2 * need, "ample"))
+    grown = tmp_path / "grown"
+    assert main(["grow", str(tiny_run.run_dir), "--out", str(grown), "model.n_layer=40"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("burnout: error: model.n_layer=40: the grown model"), err
+    assert ("the grown model's checkpoint needs" in err[0]) == (short == "disk")
+    assert "for its fp32 weights and there is 1 byte too little; " in err[0] and "grow it less (its parent" in err[0]
+    assert not grown.exists()

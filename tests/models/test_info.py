@@ -194,6 +194,31 @@ def test_cli_model_info_of_a_million_blocks_counts_one_and_traces_five(capsys):
         assert info["memory_bytes"][line] == low + (1_000_000 - 6) * (high - low) > 0
 
 
+@pytest.mark.timeout(60)
+def test_cli_model_info_of_a_trillion_blocks_keeps_no_list_of_them(capsys):
+    """A count of 10^12 blocks keeps one block's tensor sizes, not 10^12 copies (the list alone would take 70 TB):
+    the parameters and the optimizer state are the line through one and two blocks, adamw8bit's too."""
+    from burnout.models.memory import adamw8bit_state_bytes, param_counts, static_bytes
+    from burnout.models.transformer import Transformer
+
+    assert main(["model", "info", "llama-tiny", "model.n_layer=1000000000000", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    cfg = load_model_preset("llama-tiny")
+    one, two = (param_counts(dataclasses.replace(cfg, n_layer=n)) for n in (1, 2))
+    assert info["params_total"] == one.total + (10**12 - 1) * (two.total - one.total)
+    assert info["memory_bytes"]["optimizer"] == 8 * info["params_total"]
+
+    def tree_state(n: int) -> int:  # adamw8bit's state of each tensor of the real module tree (a tied one once)
+        with torch.device("meta"):
+            model = Transformer(dataclasses.replace(cfg, n_layer=n))
+        return sum(adamw8bit_state_bytes(p.numel()) for p in model.parameters())
+
+    lowbit = [tree_state(n) for n in (1, 2, 3)]
+    assert static_bytes(param_counts(dataclasses.replace(cfg, n_layer=3)), "adamw8bit")["optimizer"] == lowbit[2]
+    deep = param_counts(dataclasses.replace(cfg, n_layer=10**12))
+    assert static_bytes(deep, "adamw8bit")["optimizer"] == lowbit[0] + (10**12 - 1) * (lowbit[1] - lowbit[0])
+
+
 def test_info_matches_a_real_model():
     """The meta-device count equals the count of a real (tiny) model's parameters."""
     from burnout.models.transformer import Transformer

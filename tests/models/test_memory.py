@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 
 import pytest
 import torch
@@ -254,3 +255,55 @@ def test_a_deep_models_parameters_are_counted_as_its_modules_count_them():
     assert counts.total == sum(p.numel() for p in real.parameters())
     assert counts.per_block == sum(p.numel() for p in real.blocks[0].parameters())
     assert counts.muon == sum(p.numel() for p in real.blocks.parameters() if p.dim() == 2)
+
+
+# A 65,536-token vocabulary makes the loss's chunks 1,024 rows: 9 × 32 + 5 sequences of 32 tokens are ten chunks.
+LONG_CASES = [dataclasses.replace(LLAMA, vocab_size=65536), dataclasses.replace(GPT2, vocab_size=65536, dropout=0.1)]
+LONG_BATCH = 9 * 32 + 5
+
+
+@pytest.mark.parametrize("cfg, precision, target", [
+    (LONG_CASES[0], "bf16", "cuda"), (LONG_CASES[0], "bf16", "cpu"), (LONG_CASES[0], "fp32", "cuda-pre-ampere"),
+    (LONG_CASES[1], "bf16", "cuda")], ids=["llama-cuda", "llama-cpu", "llama-fp32-pre-ampere", "gpt2-dropout"])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_long_micro_batchs_memory_from_three_and_four_chunks_equals_its_whole_trace(cfg, precision, target,
+                                                                                       checkpointing):
+    cfg = cfg.resolved()
+    assert memory.loss_chunks_traced(cfg, LONG_BATCH * 32) is not None  # past TRACED_CHUNKS: the line is taken
+    whole, _ = memory.trace_step(cfg, LONG_BATCH, 32, precision, checkpointing, target)
+    assert measure_step(cfg, LONG_BATCH, 32, precision, checkpointing, target) == whole
+
+
+def test_a_deep_model_of_one_long_sequence_is_exact_along_both_lines():
+    cfg = dataclasses.replace(LONG_CASES[0], n_layer=7, context_length=10_000).resolved()
+    whole, _ = memory.trace_step(cfg, 1, 9_800, "bf16", False, "cuda")
+    assert measure_step(cfg, 1, 9_800, "bf16", False, "cuda") == whole
+
+
+def test_a_long_sequences_compiled_partition_from_three_and_four_chunks_equals_its_whole_partition():
+    cfg = dataclasses.replace(LONG_CASES[0], n_layer=1, context_length=10_000).resolved()
+    assert compiled_saved(cfg, 1, 9_800) == memory._partition(cfg, 9_800, "bf16", "cuda")
+
+
+@pytest.mark.timeout(120)
+def test_model_info_of_a_billion_sequences_traces_a_few_chunks_and_lies_on_the_batchs_line(monkeypatch, capsys):
+    """`--batch-size 1000000000` traces the loss in a few chunks, not 15.6 million (whose trace took hours), and
+    its activations are where the line through two whole traces of 3 and 4 chunks (129 and 256 sequences) puts
+    them: each sequence keeps as much as the one before."""
+    from burnout.cli import main
+    from burnout.models.transformer import loss_chunk_rows
+
+    cfg = load_model_preset("llama-tiny").resolved()
+    (low, _), (high, _) = (memory.trace_step(cfg, b, 256, "bf16", False, "cuda") for b in (129, 256))
+    memory._measure_step_cached.cache_clear()
+    trace = memory.trace_step
+
+    def bounded(cfg, batch_size, seq_len, precision, checkpointing, target, loss_rows=None):
+        assert -(-batch_size * seq_len // (loss_rows or loss_chunk_rows(cfg.vocab_size))) <= memory.TRACED_CHUNKS
+        return trace(cfg, batch_size, seq_len, precision, checkpointing, target, loss_rows)
+
+    monkeypatch.setattr(memory, "trace_step", bounded)
+    assert main(["model", "info", "llama-tiny", "--batch-size", "1000000000", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)["memory_bytes"]
+    assert figures["activations"] == low.saved + (10**9 - 129) * (high.saved - low.saved) // 127
+    assert figures["weight_copies"] == low.weight_copies == high.weight_copies

@@ -4,6 +4,7 @@ before training (burnout/train/plan.py). Activations are traced on fake tensors,
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -293,3 +294,110 @@ def test_cpu_offload_is_the_fix_when_fsdp_alone_fits_on_no_number_of_gpus(capsys
     assert "2 GPUs, FSDP + CPU offload (GiB)" in out and "fits," in out
     assert re.search(r"train.cpu_offload: the weights', gradients' and optimizer state's shards, [\d.]+ GiB per "
                      r"process, are in CPU memory", out)
+
+
+def _floor_parts(cfg, batch: int, devices: int = 1) -> tuple[int, int]:
+    """(weights + gradients + optimizer state per process, the activations' floor), counted here by hand: 16 bytes
+    a parameter under AdamW, divided among the GPUs under FSDP; every block's fp32 input."""
+    n = param_counts(cfg.model).total
+    static = 16 * n if cfg.train.distributed != "fsdp" or devices == 1 else 4 * -(-4 * n // devices)
+    seq = cfg.train.seq_len or cfg.model.context_length
+    return static, cfg.model.n_layer * batch * seq * cfg.model.d_model * 4
+
+
+def test_the_memory_floor_refuses_what_cannot_fit_and_says_the_largest_micro_batch_that_might():
+    cfg = small(batch_size=8)
+    static, floor8 = _floor_parts(cfg, 8)
+    per_sequence = floor8 // 8
+    cpu = torch.device("cpu")
+    plan_mod.check_memory_floor(cfg, cpu, room=(static + floor8, "there is just enough"))  # no refusal
+    with pytest.raises(BurnoutError) as caught:
+        plan_mod.check_memory_floor(cfg, cpu, room=(static + 5 * per_sequence + 3, "there is less"))
+    line = str(caught.value)
+    assert line.startswith("a training step at micro-batch 8 × 512 tokens (29.4M parameters: n_layer 8, d_model 512, "
+                           "vocab_size 8,192) needs ")
+    assert f"weights, gradients and optimizer state {static / 1e6:.1f} MB" in line
+    assert f"activations, at least {floor8 / 1e6:.1f} MB" in line
+    assert "and there is less; lower train.batch_size to 5 or less (raise train.grad_accum" in line
+    with pytest.raises(BurnoutError, match="choose a smaller model or a shorter train.seq_len"):
+        plan_mod.check_memory_floor(cfg, cpu, room=(static + per_sequence - 1, "there is less"))
+    with pytest.raises(BurnoutError, match=r"choose a smaller model \(model.n_layer, model.d_model\)"):
+        plan_mod.check_memory_floor(cfg, cpu, room=(static - 1, "there is less"))
+    plan_mod.check_memory_floor(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, memory_check=False)),
+                                cpu, room=(1, "there is nothing"))  # the user's word: start anyway
+
+
+def test_the_memory_floor_of_an_fsdp_run_is_its_share_of_the_weights():
+    """A model whose weights, gradients and AdamW state fit only sharded over 8 GPUs is not refused there."""
+    cfg = small(batch_size=1, distributed="fsdp")
+    static_one, floor = _floor_parts(cfg, 1)
+    static_eight, _ = _floor_parts(cfg, 1, devices=8)
+    room = (static_eight + floor, "each GPU has enough for its share")
+    plan_mod.check_memory_floor(cfg, torch.device("cpu"), world_size=8, room=room)
+    with pytest.raises(BurnoutError, match="weights, gradients and optimizer state"):
+        plan_mod.check_memory_floor(cfg, torch.device("cpu"), world_size=1, room=room)
+    assert static_one > static_eight
+
+
+def test_a_run_of_a_billion_layers_is_refused_before_its_data_are_prepared(tmp_path, capsys):
+    """Its sources would be prepared first (minutes, for a large corpus): nothing is written, not even RUN."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"family": "llama", "vocab_size": 512, "n_layer": 10**9, "d_model": 64, "n_head": 4,
+                  "context_length": 64, "ffn_multiple_of": 32},
+        "data": {"max_chars": 50_000}, "tokenizer": {"kind": "bpe", "vocab_size": 512},
+        "train": {"device": "cpu", "batch_size": 2, "seq_len": 32, "max_steps": 2}}))
+    assert main(["train", str(config), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("burnout: error: a training step at micro-batch 2 × 32 tokens (")
+    assert "parameters: n_layer 1,000,000,000, d_model 64" in err[0] and "choose a smaller model" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]
+
+
+def test_a_micro_batch_that_cannot_fit_is_refused_before_the_model_is_built(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                               monkeypatch):
+    from burnout.train import recipe
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before its size was checked")
+
+    monkeypatch.setattr(recipe, "build_model", no_model)
+    with pytest.raises(BurnoutError, match="micro-batch 1,000,000,000,000 × 32 tokens .* lower train.batch_size"):
+        start_training(tiny_run_config(batch_size=10**12), tmp_path / "run", data_dir=tiny_bpe_data,
+                       on_event=lambda line: None, progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_of_a_vast_accumulation_searches_the_divisors_not_every_number(capsys):
+    """10^24 sequences a step: the largest micro-batch that fits is a divisor of it, found among its divisors
+    (a list over every number below it would never end), and no divisor between it and the next one up fits."""
+    seqs = 8 * 10**24
+    assert main(["plan", "llama-tiny", f"train.grad_accum={10**24}", "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    best = memory["largest_micro_batch"]
+    assert seqs % best == 0 and memory["fits"]
+    fits = lambda b: b <= 5000  # noqa: E731
+    assert largest_fitting(seqs, 8, fits, start_fits=True) == max(d for d in range(1, 5001) if seqs % d == 0)
+    # Against every number, on a count small enough to list them all.
+    for n in (720, 1001, 97, 2**10 * 3**4):
+        for cap in (1, 7, 50, n):
+            brute = max(d for d in range(1, n + 1) if n % d == 0 and d <= cap)
+            assert largest_fitting(n, 1, lambda b, cap=cap: b <= cap, start_fits=True) == brute
+
+
+def test_a_fine_tunes_micro_batch_is_checked_before_its_model_is_built(tiny_run, fine_tune_data, tmp_path,
+                                                                       monkeypatch):
+    """A fine-tune's model is its base's, known once the base is read: the Trainer checks it, as it does a resumed
+    run's, before building it."""
+    from burnout.finetune import recipes
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before its size was checked")
+
+    monkeypatch.setattr(recipes, "build_model", no_model)
+    cfg = load_run_config({"sft": {"base": str(tiny_run.run_dir), "source": str(fine_tune_data.chats)},
+                           "train": {"device": "cpu", "batch_size": 10**12, "seq_len": 64, "max_steps": 2}})
+    with pytest.raises(BurnoutError, match="^a training step at micro-batch 1,000,000,000,000 × 64 tokens .* lower "
+                                           "train.batch_size"):
+        start_training(cfg, tmp_path / "sft", on_event=lambda line: None, progress=False)

@@ -82,3 +82,20 @@ def test_fp16_steps_through_the_grad_scaler_and_skips_an_overflow():
     step(_Batches(0), 1)
     assert all(torch.equal(p, weights[name]) for name, p in step.model.named_parameters())  # skipped
     assert step.scaler.get_scale() == 2.0 ** 119 and step.scaler._get_growth_tracker() == 0
+
+
+def test_a_model_this_machine_cannot_hold_is_refused_before_it_is_built(monkeypatch):
+    """build_model, which train, bench and the fine-tunes build with, counts the fp32 weights first."""
+    import pytest
+
+    from burnout.errors import BurnoutError
+    from burnout.models import size
+    from burnout.train import step
+
+    cfg = load_run_config({"model": MODEL, "train": {"device": "cpu"}})
+    built = []
+    monkeypatch.setattr(step, "model_for", lambda cfg: built.append(cfg))
+    monkeypatch.setattr(size, "machine_memory", lambda: (size.weights_bytes(cfg.model) - 1, "there is less"))
+    with pytest.raises(BurnoutError, match=r"^the run's model, .* needs .* and there is less; choose a smaller model"):
+        step.build_model(cfg, torch.device("cpu"))
+    assert not built
