@@ -227,7 +227,7 @@ def render_results(records: list[dict]) -> str:
 _FIELD = re.compile(r"\{(range:)?([\w.\-]+)(:torch)?\}")
 
 
-def _fill(template: str, chosen: dict[str, dict]) -> str:
+def fill_cell(template: str, chosen: dict[str, dict]) -> str:
     def one(m: re.Match) -> str:
         if m[1]:
             values = sorted((rec["value"], claim) for claim, rec in chosen.items() if claim.startswith(m[2]))
@@ -249,7 +249,7 @@ def render_readme_table(records: list[dict]) -> str:
     chosen = current(records)
     rows = ["| headline result | measured ([RESULTS.md](docs/RESULTS.md): when, where, how to rerun) | evidence |",
             "|---|---|---|"]
-    rows += [f"| {what} | {_fill(measured, chosen)} | {evidence} |" for what, measured, evidence in README_ROWS]
+    rows += [f"| {what} | {fill_cell(measured, chosen)} | {evidence} |" for what, measured, evidence in README_ROWS]
     return "\n".join([README_BEGIN, *rows, README_END])
 
 
