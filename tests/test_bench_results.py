@@ -4,6 +4,7 @@ filled from the current records."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime
@@ -94,3 +95,52 @@ def test_the_readme_cells_are_the_current_figures():
     assert fill("torch {shakespeare.wall_s:torch}", chosen) == "torch 2.13.0"
     assert fill("{range:planner.eager.}", chosen) == "+7.2% to +21.3%"
     assert fill("{cpu10m.nanogpt_ratio}", chosen) == "no record yet"
+    two = "a[, {shakespeare.wall_s} and {cpu10m.nanogpt_ratio}]"
+    assert fill(two, chosen) == "a"  # dropped while any claim it names has no record
+
+
+def test_the_code_is_dirty_when_a_tracked_file_other_than_the_docs_and_the_records_differs(tmp_path, monkeypatch):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "benchmarks").mkdir()
+    files = {"bench.py": "x = 1\n", "README.md": "# hi\n", "benchmarks/results.jsonl": "{}\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start")
+    monkeypatch.setattr(results, "REPO", tmp_path)
+    (tmp_path / "README.md").write_text("# changed\n")
+    (tmp_path / "benchmarks" / "results.jsonl").write_text("{}\n{}\n")
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    commit, dirty = results._commit()
+    assert len(commit) == 40 and dirty is False
+    (tmp_path / "bench.py").write_text("x = 2\n")
+    assert results._commit() == (commit, True)
+
+
+def test_every_claim_a_benchmark_names_is_defined():
+    """A claim id written in a benchmark (whole, or the fixed start of an f-string) is a claim of benchmarks/claims.py
+    or the start of some: a typo would otherwise fail only at the end of an hour's run."""
+    import ast
+
+    from benchmarks.claims import CLAIMS, GROUPS
+
+    looks_like_claim = re.compile(rf"^({'|'.join(GROUPS)})\.[\w.\-]*$")
+    unknown = []
+    for path in sorted((REPO_ROOT / "benchmarks").glob("*.py")):
+        if path.name == "claims.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parts = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+        for node in ast.walk(tree):
+            whole = isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts
+            start = isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant)
+            text = node.value if whole else node.values[0].value if start else None
+            if text is None or not looks_like_claim.match(text) or text.endswith((".yaml", ".json", ".py")):
+                continue
+            if (whole and text not in CLAIMS and not any(c.startswith(text + ".") for c in CLAIMS)) or (
+                    not whole and not any(c.startswith(text) for c in CLAIMS)):
+                unknown.append(f"{path.name}:{node.lineno}: {text}")
+    assert not unknown, "claims named but not defined:\n" + "\n".join(unknown)
