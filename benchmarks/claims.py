@@ -181,7 +181,7 @@ CLAIMS: dict[str, Claim] = {
     **{f"runs.planner_cpu.{case}": Claim(f"`burnout plan`'s peak for bench_memory's {case} case against the CPU "
                                          "allocator's measured peak", "%", False,
                                          f"python -m benchmarks.bench_memory --device cpu --only {case}",
-                                         fmt="{:+.1f}%")
+                                         fmt="{:+.2f}%")
        for case in ("llama-tiny", "llama-tiny-ckpt", "gpt2-10m", "llama-small-fp32", "gpt2-10m-compiled",
                     "llama-small-compiled")},
     **{f"runs.adamw8bit_bytes.{m}": Claim(f"8-bit AdamW's state bytes per parameter, {m}", "bytes/param", False,
