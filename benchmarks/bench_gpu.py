@@ -319,9 +319,10 @@ def _record_shape(row: dict, steps: int, load_before: float | None) -> None:
     bf16, peer, claim = row["ours"].get("bf16"), row["peer"], SHAPE_CLAIMS[row["shape"]]
     if not isinstance(bf16, dict):
         return
-    figures = [(f"{claim}.tokens_per_s", bf16["tokens_per_s"]), (f"{claim}.mfu", 100 * bf16["mfu"]),
-               (f"planner.compiled.{row['shape']}.{bf16['batch']}x{bf16['seq']}",
-                100 * (bf16["planned_gib"] / bf16["peak_gib"] - 1))]
+    figures = [(f"{claim}.tokens_per_s", bf16["tokens_per_s"]), (f"{claim}.mfu", 100 * bf16["mfu"])]
+    if bf16.get("planned_gib"):
+        figures.append((f"planner.compiled.{row['shape']}.{bf16['batch']}x{bf16['seq']}",
+                        100 * (bf16["planned_gib"] / bf16["peak_gib"] - 1)))
     if isinstance(peer, dict):
         figures.append((f"{claim}.peer_ratio", bf16["tokens_per_s"] / peer["tokens_per_s"]))
     fp8 = row["ours"].get("fp8:tensorwise")
@@ -458,16 +459,16 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench_gpu: no CUDA GPU here; run it on a machine with one")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, load {os.getloadavg()}")
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    figures = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "shapes": bench_shapes(args) if args.shapes else []}
     if args.memory is not None:
-        results["memory"] = memory_table(args.memory)
+        figures["memory"] = memory_table(args.memory)
     if args.curve:
-        results["curves"] = curves(args.curve, args.fp8 or ["tensorwise"])
+        figures["curves"] = curves(args.curve, args.fp8 or ["tensorwise"])
     if args.packing:
-        results["packing"] = packing(args.packing, args.steps)
+        figures["packing"] = packing(args.packing, args.steps)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":
