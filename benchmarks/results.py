@@ -184,6 +184,11 @@ def _date_cell(rec: dict) -> str:
     return date
 
 
+def _code(text: str) -> str:
+    """`text` as Markdown code, whatever backticks it holds."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def render_results(records: list[dict]) -> str:
     chosen = current(records)
     counts = {claim: sum(r["claim"] == claim for r in records) for claim in CLAIMS}
@@ -213,13 +218,13 @@ def render_results(records: list[dict]) -> str:
             rec = chosen.get(claim)
             if rec is None:
                 cells = [CLAIMS[claim].words, "no record yet", "–", "", "", "", "", f"`{claim}`",
-                         f"`{CLAIMS[claim].command}`"]
+                         _code(CLAIMS[claim].command)]
             else:
                 mark = " (transcribed)" if rec.get("transcribed") else ""
                 older = f", {counts[claim] - 1} earlier" if counts[claim] > 1 else ""
                 cells = [CLAIMS[claim].words, f"**{format_value(claim, rec['value'])}**", verdict(rec),
                          _machine_cell(rec), rec.get("torch") or "not recorded", _date_cell(rec), _load_cell(rec),
-                         f"`{rec['id']}`{mark}{older}", f"`{rec['command']}`"]
+                         f"`{rec['id']}`{mark}{older}", _code(rec["command"])]
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 
