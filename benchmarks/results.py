@@ -45,9 +45,10 @@ def load() -> float | None:
 
 
 def record(claim: str, value: float, *, load_before: float | None, load_after: float | None = None,
-           note: str | None = None) -> dict:
+           load_during: tuple[float, float] | None = None, note: str | None = None) -> dict:
     """Append one record of `claim` measured at `value` (its unit is the claim's) and print one line saying so. The
-    load after is read now unless given."""
+    load after is read now unless given; `load_during`: the lowest and highest reading taken while it ran (the
+    readings between the runs of a side-by-side), which judge it as the readings before and after do."""
     spec = CLAIMS[claim]  # an unknown claim is a bug of the benchmark: KeyError
     path = results_file()
     target = {"op": spec.target[0], "value": spec.target[1]} if spec.target else None
@@ -58,7 +59,7 @@ def record(claim: str, value: float, *, load_before: float | None, load_after: f
         "met": COMPARE[target["op"]](value, target["value"]) if target else None,
         "command": _command(), "commit": commit, "dirty": dirty,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": _machine(), "torch": _torch(),
-        "load_before": load_before, "load_after": load() if load_after is None else load_after, "load_during": None,
+        "load_before": load_before, "load_after": load() if load_after is None else load_after, "load_during": list(load_during) if load_during else None,
         "transcribed": False, "source": None, "note": note,
     }
     append_jsonl(path, entry)

@@ -24,7 +24,7 @@ def test_a_record_holds_the_claim_the_command_the_code_the_machine_and_the_load(
     monkeypatch.setenv("BURNOUT_RESULTS", str(path))
     monkeypatch.setattr(sys, "argv", ["benchmarks/bench_shakespeare.py", "--data", "my data"])
     results.record("shakespeare.wall_s", 31.5, load_before=0.4, load_after=1.25)
-    results.record("shakespeare.wall_s", 45.0, load_before=0.5, note="second")
+    results.record("shakespeare.wall_s", 45.0, load_before=0.5, load_during=(0.7, 2.4), note="second")
     first, second = read_jsonl(path)
     head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     assert (first["id"], second["id"]) == ("shakespeare.wall_s/1", "shakespeare.wall_s/2")
@@ -38,6 +38,7 @@ def test_a_record_holds_the_claim_the_command_the_code_the_machine_and_the_load(
     assert first["torch"] == metadata.version("torch")
     assert (first["load_before"], first["load_after"]) == (0.4, 1.25)
     assert second["load_after"] == pytest.approx(os.getloadavg()[0], abs=2.0) and second["note"] == "second"
+    assert (first["load_during"], second["load_during"]) == (None, [0.7, 2.4])
     assert first["transcribed"] is False and first["source"] is None
 
 
