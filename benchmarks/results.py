@@ -59,7 +59,8 @@ def record(claim: str, value: float, *, load_before: float | None, load_after: f
         "met": COMPARE[target["op"]](value, target["value"]) if target else None,
         "command": _command(), "commit": commit, "dirty": dirty,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": _machine(), "torch": _torch(),
-        "load_before": load_before, "load_after": load() if load_after is None else load_after, "load_during": list(load_during) if load_during else None,
+        "load_before": load_before, "load_after": load() if load_after is None else load_after,
+        "load_during": list(load_during) if load_during else None,
         "transcribed": False, "source": None, "note": note,
     }
     append_jsonl(path, entry)
