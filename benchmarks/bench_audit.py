@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import results
 from burnout.core.device import cpu_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -136,6 +137,11 @@ def main() -> None:
                   f"{r['near_clusters']:,} near-duplicate clusters; top strings {r['top_terms']}")
             print(f"  load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
                   f"after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
+            if name == "large" and args.mb == 100:
+                results.record("forensics.audit_mb_per_cpu_s", mb_read / r["cpu_seconds"], load_before=load[0],
+                               load_after=after[0], note=f"{r['seconds']:.0f} s wall")
+                results.record("forensics.audit_peak_rss_mb", r["peak_rss_mb"], load_before=load[0],
+                               load_after=after[0])
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import random
 import time
 from pathlib import Path
 
+from benchmarks import results
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 # name: (how it is planted, the text planted, the strings whose first row is the plant's rank)
@@ -200,18 +202,22 @@ def _rank_number(rank: str) -> int:
     return int(rank.lstrip("L"))
 
 
-def _table(title: str, plants: dict, ranks: dict, alone: dict) -> None:
+def _table(title: str, plants: dict, ranks: dict, alone: dict) -> int:
+    """Print a set's table; the cells in which a plant was in its source's top ten."""
     print(f"\n{title}: rank of each plant in its source's suspicious strings, or Ln in its repeated lines "
           "(- : in neither top 100); alone: in the top 10 with the set's other plants left out\n")
     print("| source, order, rate | " + " | ".join(name.replace("|", "\\|") for name in plants)
           + " | in the top 10 | alone |")
     print("|---|" + "---|" * (len(plants) + 2))
+    in_top_ten = 0
     for cell, found in ranks.items():
         cells = [" ".join(r or "-" for r in found[name]) for name in plants]
         top, by_itself = (sum(1 for name in plants for r in got[name] if r and _rank_number(r) <= 10)
                           for got in (found, alone[cell]))
         total = sum(len(found[name]) for name in plants)
         print(f"| {cell} | " + " | ".join(cells) + f" | {top} of {total} | {by_itself} of {total} |")
+        in_top_ten += top
+    return in_top_ten
 
 
 def main() -> None:
@@ -231,7 +237,7 @@ def main() -> None:
     rates = [float(r) / 100 for r in args.rates.split(",")]
     orders = args.orders.split(",")
     clean = read_sources(args.documents)
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu, load_before = time.perf_counter(), time.process_time(), results.load()
     ranks: dict[str, dict] = {name: {} for name in sets}
     alone: dict[str, dict] = {name: {} for name in sets}
     for set_name, plants in sets.items():
@@ -252,8 +258,15 @@ def main() -> None:
     sizes = ", ".join(f"{name} {len(docs)}" for name, docs in clean.items())
     print(f"documents: {sizes}; {args.seeds} planting(s) per cell; {time.perf_counter() - start:.0f} s wall, "
           f"{time.process_time() - cpu:.0f} s CPU, load {os.getloadavg()[0]:.1f}")
-    for set_name, plants in sets.items():
-        _table(f"plants {set_name} the score", plants, ranks[set_name], alone[set_name])
+    in_top_ten = {set_name: _table(f"plants {set_name} the score", plants, ranks[set_name], alone[set_name])
+                  for set_name, plants in sets.items()}
+    if (args.documents, args.rates, args.orders, args.seeds) == (1000, "10,5,2,1", "natural,shuffled", 1):
+        first_five = list(SETS)[:5]
+        if all(name in in_top_ten for name in first_five):
+            results.record("forensics.plants_top_ten", sum(in_top_ten[name] for name in first_five),
+                           load_before=load_before)
+        if "held out sixth" in in_top_ten:
+            results.record("forensics.sixth_set_top_ten", in_top_ten["held out sixth"], load_before=load_before)
     print("\neach clean source's top ten\n")
     for order, ranked in baseline.items():
         for name, (strings, _) in ranked.items():

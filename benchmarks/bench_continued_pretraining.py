@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from benchmarks import results
 from benchmarks.timed_runs import burnout, val_loss
 from burnout.core.device import cpu_model
 
@@ -49,7 +50,8 @@ def main() -> None:
     parser.add_argument("--keep", help="a folder to keep the runs in (default: a temporary one)")
     args = parser.parse_args()
     loss = partial(val_loss, batch_size=TRAIN["batch_size"], seq_len=TRAIN["seq_len"], batches=args.val_batches)
-    print(f"{cpu_model()}, {torch.get_num_threads()} threads; load before {os.getloadavg()[0]:.2f}")
+    load_before = results.load()
+    print(f"{cpu_model()}, {torch.get_num_threads()} threads; load before {load_before:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep or tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -84,10 +86,15 @@ def main() -> None:
                                                       "--data", str(shakespeare_data))
         print(f"load after {os.getloadavg()[0]:.2f}")
         print("\n| run | steps | docs val loss | Shakespeare val loss |\n|---|---|---|---|")
+        shakespeare = {name: loss(run, shakespeare_data) for name, run in runs.items()}
         for name, run in runs.items():
             steps = args.parent_steps if run == parent else args.steps
-            print(f"| {name} | {steps} | {loss(run, docs_data):.3f} | "
-                  f"{loss(run, shakespeare_data):.3f} |")
+            print(f"| {name} | {steps} | {loss(run, docs_data):.3f} | {shakespeare[name]:.3f} |")
+        if (args.parent_steps, args.steps, args.docs_chars, args.val_batches) == (300, 150, 1_000_000, 16):
+            for claim, name in (("runs.continued_fresh", "continued, fresh optimizer"),
+                                ("runs.continued_carry", "continued, carried optimizer"),
+                                ("runs.continued_scratch", "Shakespeare from scratch")):
+                results.record(claim, shakespeare[name], load_before=load_before)
         print("\n" + ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items()))
 
 

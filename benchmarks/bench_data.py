@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import results
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
 from burnout.data.corpus import iter_documents
 
@@ -84,7 +85,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--batches", type=int, default=200)
     args = parser.parse_args()
-
+    load_before = results.load()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         small = make_corpus(tmp / "small", args.mb)
@@ -107,6 +108,9 @@ def main() -> None:
             peaks[name] = r["peak_rss_mb"]
             print(f"prepare {name}: {r['tokens']:,} tokens in {r['seconds']:.1f}s, peak RSS {r['peak_rss_mb']:.0f} MB")
         print(f"peak RSS, 10x the corpus: {peaks['large'] / peaks['small']:.2f}x")
+        if args.workers[:2] == [1, 2]:
+            results.record("data.workers_speedup", rates[2] / rates[1], load_before=load_before)
+        results.record("data.peak_rss_growth", peaks["large"] / peaks["small"], load_before=load_before)
 
         from burnout.data.loader import TokenLoader
 

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from benchmarks import results
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
 
@@ -107,7 +109,8 @@ def main() -> None:
     root = Path(args.root)
     if root.exists():
         sys.exit(f"{root} exists; give a new --root")
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} "
+    load_before = results.load()
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {load_before:.1f} "
           f"at the start")
     rows = first_hour(root, Path(args.text), SHARED / "sft" / "alpaca_5000.json", args.model, args.train_minutes,
                       args.sft_minutes)
@@ -116,6 +119,9 @@ def main() -> None:
     for name, minutes, what in rows:
         print(f"| {name} | {minutes:.2f} | {what} |")
     print(f"| all | {sum(m for _, m, _ in rows):.2f} | |")
+    defaults = parser.parse_args([])
+    if all(getattr(args, key) == getattr(defaults, key) for key in ("text", "model", "train_minutes", "sft_minutes")):
+        results.record("quickstart.first_hour_minutes", sum(m for _, m, _ in rows), load_before=load_before)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from benchmarks import results
 from burnout.config import load_model_preset
 from burnout.core.device import resolve_device
 from burnout.generate.sampling import generate_batch
@@ -48,7 +49,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-
+    load_before = results.load()
     import transformers
 
     device = resolve_device(args.device)
@@ -82,6 +83,10 @@ def main() -> None:
     print(f"  burnout generate_batch      {tokens / ours_s:10.1f} tokens/s  ({ours_s * 1000:.1f} ms)")
     print(f"  transformers generate       {tokens / theirs_s:10.1f} tokens/s  ({theirs_s * 1000:.1f} ms)")
     print(f"  ratio ours / transformers   {theirs_s / ours_s:10.2f}x    same greedy tokens: {same}")
+    if (args.preset, args.prompt_tokens, args.new_tokens, args.batch, args.dtype) == ("llama-tiny", 32, 128, 1,
+                                                                                       "float32") and same:
+        results.record("data.kv_decoding_ratio", theirs_s / ours_s, load_before=load_before,
+                       note=f"best of {args.repeats} each, on {device}")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
 """Training throughput on one CUDA GPU against transformers' own model of the same shape, side by side.
 
     python -m benchmarks.bench_gpu [--shapes llama-1b gpt2-134m] [--steps 10] [--fp8 [RECIPE ...]] [--profile]
-                                   [--memory [SHAPE ...]] [--curve DATA_DIR]
-                                   [--packing SFT_DATA_DIR] [--peer ../shared/peers/hf_peer_step.py]
+                                   [--memory [SHAPE ...]] [--curve DATA_DIR] [--packing SFT_DATA_DIR] [--no-peer]
 
 For each shape, `TrainStep` (the step `burnout train` runs: bf16 autocast, torch.compile, fused AdamW, SDPA,
-grad clipping) and the peer (`hf_peer_step.py`: LlamaForCausalLM / GPT2LMHeadModel, the same settings) run
-one after the other in fresh processes on random tokens, the peer at the same micro-batch and tokens per
-step. Printed: tokens/s (median step after two warm-up steps), MFU over the GPU's dense bf16 datasheet peak
-(burnout/configs/hardware.yaml; FLOPs per token as `burnout model info` counts them, for both), peak memory
-(torch.cuda.max_memory_allocated), and ours / peer.
+grad clipping) and the peer (benchmarks/peer_step.py: transformers' LlamaForCausalLM / GPT2LMHeadModel, the same
+settings) run one after the other in fresh processes on random tokens, the peer at the same micro-batch and
+tokens per step (half the micro-batch, accumulated twice, where it runs out of memory). Printed: tokens/s (median
+step after two warm-up steps), MFU over the GPU's dense bf16 datasheet peak (burnout/configs/hardware.yaml; FLOPs
+per token as `burnout model info` counts them, for both), peak memory (torch.cuda.max_memory_allocated), ours /
+peer, and the memory planner's compiled prediction against our step's peak.
 
     --fp8 [RECIPE ...]  also our llama-1b step with train.precision=fp8 (torchao Float8Linear) at each
                train.fp8_recipe named (none named: tensorwise), and its ratio to our bf16
@@ -22,7 +22,8 @@ step. Printed: tokens/s (median step after two warm-up steps), MFU over the GPU'
     --packing SFT_DATA_DIR  llama-1b fine-tuning steps on a prepared SFT data folder (a `burnout sft` run's data/),
                padded to the batch's longest (sft.pad_to_longest) and packed (sft.packing): assistant targets/s
 
-Every figure comes from this invocation on this machine; nothing is typed in.
+Every figure comes from this invocation on this machine; nothing is typed in. Each figure the docs quote is
+appended to benchmarks/results.jsonl (benchmarks/results.py), with the GPU, its driver and torch.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import get_args, get_type_hints
 
+from benchmarks import results
 from burnout.config import TrainConfig
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PEER = REPO.parent / "shared" / "peers" / "hf_peer_step.py"
 # (micro-batch, sequence length) per shape: llama-1b at the blog's 16 × 2048, gpt2-134m at its context.
 SHAPES = {"llama-1b": (16, 2048), "gpt2-134m": (64, 512)}
 # (shape, micro-batch, checkpointing) at the shape's sequence length; llama-2b/3b at the two fixes `burnout plan`
@@ -60,13 +61,14 @@ GIB = 2**30
 # Workers: each measurement in a fresh process, so compile caches and memory peaks are its own.
 
 
-def _config(shape: str, batch: int, seq: int, precision: str, compile_: bool, checkpointing: bool = False,
-            vocab: int | None = None, **train):
+def run_config(shape: str, batch: int, seq: int, precision: str, compile_: bool, checkpointing: bool = False,
+               vocab: int | None = None, device: str = "cuda", **train):
+    """The run config of every step timed here, ours and the peer's (benchmarks/peer_step.py)."""
     from burnout.config import load_run_config
 
     model = {"preset": shape, **({"vocab_size": vocab} if vocab else {})}
     return load_run_config({"model": model, "train": {
-        "device": "cuda", "precision": precision, "compile": compile_, "activation_checkpointing": checkpointing,
+        "device": device, "precision": precision, "compile": compile_, "activation_checkpointing": checkpointing,
         "batch_size": batch, "seq_len": seq, "grad_accum": 1, "max_steps": 100_000, "warmup_steps": 10,
         "lr": 3e-4, "min_lr": 3e-5, "grad_clip": 1.0, **train}})
 
@@ -101,9 +103,15 @@ def worker_step(shape: str, batch: int, seq: int, steps: int, variant: str, comp
     from burnout.train.step import TrainStep, build_model
 
     precision, recipe = _precision(variant)
-    cfg = _config(shape, batch, seq, precision, compile_, checkpointing, fp8_recipe=recipe)
+    cfg = run_config(shape, batch, seq, precision, compile_, checkpointing, fp8_recipe=recipe)
     device = torch.device("cuda")
     configure_backends(device)
+    planned = None
+    if precision == "bf16":  # the planner's prediction of this very step, less its context and margin line
+        from burnout.train.plan import Variant, predict_memory
+
+        lines = predict_memory(cfg, "bf16", "cuda", 1, batch, Variant(compile_, checkpointing))
+        planned = (lines["total"] - lines.get("overhead", 0)) / GIB
     torch.manual_seed(0)
     model = build_model(cfg, device)
     step = TrainStep(model, cfg.train, device, precision, end_of_run=cfg.train.max_steps)
@@ -123,7 +131,8 @@ def worker_step(shape: str, batch: int, seq: int, steps: int, variant: str, comp
     result = {"who": "ours", "shape": shape, "batch": batch, "seq": seq, "precision": variant, "compile": compile_,
               "checkpointing": checkpointing, "tokens_per_s": tokens_per_s, "ms_per_step": median * 1000,
               "first_step_s": first, "peak_gib": torch.cuda.max_memory_allocated() / GIB,
-              "flops_per_token": _flops_per_token(cfg, model), "gpu": gpu, "peak_flops": peak}
+              "flops_per_token": _flops_per_token(cfg, model), "gpu": gpu, "peak_flops": peak,
+              "planned_gib": planned}
     result["mfu"] = result["flops_per_token"] * tokens_per_s / peak
     if profile:
         result["kernels"] = _kernel_breakdown(lambda: step(batches, 99))
@@ -170,7 +179,7 @@ def worker_memory(shape: str, batch: int, seq: int, checkpointing: bool) -> dict
     from burnout.train.probe import RandomBatches
     from burnout.train.step import TrainStep, build_model
 
-    cfg = _config(shape, batch, seq, "bf16", False, checkpointing)
+    cfg = run_config(shape, batch, seq, "bf16", False, checkpointing)
     device = torch.device("cuda")
     configure_backends(device)
     predicted = predict_memory(cfg, "bf16", "cuda", 1, batch, Variant(False, checkpointing))
@@ -204,7 +213,7 @@ def worker_curve(data_dir: str, variant: str, seed: int) -> dict:
     vocab = json_.loads((Path(data_dir) / "meta.json").read_text())["vocab_size"]
     # Padded to a multiple of 64: the output head's GEMM runs on whole tensor-core tiles.
     precision, recipe = _precision(variant)
-    cfg = _config("llama-1b", CURVE["batch"], CURVE["seq"], precision, True, vocab=-(-vocab // 64) * 64,
+    cfg = run_config("llama-1b", CURVE["batch"], CURVE["seq"], precision, True, vocab=-(-vocab // 64) * 64,
                   max_steps=CURVE["steps"], warmup_steps=30, fp8_recipe=recipe)
     device = torch.device("cuda")
     configure_backends(device)
@@ -232,7 +241,7 @@ def worker_packing(data_dir: str, packed: bool, steps: int) -> dict:
 
     meta = json_.loads((Path(data_dir) / "meta.json").read_text())
     batch, seq = PACKING["batch"], meta["seq_len"]
-    cfg = _config("llama-1b", batch, seq, "bf16", True, vocab=-(-meta["vocab_size"] // 64) * 64)
+    cfg = run_config("llama-1b", batch, seq, "bf16", True, vocab=-(-meta["vocab_size"] // 64) * 64)
     device = torch.device("cuda")
     configure_backends(device)
     torch.manual_seed(0)
@@ -267,18 +276,16 @@ def _spawn(args: list[str], timeout: float = 900) -> dict | str:
     return (done.stderr.strip().splitlines() or ["no output"])[-1]
 
 
-def _peer(peer: Path, shape: str, batch: int, seq: int, steps: int) -> dict | str:
-    """The peer at the same micro-batch; where that runs out of memory, half of it with 2 accumulation steps
-    (the same tokens per step)."""
+def _peer(shape: str, batch: int, seq: int, steps: int) -> dict | str:
+    """The peer (benchmarks/peer_step.py) at the same micro-batch; where that runs out of memory, half of it with 2
+    accumulation steps (the same tokens per step)."""
     for b, accum in ((batch, 1), (batch // 2, 2)):
-        done = subprocess.run([sys.executable, str(peer), shape, str(b), str(seq), str(accum), str(steps)],
-                              capture_output=True, text=True, timeout=900)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("PEER")]
-        if lines:
-            words = lines[-1].replace(",", "").split()
-            return {"who": "peer", "line": lines[-1], "batch": b, "accum": accum,
-                    "tokens_per_s": float(words[words.index("tokens/s") - 1]),
-                    "peak_gib": float(words[words.index("GiB") - 1])}
+        done = subprocess.run([sys.executable, "-m", "benchmarks.peer_step", shape, str(b), str(seq), "--accum",
+                               str(accum), "--steps", str(steps)], cwd=REPO, capture_output=True, text=True,
+                              timeout=900)
+        for line in reversed(done.stdout.splitlines()):
+            if line.startswith("{"):
+                return json.loads(line)
         failure = (done.stderr.strip().splitlines() or ["no output"])[-1]
         if "OutOfMemory" not in done.stderr:
             return failure
@@ -287,6 +294,7 @@ def _peer(peer: Path, shape: str, batch: int, seq: int, steps: int) -> dict | st
 
 def bench_shapes(args) -> list[dict]:
     rows = []
+    load_before = results.load()
     for shape in args.shapes:
         batch, seq = SHAPES[shape]
         precisions = ["bf16"] + [f"fp8:{r}" for r in args.fp8 or [] if shape == "llama-1b"]
@@ -296,11 +304,32 @@ def bench_shapes(args) -> list[dict]:
             ours[p] = _spawn(["--worker", "step", shape, str(batch), str(seq), str(args.steps), p,
                               *(["--profile"] if args.profile and p == "bf16" else [])])
             _print_ours(p, ours[p])
-        peer = (_peer(args.peer, shape, batch, seq, args.steps) if args.peer.is_file() else
-                f"not run: no peer at {args.peer}")
+        peer = "not run (--no-peer)" if args.no_peer else _peer(shape, batch, seq, args.steps)
         rows.append({"shape": shape, "ours": ours, "peer": peer})
         _print_shape(rows[-1])
+        _record_shape(rows[-1], args.steps, load_before)
     return rows
+
+
+# The claims (benchmarks/claims.py) of each shape's figures.
+SHAPE_CLAIMS = {"llama-1b": "gpu.llama1b", "gpt2-134m": "gpu.gpt2_134m"}
+
+
+def _record_shape(row: dict, steps: int, load_before: float | None) -> None:
+    bf16, peer, claim = row["ours"].get("bf16"), row["peer"], SHAPE_CLAIMS[row["shape"]]
+    if not isinstance(bf16, dict):
+        return
+    figures = [(f"{claim}.tokens_per_s", bf16["tokens_per_s"]), (f"{claim}.mfu", 100 * bf16["mfu"])]
+    if bf16.get("planned_gib"):
+        figures.append((f"planner.compiled.{row['shape']}.{bf16['batch']}x{bf16['seq']}",
+                        100 * (bf16["planned_gib"] / bf16["peak_gib"] - 1)))
+    if isinstance(peer, dict):
+        figures.append((f"{claim}.peer_ratio", bf16["tokens_per_s"] / peer["tokens_per_s"]))
+    fp8 = row["ours"].get("fp8:tensorwise")
+    if isinstance(fp8, dict):
+        figures.append(("gpu.fp8_ratio", fp8["tokens_per_s"] / bf16["tokens_per_s"]))
+    for name, value in figures:
+        results.record(name, value, load_before=load_before, note=f"median of {steps} steps")
 
 
 def _print_ours(precision: str, r: dict | str) -> None:
@@ -322,9 +351,14 @@ def _print_shape(row: dict) -> None:
     if isinstance(peer, str):
         print(f"peer: FAILED: {peer}")
     elif isinstance(bf16, dict):
-        print(peer["line"])
+        print(f"peer (transformers {row['shape']}, {peer['params']:,} params, compiled): B{peer['batch']}x"
+              f"T{peer['seq']}xA{peer['accum']} {peer['tokens_per_s']:,.0f} tokens/s, {peer['ms_per_step']:.0f} "
+              f"ms/step, peak {peer['peak_gib']:.1f} GiB, first step {peer['first_step_s']:.0f} s")
         print(f"peer MFU {bf16['flops_per_token'] * peer['tokens_per_s'] / bf16['peak_flops']:.1%}; "
               f"ours / peer = {bf16['tokens_per_s'] / peer['tokens_per_s']:.2f}x")
+    if isinstance(bf16, dict) and bf16.get("planned_gib"):
+        print(f"memory plan (compiled) {bf16['planned_gib']:.1f} GiB against {bf16['peak_gib']:.1f} measured: "
+              f"{bf16['planned_gib'] / bf16['peak_gib'] - 1:+.1%}")
     for variant, fp8 in row["ours"].items():
         if variant != "bf16" and isinstance(fp8, dict) and isinstance(bf16, dict):
             print(f"{variant} / bf16 (ours) = {fp8['tokens_per_s'] / bf16['tokens_per_s']:.2f}x")
@@ -332,6 +366,7 @@ def _print_shape(row: dict) -> None:
 
 def memory_table(shapes: list[str]) -> list[dict]:
     rows = []
+    load_before = results.load()
     print("\n== memory plan vs torch.cuda.max_memory_allocated (bf16, eager; 3 steps) ==")
     print(f"{'shape':10s} {'micro-batch':>11s} {'ckpt':>5s} {'predicted':>10s} {'measured':>9s} {'error':>7s} "
           f"{'tokens/s':>9s}")
@@ -343,6 +378,8 @@ def memory_table(shapes: list[str]) -> list[dict]:
         else:
             print(f"{shape:10s} {batch:>11d} {str(ckpt):>5s} {r['predicted_gib']:>9.1f}G {r['measured_gib']:>8.1f}G "
                   f"{r['error']:>+7.1%} {r['tokens_per_s']:>9,.0f}")
+            results.record(f"planner.eager.{shape}.{batch}x{MEMORY_SEQ[shape]}{'.ckpt' * ckpt}", 100 * r["error"],
+                           load_before=load_before)
     return rows
 
 
@@ -351,6 +388,7 @@ def curves(data_dir: str, recipes: list[str]) -> dict:
     compared, and the tokens/s printed are those of a shared GPU."""
     print(f"\n== llama-1b loss curves, {CURVE['steps']} steps of {CURVE['batch']} x {CURVE['seq']} on {data_dir}, "
           f"mean loss over the last {CURVE['tail']} steps (tokens/s of a shared GPU) ==", flush=True)
+    load_before = results.load()
     runs = {f"{variant} seed {seed}": (variant, seed) for variant, seed in
             [("fp8:" + recipes[0], 0), ("bf16", 0), ("bf16", 1)] + [(f"fp8:{r}", 0) for r in recipes[1:]]}
     out = {}
@@ -366,10 +404,15 @@ def curves(data_dir: str, recipes: list[str]) -> dict:
         for name, r in out.items():
             if isinstance(r, dict) and r is not reference:
                 print(f"{name} against bf16 seed 0: {r['tail_mean'] / reference['tail_mean'] - 1:+.2%}")
+                claim = {"fp8:tensorwise seed 0": "gpu.fp8_loss_gap", "fp8:rowwise seed 0": "gpu.fp8_rowwise_loss_gap"}
+                if name in claim:
+                    results.record(claim[name], 100 * (r["tail_mean"] / reference["tail_mean"] - 1),
+                                   load_before=load_before, note="two runs at a time on one GPU")
     return out
 
 
 def packing(data_dir: str, steps: int) -> dict:
+    load_before = results.load()
     out = {name: _spawn(["--worker", "packing", data_dir, name, str(steps)]) for name in ("padded", "packed")}
     print(f"\n== llama-1b fine-tuning steps on {data_dir}, padded to the longest vs packed ==")
     for name, r in out.items():
@@ -380,6 +423,7 @@ def packing(data_dir: str, steps: int) -> dict:
     if all(isinstance(r, dict) for r in out.values()):
         ratio = out["packed"]["targets_per_s"] / out["padded"]["targets_per_s"]
         print(f"packed / padded targets per second: {ratio:.2f}x")
+        results.record("gpu.sft_packing_ratio", ratio, load_before=load_before, note=f"{steps} steps each")
     return out
 
 
@@ -399,7 +443,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--peer", type=Path, default=DEFAULT_PEER)
+    parser.add_argument("--no-peer", action="store_true", help="time ours alone")
     parser.add_argument("--fp8", nargs="*", choices=FP8_RECIPES, metavar="RECIPE",
                         help=f"train.fp8_recipe values to run ({', '.join(FP8_RECIPES)}; none named: tensorwise)")
     parser.add_argument("--profile", action="store_true")
@@ -415,16 +459,16 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench_gpu: no CUDA GPU here; run it on a machine with one")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, load {os.getloadavg()}")
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    figures = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "shapes": bench_shapes(args) if args.shapes else []}
     if args.memory is not None:
-        results["memory"] = memory_table(args.memory)
+        figures["memory"] = memory_table(args.memory)
     if args.curve:
-        results["curves"] = curves(args.curve, args.fp8 or ["tensorwise"])
+        figures["curves"] = curves(args.curve, args.fp8 or ["tensorwise"])
     if args.packing:
-        results["packing"] = packing(args.packing, args.steps)
+        figures["packing"] = packing(args.packing, args.steps)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from benchmarks import results
 from benchmarks.timed_runs import burnout, val_loss
 from burnout.core.device import cpu_model
 
@@ -62,7 +63,8 @@ def main() -> None:
     args = parser.parse_args()
     loss = partial(val_loss, batch_size=TRAIN["batch_size"], seq_len=TRAIN["seq_len"], batches=args.val_batches)
     torch.set_num_threads(args.threads)
-    print(f"{cpu_model()}, {torch.get_num_threads()} threads; load before {os.getloadavg()[0]:.2f}")
+    load_before = results.load()
+    print(f"{cpu_model()}, {torch.get_num_threads()} threads; load before {load_before:.2f}")
     small_f, large_f = flops_per_token(SMALL["n_layer"]), flops_per_token(2 * SMALL["n_layer"])
     tokens_per_step = TRAIN["batch_size"] * TRAIN["seq_len"]
     extra = args.grown_steps * large_f  # per token of a step: what the grown run spends after the small one
@@ -103,10 +105,15 @@ def main() -> None:
         spent = {names[0]: args.small_steps * small_f, names[1]: args.small_steps * small_f + extra,
                  names[2]: args.small_steps * small_f + extra, names[3]: steps[names[3]] * large_f}
         print("\n| run | its steps | total TFLOPs | val loss | wall s |\n|---|---:|---:|---:|---:|")
-        for name, run in runs.items():
+        losses = {name: loss(run, data) for name, run in runs.items()}
+        for name in runs:
             print(f"| {name} | {steps[name]} | {spent[name] * tokens_per_step / 1e12:.2f} | "
-                  f"{loss(run, data):.4f} | {seconds[name]:.0f} |")
+                  f"{losses[name]:.4f} | {seconds[name]:.0f} |")
         print(f"\nprepare {seconds['prepare']:.0f} s, grow {seconds['grow']:.0f} s")
+    if (args.small_steps, args.grown_steps, args.docs_chars, args.val_batches) == (400, 200, 2_000_000, 16):
+        for claim, name in (("runs.growth_small_on", names[2]), ("runs.growth_grown", names[1]),
+                            ("runs.growth_scratch", names[3])):
+            results.record(claim, losses[name], load_before=load_before)
 
 
 if __name__ == "__main__":

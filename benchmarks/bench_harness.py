@@ -51,6 +51,7 @@ for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "T
 
 import torch  # noqa: E402
 
+from benchmarks import results  # noqa: E402
 from burnout.config import ModelConfig  # noqa: E402
 from burnout.core.device import cpu_model  # noqa: E402
 from burnout.data.tokenizer import gpt2_tokenizer  # noqa: E402
@@ -158,11 +159,11 @@ class Timed:
 def run(lm, task: str, n: int, config_dir: Path, manager_cls, simple_evaluate) -> tuple[float, dict, list]:
     """(seconds in the model's calls, lm-eval's results, the generate_until requests it made)."""
     timer = Timed(lm).install()
-    results = simple_evaluate(model=lm, tasks=[task], limit=n, task_manager=manager_cls(
+    scores = simple_evaluate(model=lm, tasks=[task], limit=n, task_manager=manager_cls(
         include_path=str(config_dir), include_defaults=False))
     for name in LM_CALLS:  # back to the class's methods
         lm.__dict__.pop(name, None)
-    return timer.seconds, results, timer.generation_requests
+    return timer.seconds, scores, timer.generation_requests
 
 
 def prefill_seconds(lm: BurnoutLM, requests: list, repeats: int) -> float:
@@ -196,11 +197,13 @@ def compare(ours: dict, theirs: dict, task: str) -> tuple[bool, float]:
     return same and delta <= 1e-4, delta
 
 
-def bench_task(task: str, n: int, ours_lm, their_lm, config_dir: Path, repeats: int) -> bool:
+def bench_task(task: str, n: int, ours_lm, their_lm, config_dir: Path, repeats: int, claim: str | None) -> bool:
+    """Both sides on `task`, printed; the speed-up recorded as `claim` (benchmarks/claims.py) when the results are
+    identical. True when they are."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    before = load()
+    before, load_first = load(), results.load()
     _, ours, generations = run(ours_lm, task, n, config_dir, TaskManager, simple_evaluate)  # warm-ups, compared
     _, theirs, _ = run(their_lm, task, n, config_dir, TaskManager, simple_evaluate)
     same, delta = compare(ours, theirs, task)
@@ -226,6 +229,8 @@ def bench_task(task: str, n: int, ours_lm, their_lm, config_dir: Path, repeats: 
               "the same prompts to one new token), the ratio if our decoding took no time")
     print(f"  results {'IDENTICAL' if same else 'DIFFER'} (metrics and responses; max |Δ loglik| {delta:.1e})")
     print(f"  load average (1/5/15 min): {before} before, {after} after")
+    if same and claim:
+        results.record(claim, t / o, load_before=load_first, note=f"median of {repeats}: {o:.2f} s against {t:.2f} s")
     return same
 
 
@@ -283,9 +288,15 @@ def main() -> int:
                   f"{transformers.__version__}, lm-eval {lm_eval.__version__}")
             print(f"model-call time only (lm-eval builds the requests on both sides), median of {args.repeats} "
                   "runs after one warm-up each, the sides alternating")
+            # The claims are of the defaults: ARC-Easy's 100 items, and GSM8K 8-shot as lm-eval runs it.
+            claims = {"bench_arc_easy": "data.harness_arc_ratio" if args.arc_items == 100 else None,
+                      "bench_gsm8k": "data.harness_gsm8k_ratio" if (args.fewshot, args.max_gen_toks, args.window)
+                      == (8, 256, 1024) else None}
+            if args.family != "gpt2":
+                claims = {}
             for task, n in (("bench_arc_easy", args.arc_items), ("bench_gsm8k", args.gsm8k_items)):
                 if n:
-                    same &= bench_task(task, n, ours_lm, their_lm, config_dir, args.repeats)
+                    same &= bench_task(task, n, ours_lm, their_lm, config_dir, args.repeats, claims.get(task))
     except BurnoutError as exc:
         print(f"bench_harness: error: {exc}", file=sys.stderr)
         return 2

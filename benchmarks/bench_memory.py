@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from benchmarks import results
 from burnout.config import load_run_config
 from burnout.train.plan import GIB, Variant, predict_memory
 from burnout.train.probe import RandomBatches
@@ -96,6 +97,7 @@ def main() -> None:
           + ("torch.cuda.max_memory_allocated" if args.device == "cuda" else "profiler's peak of allocated bytes"))
     print(f"{'case':<22}{'variant':<18}{'predicted':>10}{'measured':>10}{'ratio':>8}{'plan s':>8}{'run s':>8}")
     for name in args.only or CASES:
+        load_before = results.load()
         preset, train = CASES[name]
         cfg = load_run_config({"model": preset, "train": {**train, "device": args.device, "max_steps": 2}})
         tc = cfg.train
@@ -111,6 +113,8 @@ def main() -> None:
         predicted = lines["total"] - lines.get("overhead", 0)  # what the allocator itself counts
         print(f"{name:<22}{variant.name:<18}{predicted / GIB:>10.4f}{measured / GIB:>10.4f}"
               f"{predicted / measured:>8.3f}{t1 - t0:>8.1f}{t2 - t1:>8.1f}", flush=True)
+        if args.device == "cpu":
+            results.record(f"runs.planner_cpu.{name}", 100 * (predicted / measured - 1), load_before=load_before)
         if reserved is not None:
             print(f"{'':<22}{'with overhead':<18}{lines['total'] / GIB:>10.4f}{reserved / GIB:>10.4f}"
                   f"{lines['total'] / reserved:>8.3f}  (predicted total vs max_memory_reserved, no context)")

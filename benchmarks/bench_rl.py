@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import results
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
 
@@ -199,6 +201,7 @@ def main() -> None:
     args.root = args.root or REPO / "runs" / ("bench-rl" if args.task == "addition" else f"bench-rl-{args.task}")
     tasks = addition_tasks(args.seed) if args.task == "addition" else gsm8k_tasks(args.gsm8k, args.held_out)
     paths = write_data(args.root, tasks)
+    load_before = results.load()
     seconds = train_all(args.root, paths, setting, args)
     result = {"settings": {key: str(v) if isinstance(v, Path) else v for key, v in vars(args).items()},
               "seconds": seconds}
@@ -214,6 +217,11 @@ def main() -> None:
           f"({args.questions} questions × {args.group} answers a step); stages took "
           + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()), flush=True)
     (args.root / "results.json").write_text(json.dumps(result | {"gain_points": 100 * gain}, indent=2))
+    defaults = {"seed": 0, "base_steps": None, "sft_steps": None, "rl_steps": None, "questions": 16, "group": 8,
+                "temperature": 1.0, "rl_lr": None}
+    if args.task == "addition" and all(getattr(args, key) == value for key, value in defaults.items()):
+        for claim, name in (("finetune.rl_pass1_before", "sft"), ("finetune.rl_pass1_after", "rl")):
+            results.record(claim, 100 * result[name]["pass@1"], load_before=load_before)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import time
 
 import openai
 
+from benchmarks import results
+
 
 def start_server(run: str, concurrency: int, queue: int) -> tuple[subprocess.Popen, str, str]:
     proc = subprocess.Popen([sys.executable, "-m", "burnout", "serve", run, "--port", "0", "--concurrency",
@@ -81,9 +83,13 @@ def main() -> None:
         print("| clients | requests/s | completion tokens/s | median latency | slowest |")
         print("|---|---|---|---|---|")
         for count in counts:
+            load_before = results.load()
             row = load(url, name, count, args.requests, args.max_tokens)
             print(f"| {row['clients']} | {row['requests_per_s']:.2f} | {row['tokens_per_s']:.0f} | "
                   f"{row['p50_s']:.2f} s | {row['max_s']:.2f} s |")
+            if (args.requests, args.max_tokens, args.concurrency) == (32, 32, 1) and count in (1, 4, 16):
+                results.record(f"runs.serve_rps.{count}", row["requests_per_s"], load_before=load_before,
+                               note=f"model {name}")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

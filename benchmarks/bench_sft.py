@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import results
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
 ANSWER = re.compile(r"####\s*-?[\d,]*\.?\d+\s*$")
@@ -288,15 +290,36 @@ def main() -> None:
     parser.add_argument("--max-new", type=int, default=320)
     args = parser.parse_args()
     print(f"load {os.getloadavg()}", flush=True)
+    load_before = results.load()
     args.root.mkdir(parents=True, exist_ok=True)
     base = base_run(args.root, args.base_steps)
     tasks = {"gsm8k": gsm8k, "alpaca": alpaca, "dpo": dpo, "step-time": step_time, "packing": packing,
              "dpo-packing": dpo_packing}
     saved = args.root / "results.json"
-    results = json.loads(saved.read_text()) if saved.is_file() else {}
+    measured = json.loads(saved.read_text()) if saved.is_file() else {}
     for task in args.tasks:
-        results[task] = tasks[task](args.root, base, args, results.get(task, {}) if task == "gsm8k" else {})
-        saved.write_text(json.dumps(results, indent=1))
+        earlier = measured.get(task, {}) if task == "gsm8k" else {}
+        measured[task] = tasks[task](args.root, base, args, earlier)
+        saved.write_text(json.dumps(measured, indent=1))
+        for claim, value in claimed(task, measured[task], earlier):
+            results.record(claim, value, load_before=load_before)
+
+
+def claimed(task: str, result: dict, earlier: dict) -> list[tuple[str, float]]:
+    """The claims (benchmarks/claims.py) a task's result measured, as (claim, value); none from an earlier
+    invocation's results.json."""
+    if task == "gsm8k":
+        names = {"base": "finetune.gsm8k_base", "sft-full": "finetune.gsm8k_full", "sft-lora": "finetune.gsm8k_lora"}
+        return [(names[name], 100 * r["format_share"]) for name, r in result.items() if name not in earlier]
+    if task == "alpaca":
+        return [("finetune.alpaca_stops", 100 * result["stop_share"])]
+    if task == "dpo":
+        return [("finetune.dpo_accuracy", 100 * result["train"]["evals"][-1]["val_accuracy"])]
+    ratios = {"step-time": ("finetune.lora_step_ratio", "lora_over_full"),
+              "packing": ("finetune.packing_ratio", "packed_over_padded"),
+              "dpo-packing": ("finetune.dpo_packing_ratio", "packed_over_padded")}
+    claim, key = ratios[task]
+    return [(claim, result[key])]
 
 
 if __name__ == "__main__":

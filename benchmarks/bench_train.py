@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from benchmarks import results
+
 if TYPE_CHECKING:
     from burnout.config import RunConfig
 
@@ -191,6 +193,7 @@ def side_by_side(args: argparse.Namespace) -> None:
           f"{plural(args.steps, 'step')} after {args.warmup} warm-up, best of {plural(args.runs, 'run')}, each a "
           f"fresh process; CPU {cpu_model()} ({cpu_instructions()}), {os.cpu_count()} cores, torch {torch.__version__}")
     theirs, ours = [], []
+    first_load = results.load()
     for run in range(1, args.runs + 1):
         before = load()
         theirs.append(run_nanogpt(nanogpt, cfg, args.steps, args.warmup, env))
@@ -205,6 +208,11 @@ def side_by_side(args: argparse.Namespace) -> None:
               f"{r['setup']['precision']}, {r['device']}   load before {before}, after {load()}")
     print(f"best of {args.runs}: nanoGPT {min(theirs):.2f} s/iter, ours {min(ours):.2f} s/step: "
           f"{min(theirs) / min(ours):.2f}x (target {TARGET_RATIO}x)")
+    if args.config == "shakespeare-10m" and not args.threads:
+        note = f"best of {args.runs}"
+        for claim, value in (("cpu10m.nanogpt_ratio", min(theirs) / min(ours)),
+                             ("cpu10m.nanogpt_s_per_iter", min(theirs)), ("cpu10m.ours_s_per_step", min(ours))):
+            results.record(claim, value, load_before=first_load, note=note)
 
 
 def main() -> None:
@@ -235,7 +243,7 @@ def main() -> None:
           f"the peer measured between our variants; CPU {cpu_model()}, {os.cpu_count()} cores")
     peers = []
     for name in args.variants:
-        before = load()
+        before, peer_load = load(), results.load()
         peers.append(run_peer(args.steps, args.warmup))
         p = peers[-1]
         print(f"peer     {p['tokens_per_s']:>8,.0f} tokens/s  {p['step_s']:.2f} s/step  transformers GPT2LMHeadModel "
@@ -253,6 +261,23 @@ def main() -> None:
         print(f"         ceiling {r['peak_flops_measured'] / peer_flops:.2f}x: every FLOP at the "
               f"{r['setup']['precision']} peak, against the peer's achieved {peer_flops / 1e9:.0f} GFLOP/s")
         print(f"         split: {split}   load before {before}, after {load()}")
+        if args.config == "shakespeare-10m":
+            _record_variant(name, r, p, peer_load)
+
+
+def _record_variant(name: str, r: dict, p: dict, load_before: float | None) -> None:
+    """The figures of one variant beside the peer measured just before it, as the claims of benchmarks/claims.py."""
+    ratio = r["tokens_per_s"] / p["tokens_per_s"]
+    if name == "auto":
+        bf16 = r["setup"]["precision"] == "bf16"
+        for claim, value in (("cpu10m.hf_peer_ratio" if bf16 else "cpu10m.hf_peer_ratio_fp32", ratio),
+                             ("cpu10m.tokens_per_s", r["tokens_per_s"]),
+                             ("cpu10m.peer_tokens_per_s", p["tokens_per_s"]),
+                             ("cpu10m.peak_rss_mb", r["peak_rss_mb"]), ("cpu10m.peer_peak_rss_mb", p["peak_rss_mb"]),
+                             ("cpu10m.data_fraction", 100 * r["split_fraction"]["data"])):
+            results.record(claim, value, load_before=load_before)
+    elif name in ("fp32", "nodrop"):
+        results.record(f"cpu10m.{name}_ratio", ratio, load_before=load_before)
 
 
 if __name__ == "__main__":

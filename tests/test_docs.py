@@ -1,11 +1,12 @@
-"""The docs checked against the code, so they cannot drift: the preset table, the README's length and tree, and
-every link."""
+"""The docs checked against the code, so they cannot drift: the preset table, the README's length and tree, every
+link and anchor, and the figures: the README's headline table and docs/RESULTS.md against the records."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from burnout.common import read_jsonl
 from burnout.config import MODEL_PRESET_DIR, load_model_preset
 from burnout.models.info import model_info
 
@@ -74,11 +75,74 @@ def test_the_readme_tree_lists_every_module_once():
                                f"listed but gone: {sorted(listed - modules)}")
 
 
-def test_every_relative_link_in_the_docs_points_to_a_file_that_exists():
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub makes of a page's headings (fenced code left out): lowercased, punctuation dropped,
+    spaces as hyphens, a repeated one numbered."""
+    anchors, fenced = set(), False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and re.match(r"#{1,6} ", line):
+            anchor = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            anchors.add(next(f"{anchor}-{n}" if n else anchor for n in range(100)
+                             if (f"{anchor}-{n}" if n else anchor) not in anchors))
+    return anchors
+
+
+def test_every_relative_link_and_anchor_in_the_docs_resolves():
     root = README.parent
     broken = []
     for page in [README, *sorted((root / "docs").glob("*.md"))]:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
-            if "://" not in target and not (page.parent / target).exists():
-                broken.append(f"{page.relative_to(root)}: {target}")
-    assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", page.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            path = (page.parent / target) if target else page
+            if not path.exists():
+                broken.append(f"{page.relative_to(root)}: {target} does not exist")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                broken.append(f"{page.relative_to(root)}: {target or page.name} has no heading #{anchor}")
+    assert not broken, "links that do not resolve:\n" + "\n".join(broken)
+
+
+# ----------------------------------------------------------------------------------------------
+# The figures: docs/RESULTS.md and the README's headline table are made from benchmarks/results.jsonl
+
+RESULTS_MAX_LINES, PERFORMANCE_MAX_LINES = 200, 400
+
+
+def test_the_results_page_and_the_readme_table_are_what_the_records_give():
+    from benchmarks import results
+
+    records = read_jsonl(results.RESULTS_FILE)
+    assert results.RESULTS_PAGE.read_text(encoding="utf-8") == results.render_results(records), (
+        "docs/RESULTS.md differs from benchmarks/results.jsonl: run python -m benchmarks.results")
+    readme = README.read_text(encoding="utf-8")
+    assert readme == results.with_readme_table(readme, results.render_readme_table(records)), (
+        "README.md's headline table differs from benchmarks/results.jsonl: run python -m benchmarks.results")
+
+
+def test_every_record_is_of_a_claim_with_its_unit_and_says_where_it_came_from():
+    from benchmarks.claims import CLAIMS
+    from benchmarks.results import COMPARE, RESULTS_FILE
+
+    keys = {"id", "claim", "claim_text", "value", "unit", "target", "met", "command", "commit", "dirty", "date",
+            "machine", "torch", "load_before", "load_after", "load_during", "transcribed", "source", "note"}
+    seen: dict[str, int] = {}
+    for rec in read_jsonl(RESULTS_FILE):
+        where = rec.get("id")
+        assert set(rec) == keys, f"{where}: fields {sorted(set(rec) ^ keys)}"
+        assert rec["claim"] in CLAIMS and rec["unit"] == CLAIMS[rec["claim"]].unit, where
+        seen[rec["claim"]] = seen.get(rec["claim"], 0) + 1
+        assert rec["id"] == f"{rec['claim']}/{seen[rec['claim']]}", where
+        target = rec["target"]
+        assert rec["met"] == (COMPARE[target["op"]](rec["value"], target["value"]) if target else None), where
+        assert set(rec["machine"]) == {"cpu", "cores", "gpu", "gpu_driver"}, where
+        if rec["transcribed"]:
+            assert rec["source"], f"{where}: a transcribed figure names the text it came from"
+        else:
+            assert rec["date"] and rec["command"] and rec["source"] is None, where
+
+
+def test_the_results_page_and_performance_md_stay_readable():
+    for name, most in (("RESULTS.md", RESULTS_MAX_LINES), ("PERFORMANCE.md", PERFORMANCE_MAX_LINES)):
+        lines = (README.parent / "docs" / name).read_text(encoding="utf-8").splitlines()
+        assert len(lines) <= most, f"docs/{name} has {len(lines)} lines, more than {most}"
