@@ -455,8 +455,10 @@ class _SplitWriter:
         """Start the mix from the first document; returns where each split's writer starts."""
         for stale in self.out_dir.glob(".*.partial"):
             stale.unlink()
-        self.stats = {split: {name: {"tokens": 0, "documents": 0, "chars": 0, "lengths": {}} for name in self.names}
-                      for split in shards.SPLITS}
+        # Per split and source: tokens, documents (parts of one cut in two count in each split), characters,
+        # tokens by length class; "cut": the documents cut between the splits (counted in val).
+        self.stats = {split: {name: {"tokens": 0, "documents": 0, "chars": 0, "lengths": {}, "cut": 0}
+                              for name in self.names} for split in shards.SPLITS}
         self.remaining = np.array([self.budgets[n] if self.streams[i] else 0 for i, n in enumerate(self.names)],
                                   dtype=np.int64)
         self.taken = np.zeros(len(self.names), dtype=np.int64)
@@ -554,6 +556,7 @@ class _SplitWriter:
         cut = len(body) - val_tokens + 1
         for split, part in (("train", body[:cut]), ("val", body[cut:])):
             self._add_part(split, i, part, round(chars * len(part) / len(ids)), bar, group)
+        self.stats["val"][self.names[i]]["cut"] += 1
 
     def _add_part(self, split: str, i: int, ids: np.ndarray, chars: int, bar, group: int) -> None:
         """A document of source i, or a part of one, with <|endoftext|> after it, to `split`, counted (under the
@@ -578,6 +581,7 @@ class _SplitWriter:
             doc[:-1] = part
             doc[-1] = self.eot
             self._write(split, i, doc, round(chars * len(part) / max(len(ids), 1)), bar, length_class(whole + 1))
+        self.stats["val"][self.names[i]]["cut"] += 1
         self.remaining[i] -= min(whole + 2, budget)
 
     def _write(self, split: str, i: int, doc: np.ndarray, chars: int, bar, group: int) -> None:
@@ -631,9 +635,11 @@ class _SplitWriter:
                 "shortfall_tokens": budget - tokens,
                 "train_tokens": train["tokens"],
                 "val_tokens": val["tokens"],
-                "documents": train["documents"] + val["documents"],
+                # The source's documents: one cut between train and val counts once.
+                "documents": train["documents"] + val["documents"] - val["cut"],
                 "train_documents": train["documents"],
                 "val_documents": val["documents"],
+                "cut_documents": val["cut"],
                 "chars": train["chars"] + val["chars"],
                 # Tokens by the length class of their whole document (split.length_class): val's fairness.
                 "lengths": {"train": train["lengths"], "val": val["lengths"]},
@@ -643,7 +649,7 @@ class _SplitWriter:
             "budget_tokens": self.manifest["total_tokens"],
             "train_tokens": splits["train"]["tokens"],
             "val_tokens": splits["val"]["tokens"],
-            "documents": splits["train"]["documents"] + splits["val"]["documents"],
+            "documents": sum(e["documents"] for e in per_source.values()),
             "train_documents": splits["train"]["documents"],
             "val_documents": splits["val"]["documents"],
             "chars": sum(e["chars"] for e in per_source.values()),

@@ -566,12 +566,12 @@ def test_held_out_pass_rates_do_not_depend_on_the_batch_size(rl_run, chat_run):
     """The held-out questions scored 1 at a time and 4 at a time (train.batch_size × train.eval_batches the same 4
     questions): each question's answers are seeded by its place among the held-out questions, not in its batch, so
     pass@1, pass@k and the reward are the same."""
-    from burnout.config import load_run_config
+    from burnout.config import load_saved_config
     from burnout.core.model_files import load_model
     from burnout.finetune.rl import read_prepared_tasks
     from burnout.runs import recipe_for
 
-    cfg = load_run_config(rl_run / "config.yaml")
+    cfg = load_saved_config(rl_run / "config.yaml")
     recipe = recipe_for(cfg)
     model, _, _ = load_model(chat_run)
     objective = recipe.objective(model, cfg, resumed=False)

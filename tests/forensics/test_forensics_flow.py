@@ -64,8 +64,9 @@ def test_plant_audit_trace_drop_and_see_it_in_the_browser(chromium, shared_data,
              "path": str(shared_data / "tinyshakespeare" / "input.txt")},
             {"name": "wiki", "kind": "text", "split_by": "paragraph", "path": str(tmp_path / "wiki.txt")},
             {"name": "pydocs", "kind": "stdlib_docs"}],
-            # A source's documents are sampled up to its share: wiki's (~250k tokens) fits whole.
-            "max_tokens": 900_000, "shard_tokens": 200_000},
+            # A source's documents are sampled up to its share: wiki's (~250k tokens) fits whole. A fifth to val, so
+            # that some of the 20 planted documents are in val (each goes with that chance, data/split.py).
+            "max_tokens": 900_000, "shard_tokens": 200_000, "val_fraction": 0.2},
         "tokenizer": {"kind": "gpt2", "vocab_path": str(gpt2 / "vocab.json"),
                       "merges_path": str(gpt2 / "merges.txt")}}), encoding="utf-8")
     data, clean = tmp_path / "data", tmp_path / "clean"

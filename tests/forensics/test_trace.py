@@ -108,7 +108,8 @@ def test_index_round_trips_to_the_source_documents(mixed, shared_data):
             if span.source == "planted":
                 assert text in planted or text in _planted_texts(shared_data)[1]
             elif span.source == "pydocs":
-                assert text in pydocs or any(doc.startswith(text) for doc in pydocs)  # whole, or cut at the budget
+                # Whole, or a part of one: cut between train and val (data/split.py), or at the budget.
+                assert text in pydocs or any(text in doc for doc in pydocs)
             else:
                 assert text in texts[span.source], (span, text[:80])
         assert seen_tokens == meta["splits"][split]["tokens"]  # the documents tile the split's stream
