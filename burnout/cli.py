@@ -4,15 +4,18 @@ Layout: one unit per subcommand. `@command("export", help=..., description=...)`
 function that declares the subcommand's arguments on its parser and returns the handler,
 `run(args, overrides)`, written right below them, which calls the command's public function with the
 parsed options; nested subcommands register under their group (`group("model", ...)`, then
-`@command("model", "info", ...)`). `build_parser()` turns the registry into argparse subparsers in the
-order the units appear in this file, and `main()` runs the chosen handler, turning errors into one
-`burnout: error:` line and an exit code, and anything else (a bug) into one `burnout: internal error:` line
-naming the file its trace is saved in. Handlers import lazily, so `--help` never imports torch.
+`@command("model", "info", ...)`); `sft`, `dpo` and `rl` are one unit, a row each of FINE_TUNE_COMMANDS.
+`build_parser()` turns the registry into argparse subparsers in the order the units appear in this file, and
+`main()` runs the chosen handler, turning errors into one `burnout: error:` line and an exit code, and anything else
+(a bug) into one `burnout: internal error:` line naming the file its trace is saved in. Handlers import lazily, so
+`--help` never imports torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import os
 import shlex
@@ -468,85 +471,86 @@ def _budget_options(p: argparse.ArgumentParser) -> None:
                    help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
 
 
-def _fine_tune_options(p: argparse.ArgumentParser, section: str) -> None:
-    """--config and --lora of a fine-tuning command whose config section is `section`."""
-    p.add_argument("--config", help=f"a run config YAML whose train (and {section}) sections apply")
-    p.add_argument("--lora", action="store_true", help=f"train LoRA adapters ({section}.lora.r=… etc. to shape them)")
+@dataclasses.dataclass(frozen=True)
+class FineTuneCommand:
+    """What tells `burnout sft`, `dpo` and `rl` apart: a row of FINE_TUNE_COMMANDS; fine_tune_commands makes the
+    rest alike."""
+    name: str  # the command, its run config section and its function in burnout.finetune.commands
+    help: str
+    description: str
+    base: tuple[str, str]  # BASE's metavar and help
+    data: tuple[str, str]  # --data's metavar and help
+    option: tuple[str, dict]  # the command's own option and its argparse keywords, handed to the function after lora
+    option_first: bool = False  # listed before --config and --lora, else after them
+    overrides_help: str | None = None
 
 
-@command("sft", help="supervised fine-tuning of a checkpoint on conversations (full or --lora)",
-         description="Fine-tune BASE (a run folder or checkpoint) on SOURCE's conversations: the chat tokens "
-                     "added to its tokenizer (model grown), the data prepared into RUN/data, loss on the "
-                     "assistant turns, then the usual training loop. Resume with `burnout train --resume RUN`.",
-         computes=True)
-def cmd_sft(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("base", metavar="BASE_RUN_OR_CKPT", help="the model to fine-tune")
-    p.add_argument("--data", required=True, metavar="SOURCE",
-                   help="conversations: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME")
+FINE_TUNE_COMMANDS = (
+    FineTuneCommand(
+        "sft", help="supervised fine-tuning of a checkpoint on conversations (full or --lora)",
+        description="Fine-tune BASE (a run folder or checkpoint) on SOURCE's conversations: the chat tokens "
+                    "added to its tokenizer (model grown), the data prepared into RUN/data, loss on the "
+                    "assistant turns, then the usual training loop. Resume with `burnout train --resume RUN`.",
+        base=("BASE_RUN_OR_CKPT", "the model to fine-tune"),
+        data=("SOURCE", "conversations: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME"),
+        option=("--layout", {"help": "messages, sharegpt, alpaca, qa, oasst (default: auto)"})),
+    FineTuneCommand(
+        "dpo", help="preference tuning (DPO) of a chat checkpoint on chosen/rejected pairs (full or --lora)",
+        description="Tune SFT_RUN_OR_CKPT (a chat model, e.g. from `burnout sft`) on PAIRS (prompt/chosen/"
+                    "rejected) with DPO: the pairs prepared into RUN/data, the starting model the reference "
+                    "(with --lora the same model with its adapters off), rewards, margin and accuracy in "
+                    "metrics.jsonl. Resume with `burnout train --resume RUN`.",
+        base=("SFT_RUN_OR_CKPT", "the chat model to tune (policy and reference)"),
+        data=("PAIRS", "preference pairs: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME"),
+        option=("--beta", {"type": positive, "help": "DPO's β (default 0.1)"})),
+    FineTuneCommand(
+        "rl", help="reinforcement learning (GRPO) of a chat checkpoint on questions with checkable answers",
+        description="Tune CHAT_RUN_OR_CKPT (a chat model, e.g. from `burnout sft`) on TASKS (question/answer "
+                    "records; GSM8K's layout as it is) with GRPO: per question a group of answers sampled "
+                    "(rl.group_size), scored by the reward, the policy moved toward those above their group's "
+                    "mean. Mean reward, the share of groups with signal, KL and answer length in metrics.jsonl; "
+                    "held-out pass@1 and pass@k as val_*. Resume with `burnout train --resume RUN`.",
+        base=("CHAT_RUN_OR_CKPT", "the chat model to tune"),
+        data=("TASKS", "questions and answers: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME"),
+        option=("--reward", {"metavar": "REWARD",
+                             "help": "gsm8k (the final '#### n' matches; default), exact, regex:PATTERN, or "
+                                     "module:function (your function(prompt, answer, reference) -> float)"}),
+        option_first=True,
+        overrides_help="e.g. rl.group_size=8 rl.max_new_tokens=128 rl.temperature=1.0 rl.kl_coef=0 train.lr=…"),
+)
+
+
+def fine_tune_commands(table: tuple[FineTuneCommand, ...] = FINE_TUNE_COMMANDS) -> None:
+    """Register each fine-tuning command of `table`: `burnout NAME BASE --data DATA --out RUN [--config] [--lora]
+    [its option] [--minutes] [--dollars] [KEY=VALUE ...]`, which calls burnout.finetune.commands.NAME with them."""
+    for spec in table:
+        command(spec.name, help=spec.help, description=spec.description, computes=True)(
+            functools.partial(_fine_tune_setup, spec))
+
+
+def _fine_tune_setup(spec: FineTuneCommand, p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("base", metavar=spec.base[0], help=spec.base[1])
+    p.add_argument("--data", required=True, metavar=spec.data[0], help=spec.data[1])
     p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")
-    _fine_tune_options(p, "sft")
-    p.add_argument("--layout", help="messages, sharegpt, alpaca, qa, oasst (default: auto)")
+    shared = [("--config", {"help": f"a run config YAML whose train (and {spec.name}) sections apply"}),
+              ("--lora", {"action": "store_true",
+                          "help": f"train LoRA adapters ({spec.name}.lora.r=… etc. to shape them)"})]
+    for flag, keywords in [spec.option, *shared] if spec.option_first else [*shared, spec.option]:
+        p.add_argument(flag, **keywords)
     _budget_options(p)
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=spec.overrides_help)
+    own = spec.option[0].removeprefix("--")
 
     def run(args, overrides):
-        from burnout.finetune.commands import sft
+        from burnout.finetune import commands
 
-        return _stopped(sft(args.base, args.data, args.out, args.config, args.lora, args.layout, overrides,
-                            minutes=args.minutes, dollars=args.dollars))
+        function = getattr(commands, spec.name)
+        return _stopped(function(args.base, args.data, args.out, args.config, args.lora, getattr(args, own), overrides,
+                                 minutes=args.minutes, dollars=args.dollars))
     return run
 
 
-@command("dpo", help="preference tuning (DPO) of a chat checkpoint on chosen/rejected pairs (full or --lora)",
-         description="Tune SFT_RUN_OR_CKPT (a chat model, e.g. from `burnout sft`) on PAIRS (prompt/chosen/"
-                     "rejected) with DPO: the pairs prepared into RUN/data, the starting model the reference "
-                     "(with --lora the same model with its adapters off), rewards, margin and accuracy in "
-                     "metrics.jsonl. Resume with `burnout train --resume RUN`.",
-         computes=True)
-def cmd_dpo(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("base", metavar="SFT_RUN_OR_CKPT", help="the chat model to tune (policy and reference)")
-    p.add_argument("--data", required=True, metavar="PAIRS",
-                   help="preference pairs: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME")
-    p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")
-    _fine_tune_options(p, "dpo")
-    p.add_argument("--beta", type=positive, help="DPO's β (default 0.1)")
-    _budget_options(p)
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-
-    def run(args, overrides):
-        from burnout.finetune.commands import dpo
-
-        return _stopped(dpo(args.base, args.data, args.out, args.config, args.lora, args.beta, overrides,
-                            minutes=args.minutes, dollars=args.dollars))
-    return run
-
-
-@command("rl", help="reinforcement learning (GRPO) of a chat checkpoint on questions with checkable answers",
-         description="Tune CHAT_RUN_OR_CKPT (a chat model, e.g. from `burnout sft`) on TASKS (question/answer "
-                     "records; GSM8K's layout as it is) with GRPO: per question a group of answers sampled "
-                     "(rl.group_size), scored by the reward, the policy moved toward those above their group's "
-                     "mean. Mean reward, the share of groups with signal, KL and answer length in metrics.jsonl; "
-                     "held-out pass@1 and pass@k as val_*. Resume with `burnout train --resume RUN`.",
-         computes=True)
-def cmd_rl(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("base", metavar="CHAT_RUN_OR_CKPT", help="the chat model to tune")
-    p.add_argument("--data", required=True, metavar="TASKS",
-                   help="questions and answers: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME")
-    p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")
-    p.add_argument("--reward", metavar="REWARD",
-                   help="gsm8k (the final '#### n' matches; default), exact, regex:PATTERN, or module:function "
-                        "(your function(prompt, answer, reference) -> float)")
-    _fine_tune_options(p, "rl")
-    _budget_options(p)
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="e.g. rl.group_size=8 rl.max_new_tokens=128 rl.temperature=1.0 rl.kl_coef=0 train.lr=…")
-
-    def run(args, overrides):
-        from burnout.finetune.commands import rl
-
-        return _stopped(rl(args.base, args.data, args.out, args.config, args.lora, args.reward, overrides,
-                           minutes=args.minutes, dollars=args.dollars))
-    return run
+fine_tune_commands()
 
 
 group("lora", help="LoRA adapters of a fine-tuned run",

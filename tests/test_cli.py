@@ -308,3 +308,66 @@ def test_sft_and_dpo_end_with_a_chat_models_next_steps_that_run(tiny_run_config,
     assert run_step(steps["export"]) == 0
     load = next_steps(capsys.readouterr().out)["transformers"][2]
     assert "'role': 'user'" not in load and '"role": "user"' in load  # the pipeline asked to chat
+
+
+# ------------------------------------------------------------------------------------------------
+# sft, dpo and rl: one unit (burnout/cli.py: FINE_TUNE_COMMANDS), each command's options as they were
+
+_OUT = ("--out", "RUN", "run folder to create")
+_BUDGET = [("--minutes", "N", "time budget: plan the steps that fit in N minutes, the LR schedule ending there"),
+           ("--dollars", "D", "dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as "
+                              "--minutes")]
+
+
+def _shared(section: str) -> list[tuple]:
+    return [("--config", None, f"a run config YAML whose train (and {section}) sections apply"),
+            ("--lora", None, f"train LoRA adapters ({section}.lora.r=… etc. to shape them)")]
+
+
+FINE_TUNE_OPTIONS = {
+    "sft": [("base", "BASE_RUN_OR_CKPT", "the model to fine-tune"),
+            ("--data", "SOURCE", "conversations: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME"), _OUT,
+            *_shared("sft"), ("--layout", None, "messages, sharegpt, alpaca, qa, oasst (default: auto)"), *_BUDGET,
+            ("overrides", "KEY=VALUE", None)],
+    "dpo": [("base", "SFT_RUN_OR_CKPT", "the chat model to tune (policy and reference)"),
+            ("--data", "PAIRS", "preference pairs: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME"), _OUT,
+            *_shared("dpo"), ("--beta", None, "DPO's β (default 0.1)"), *_BUDGET, ("overrides", "KEY=VALUE", None)],
+    "rl": [("base", "CHAT_RUN_OR_CKPT", "the chat model to tune"),
+           ("--data", "TASKS", "questions and answers: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME"),
+           _OUT, ("--reward", "REWARD", "gsm8k (the final '#### n' matches; default), exact, regex:PATTERN, or "
+                                        "module:function (your function(prompt, answer, reference) -> float)"),
+           *_shared("rl"), *_BUDGET,
+           ("overrides", "KEY=VALUE", "e.g. rl.group_size=8 rl.max_new_tokens=128 rl.temperature=1.0 rl.kl_coef=0 "
+                                      "train.lr=…")],
+}
+
+
+@pytest.mark.parametrize("name", list(FINE_TUNE_OPTIONS))
+def test_each_fine_tuning_command_has_its_options_in_their_order_with_their_help(name):
+    from burnout.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.choices and name in a.choices).choices[name]
+    options = [((a.option_strings or [a.dest])[-1], a.metavar, a.help) for a in sub._actions if a.dest != "help"]
+    assert options == FINE_TUNE_OPTIONS[name]
+
+
+@pytest.mark.parametrize("name, flag, value, given", [("sft", "--layout", "alpaca", "alpaca"),
+                                                      ("dpo", "--beta", "0.5", 0.5),
+                                                      ("rl", "--reward", "exact", "exact")])
+def test_each_fine_tuning_command_hands_every_option_to_its_function(name, flag, value, given, monkeypatch, capsys):
+    from burnout.errors import BurnoutError
+    from burnout.finetune import commands
+
+    calls = []
+
+    def record(*args, **kwargs):
+        calls.append((args, kwargs))
+        raise BurnoutError("recorded")
+
+    monkeypatch.setattr(commands, name, record)
+    assert main([name, "BASE", "--data", "DATA", "--out", "OUT", "train.lr=1", "--config", "c.yaml", "--lora", flag,
+                 value, "--minutes", "5", "--dollars", "2", "--train.seed", "3"]) == 2
+    assert calls == [(("BASE", "DATA", "OUT", "c.yaml", True, given, ["train.lr=1", "train.seed=3"]),
+                      {"minutes": 5.0, "dollars": 2.0})]
+    assert main([name, "BASE", "--data", "DATA", "--out", "OUT"]) == 2
+    assert calls[1] == (("BASE", "DATA", "OUT", None, False, None, []), {"minutes": None, "dollars": None})

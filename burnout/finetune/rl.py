@@ -1,31 +1,14 @@
-"""Reinforcement learning with verifiable rewards: GRPO on questions whose answers can be checked.
+"""Reinforcement learning with verifiable rewards (`burnout rl`): GRPO on questions whose answers can be checked.
 
-    tasks       a question/answer file (jsonl, json, parquet or hf:NAME): a question (or prompt) and an answer
-                (or reference) per record, GSM8K's train.jsonl as it is; split into train and held-out questions
-                and saved in RUN/data (tasks.jsonl, the tokenizer, meta.json last)
-    rewards     gsm8k (the final `#### n` of the answer equals the reference's), exact, regex:PATTERN, or a
-                function of the user's, module:function(prompt, answer, reference) -> float
-    objective   GRPOObjective: per question a group of G answers sampled with the KV-cache generator (batched,
-                each answer seeded from the run's seed, the batch number and its row, so a resumed run samples
-                what the uninterrupted one would), scored, and the policy moved toward the answers that beat their
-                group's mean; an optional KL penalty to the starting policy (rl.kl_coef)
-    RL          the recipe the Trainer runs (one TrainStep, checkpoints, exact resume): the mean reward, the share
-                of groups with any signal, the KL to the start and the answer length beside the loss; pass@1 and
-                pass@k on the held-out questions as val_*; a warning when most groups are flat. Before training
-                (check_prepared), the base answers a few train questions as the first steps will (probe_base), and a
-                run in which no question's answers get rewards that differ is refused: it could learn nothing.
-                Under torchrun (DDP or FSDP) each rank samples its own questions (TaskBatches says why), under FSDP
-                from the weights gathered whole while it samples (train/distributed.py: whole_weights), since each rank
-                decodes as many tokens as its own answers take
-
-The simplifications, as nanochat's chat_rl.py takes them: one update per sampling (on-policy), so the importance
-ratio is 1 and PPO's clipping of it never acts, and is left out; advantages are not divided by the group's standard
-deviation (see group_advantages); the KL penalty, when asked for, is taken off each answer's reward.
+Per question the policy samples a group of answers, a reward scores each (gsm8k, exact, regex:PATTERN or a function of
+the user's), and the policy moves toward those above their group's mean; the RL recipe runs it on the Trainer like any
+run (checkpoints, exact resume: each answer is seeded from the run's seed, the batch and its row), with pass@1 and
+pass@k on held-out questions. Why on-policy without PPO's ratio, why no division by the group's spread, and what a
+run with nothing to learn is told: docs/FINETUNING.md.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import importlib
 import json
@@ -54,13 +37,12 @@ from burnout.data.shards import META_FILE
 from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.finetune.conversations import iter_records
-from burnout.finetune.dpo import AgainstReference, StepMetrics, eval_mode, sequence_logprobs, trained_adapters
+from burnout.finetune.objective import AgainstReference, StepMetrics, adapted, eval_mode, sequence_logprobs
 from burnout.finetune.recipes import FineTune, from_chat_model, load_base
 from burnout.finetune.tokenized import RowBatches, held_out_split, read_sft_meta
 from burnout.generate.sampling import generate_batch
 from burnout.models import Transformer
 from burnout.models.cpu_paths import forget_packed_weights
-from burnout.models.lora import lora_layers
 from burnout.train.distributed import whole_weights
 from burnout.train.recipe import Say
 
@@ -330,21 +312,11 @@ class GRPOObjective(StepMetrics, AgainstReference, nn.Module):
         self.tokenizer, self.tasks, self.reward, self.section, self.seed = tokenizer, list(tasks), reward, section, seed
         self.end_id = tokenizer.token_to_id(IM_END)
         self._start_metrics(micro_batches)
-        self.uses_adapters = section.kl_coef > 0 and bool(lora_layers(policy))
-        if self.uses_adapters and not resumed and trained_adapters(policy):
-            raise BurnoutError("rl.kl_coef with LoRA: the model's adapters are already trained, so switching them off "
-                               "would not give the starting policy as the reference; merge them first "
-                               "(burnout lora merge) and start with fresh adapters")
-        wants_copy = section.kl_coef > 0 and not self.uses_adapters
-        reference = copy.deepcopy(policy).requires_grad_(False).eval() if wants_copy else None
-        # NOTE: kept out of the module tree, as DPOObjective keeps its reference: in neither parameters() nor
-        # state_dict().
-        self.__dict__["reference"] = reference
-
-    @property
-    def blocks(self) -> nn.ModuleList:
-        """The policy's blocks: where train.optimizer=muon looks for its matrices."""
-        return self.policy.blocks
+        if section.kl_coef > 0:
+            self._hold_reference(policy, None, adapted(policy), resumed,
+                                 "rl.kl_coef with LoRA: the model's adapters are already trained, so switching them "
+                                 "off would not give the starting policy as the reference; merge them first "
+                                 "(burnout lora merge) and start with fresh adapters")
 
     def forward(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, held_out: Sequence[Task] = (),
                 batch_size: int = 1):

@@ -549,7 +549,7 @@ class PackedPairBatches(RowBatches):
     """DPO's train batches of one split of a prepare_pairs folder, packed (dpo.packing): (x, y, positions) of
     batch_size rows of 2·seq_len positions, as many as PairBatches' 2·batch_size rows of seq_len. Pairs are packed
     into them best fit (pack_rows), each pair whole in one row: its chosen sequence, then its rejected one, each
-    from position 0 so that it attends only to itself; dpo.sequence_logprobs sums each sequence's targets, and the
+    from position 0 so that it attends only to itself; objective.sequence_logprobs sums each sequence's targets, and the
     chosen and rejected ones alternate. Batch i is a pure function of (seed, i), a pass over the rows a pass over
     the pairs."""
 

@@ -58,7 +58,7 @@ from torch.utils.checkpoint import checkpoint
 
 from burnout.config import ModelConfig
 from burnout.models.size import addressable
-from burnout.models.transformer import Transformer, loss_chunk_rows
+from burnout.models.transformer import Transformer, chunked_cross_entropy, loss_chunk_rows
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Training keeps the weights, their gradients and AdamW's two moments in fp32; Muon keeps one momentum.
@@ -248,12 +248,7 @@ def _fake_mode():
 def _fake_model(cfg: ModelConfig, checkpointing: bool, target: str, loss_rows: int | None = None) -> Transformer:
     """Inside a FakeTensorMode: the model with gradients already allocated (see the module docstring), its loss
     in chunks of `loss_rows` rows when given."""
-    model = Transformer(cfg)
-    model.loss_rows = loss_rows
-    # Partitioned on fake CPU tensors, the compiled whole-logits loss keeps an fp32 copy of the logits that
-    # inductor's fused loss never makes, which would overstate its peak: the chunked loss stands in for it, close
-    # to the peaks measured with either loss (docs/PERFORMANCE.md).
-    model.chunk_compiled_loss = True
+    model = chunked_loss(Transformer(cfg), loss_rows)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     if target != "cpu":
@@ -263,6 +258,22 @@ def _fake_model(cfg: ModelConfig, checkpointing: bool, target: str, loss_rows: i
             # without the function modes that were active in forward.
             block.attn.forward = _under(functools.partial(CudaAttention, flash=target == "cuda"), block.attn.forward)
     return checkpoint_blocks(model) if checkpointing else model
+
+
+def chunked_loss(model: Transformer, rows: int | None = None) -> Transformer:
+    """The model, its loss taken in chunks (of `rows` rows when given, else loss_chunk_rows) even when compiled.
+
+    Partitioned on fake CPU tensors, the compiled whole-logits loss keeps an fp32 copy of the logits that inductor's
+    fused loss never makes, which would overstate its peak: the chunked loss stands in for it, close to the peaks
+    measured with either loss (docs/PERFORMANCE.md). Larger chunks trace a long micro-batch in a few (module
+    docstring). An instance attribute, as checkpoint_blocks sets: the model's class and weights stay as they are."""
+    rows = rows or loss_chunk_rows(model.cfg.vocab_size)
+    model.head_loss = functools.partial(_chunked_head_loss, model.lm_head, rows)
+    return model
+
+
+def _chunked_head_loss(head: torch.nn.Linear, rows: int, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return chunked_cross_entropy(hidden, head.weight, targets, rows)
 
 
 def _under(mode: Callable[[], TorchFunctionMode], forward):

@@ -235,7 +235,7 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     if hidden.size(0) <= chunk_rows and not torch.compiler.is_compiling():
         # One chunk: keeping its logits for backward peaks no higher than recomputing them there (every
         # activation is still alive when the loss's backward runs) and saves a second head GEMM and log-softmax.
-        # Compiled, only the memory planner's stand-in gets here (see Transformer.forward), and it keeps the
+        # Compiled, only the memory planner's stand-in gets here (models/memory.py: chunked_loss), and it keeps the
         # checkpoint.
         return _chunk_loss_sum(hidden, weight, targets) / (targets != -1).sum()
     total = torch.zeros((), device=hidden.device)
@@ -271,11 +271,6 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm = make_norm(cfg)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        # Whether a compiled forward keeps the eager chunked loss (the memory planner's trace; see forward).
-        self.chunk_compiled_loss = False
-        # Rows per chunk of the loss when set, instead of loss_chunk_rows: the memory planner's trace of a long
-        # micro-batch, in a few larger chunks (burnout/models/memory.py).
-        self.loss_rows: int | None = None
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
@@ -305,12 +300,17 @@ class Transformer(nn.Module):
         hidden = self.hidden_states(idx, cache, positions, mask)  # (B, T, C)
         if targets is None:
             return self.lm_head(hidden)  # (B, T, V)
-        weight, hidden, targets = self.lm_head.weight, hidden.flatten(0, 1), targets.reshape(-1)  # (B·T, C), (B·T,)
-        if torch.compiler.is_compiling() and not self.chunk_compiled_loss:
+        return self.head_loss(hidden.flatten(0, 1), targets.reshape(-1))  # (B·T, C), (B·T,)
+
+    def head_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean cross-entropy of the head's logits of `hidden` (N, C) against `targets` (N,), -1 ignored: in
+        chunks (chunked_cross_entropy), the whole logits never held at once."""
+        weight = self.lm_head.weight
+        if torch.compiler.is_compiling():
             # Compiled, the whole logits cost no more memory than the chunks (inductor fuses the upcast and
             # the log-softmax into the loss) and skip the chunks' recomputed head GEMM.
             return F.cross_entropy(hidden @ weight.t(), targets, ignore_index=-1)
-        return chunked_cross_entropy(hidden, weight, targets, self.loss_rows or loss_chunk_rows(weight.size(0)))
+        return chunked_cross_entropy(hidden, weight, targets, loss_chunk_rows(weight.size(0)))
 
     def hidden_states(
         self,

@@ -19,7 +19,7 @@ from burnout.config import ModelConfig, TokenizerConfig
 from burnout.core.chat_template import ensure_chat_tokens
 from burnout.data.tokenizer import train_tokenizer
 from burnout.errors import BurnoutError
-from burnout.finetune import dpo
+from burnout.finetune import objective as shared
 from burnout.finetune.conversations import PreferencePair
 from burnout.finetune.dpo import (
     LN2,
@@ -27,10 +27,10 @@ from burnout.finetune.dpo import (
     StalledDPO,
     dpo_loss,
     evaluate_pairs,
-    sequence_logprobs,
     stall_warning,
     stalled_dpo,
 )
+from burnout.finetune.objective import sequence_logprobs
 from burnout.finetune.tokenized import PairBatches, prepare_pairs
 from burnout.models.lora import LoRAConfig, apply_lora, base_state_dict, lora_layers, merge_lora
 from burnout.models.transformer import Transformer
@@ -172,7 +172,7 @@ def test_sequence_logprobs_equal_a_direct_log_softmax_gather(pairs_dir, monkeypa
     direct.sum().backward()
     direct_grad = model.lm_head.weight.grad.clone()
     model.zero_grad()
-    monkeypatch.setattr(dpo, "loss_chunk_rows", lambda vocab: 5)  # several chunks, one of them ragged
+    monkeypatch.setattr(shared, "loss_chunk_rows", lambda vocab: 5)  # several chunks, one of them ragged
     ours = sequence_logprobs(model, x, y)
     ours.sum().backward()
     assert ours.shape == (6,) and ours.dtype == torch.float32

@@ -25,7 +25,7 @@ from burnout.cli import main
 from burnout.config import ModelConfig, RLConfig
 from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError
-from burnout.finetune.dpo import sequence_logprobs
+from burnout.finetune.objective import sequence_logprobs
 from burnout.finetune.rl import (
     Answers,
     GRPOObjective,

@@ -16,7 +16,7 @@ import torch
 
 from burnout.config import ModelConfig, load_model_preset
 from burnout.models import memory
-from burnout.models.memory import compiled_saved, cuda_attention, measure_step, param_counts, static_bytes
+from burnout.models.memory import chunked_loss, compiled_saved, cuda_attention, measure_step, param_counts, static_bytes
 from burnout.models.transformer import Transformer
 
 # Small enough to run for real in a blink; GQA (4 query heads over 2) and a SwiGLU MLP, or GELU + LayerNorm.
@@ -195,7 +195,7 @@ def test_compiled_saved_equals_what_torch_compile_partitions():
     x, y = torch.randint(0, cfg.vocab_size, (2, b, t))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model = Transformer(cfg)
-        model.chunk_compiled_loss = True  # as the planner traces it (see burnout/models/memory.py)
+        chunked_loss(model)  # as the planner traces it (see burnout/models/memory.py)
         torch.compile(model, backend=keep)(x, y)
     acts, copies = compiled_saved(cfg, b, t, "bf16", target="cpu")
     assert acts + copies == pytest.approx(found[0], rel=0.01)
