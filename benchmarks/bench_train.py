@@ -20,16 +20,18 @@ overrides:
 
 The machine's load (uptime) is printed with each figure: timings on a shared machine are noisy.
 
-    .venv/bin/python -m benchmarks.bench_train --nanogpt DIR [--runs 2] [--threads N]
+    .venv/bin/python -m benchmarks.bench_train --nanogpt DIR [--pairs 6] [--threads N]
 
 puts the config beside nanoGPT's own train.py instead (DIR: a nanoGPT checkout, its code unchanged): its
 Shakespeare-char config on the CPU as its README runs it (device=cpu, compile=False), at the config's model,
 batch, context and dropout, eval_iters 1, max_iters just past the timed iterations. Its data are written the way
 its data/shakespeare_char/prepare.py writes them, from the config's local text file instead of a download, into
-DIR/data/shakespeare_char/ when not there yet. Each run is a fresh nanoGPT process then a fresh `burnout bench`,
-each timed as the median of `--steps` iterations after `--warmup` (nanoGPT's own `iter N: ... time Tms` lines;
-its iteration 0 also holds its first evaluation, so at least one warm-up); the best of `--runs` such runs each
-gives the ratio.
+DIR/data/shakespeare_char/ when not there yet. The two run in `--pairs` pairs of fresh processes, in alternating
+order (nanoGPT then ours, ours then nanoGPT, ...), each timed as the median of `--steps` iterations after
+`--warmup` (nanoGPT's own `iter N: ... time Tms` lines; its iteration 0 also holds its first evaluation, so at
+least one warm-up). The figure is the median of the pairs' ratios, with their range; a pair during which other
+programs used more than QUIET_OTHER_CORES of the cores (the machine's busy time less this benchmark's own) is
+printed and left out, and with no quiet pair nothing is judged.
 """
 
 from __future__ import annotations
@@ -166,9 +168,38 @@ def run_nanogpt(nanogpt_dir: Path, cfg: RunConfig, steps: int, warmup: int, env:
     return statistics.median(seconds[i] for i in range(warmup, last + 1))
 
 
+# A pair is quiet when, during each of its two runs, other programs used at most this many of the machine's cores
+# on average: both programs use every core, so any more and they wait for one.
+QUIET_OTHER_CORES = 0.2
+
+
+def busy_cpu_seconds() -> float:
+    """Seconds every core of the machine has spent on anything but idling, since boot (/proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measured(run) -> tuple[float, float, tuple[float, float]]:
+    """run()'s result, the cores other programs used on average while it ran (the machine's busy time less this
+    benchmark's children's), and the 1-minute load before and after."""
+    before, wall, busy, ours = results.load(), time.perf_counter(), busy_cpu_seconds(), children_cpu_seconds()
+    value = run()
+    seconds = time.perf_counter() - wall
+    others = (busy_cpu_seconds() - busy - (children_cpu_seconds() - ours)) / seconds
+    return value, max(others, 0.0), (before, results.load())
+
+
 def side_by_side(args: argparse.Namespace) -> None:
-    """`--nanogpt DIR`: nanoGPT's train.py then `burnout bench`, fresh processes, `--runs` times; the ratio of the
-    best of each."""
+    """`--nanogpt DIR`: nanoGPT's train.py and `burnout bench` in alternating pairs (A B, B A, A B, ...), each a fresh
+    process; the median of the quiet pairs' ratios, their range, and what else ran during each."""
     import torch
 
     from burnout.common import plural
@@ -189,30 +220,54 @@ def side_by_side(args: argparse.Namespace) -> None:
         print(f"wrote nanoGPT's train.bin, val.bin and meta.pkl into {data_dir} from {text}")
     env = os.environ | ({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})
     tokens = cfg.train.batch_size * cfg.train.grad_accum * (cfg.train.seq_len or cfg.model.context_length)
-    print(f"{args.config} beside nanoGPT's train.py ({nanogpt}): {tokens:,} tokens a step, median of "
-          f"{plural(args.steps, 'step')} after {args.warmup} warm-up, best of {plural(args.runs, 'run')}, each a "
-          f"fresh process; CPU {cpu_model()} ({cpu_instructions()}), {os.cpu_count()} cores, torch {torch.__version__}")
-    theirs, ours = [], []
-    first_load = results.load()
-    for run in range(1, args.runs + 1):
-        before = load()
-        theirs.append(run_nanogpt(nanogpt, cfg, args.steps, args.warmup, env))
-        threads = (f"{plural(args.threads, 'thread')} (OMP_NUM_THREADS)" if args.threads
-                   else f"{plural(torch.get_num_threads(), 'thread')} (torch's default)")
-        print(f"run {run}  nanoGPT  {theirs[-1]:.2f} s/iter  {tokens / theirs[-1]:>6,.0f} tokens/s  fp32 eager, "
-              f"{threads}   load before {before}, after {load()}")
-        before = load()
-        r = run_variant(args.config, [], args.steps, args.warmup, args.data, env)
-        ours.append(r["step_s"])
-        print(f"run {run}  ours     {r['step_s']:.2f} s/step  {r['tokens_per_s']:>6,.0f} tokens/s  "
-              f"{r['setup']['precision']}, {r['device']}   load before {before}, after {load()}")
-    print(f"best of {args.runs}: nanoGPT {min(theirs):.2f} s/iter, ours {min(ours):.2f} s/step: "
-          f"{min(theirs) / min(ours):.2f}x (target {TARGET_RATIO}x)")
+    threads = (f"{plural(args.threads, 'thread')} (OMP_NUM_THREADS)" if args.threads
+               else f"{plural(torch.get_num_threads(), 'thread')} each (torch's default)")
+    print(f"{args.config} beside nanoGPT's train.py ({nanogpt}): {tokens:,} tokens a step, each run the median of "
+          f"{plural(args.steps, 'step')} after {args.warmup} warm-up in a fresh process, {threads}; "
+          f"{plural(args.pairs, 'pair')} in alternating order; CPU {cpu_model()} ({cpu_instructions()}), "
+          f"{os.cpu_count()} cores, torch {torch.__version__}")
+    runs = {"nanoGPT": lambda: run_nanogpt(nanogpt, cfg, args.steps, args.warmup, env),
+            "ours": lambda: run_variant(args.config, [], args.steps, args.warmup, args.data, env)}
+    pairs, loads, split = [], [], None
+    for k in range(args.pairs):
+        order = ("nanoGPT", "ours") if k % 2 == 0 else ("ours", "nanoGPT")
+        got = {name: measured(runs[name]) for name in order}
+        split = got["ours"][0]["split_fraction"]
+        theirs, ours = got["nanoGPT"][0], got["ours"][0]["step_s"]
+        others = max(got[name][1] for name in order)
+        loads += [x for name in order for x in got[name][2] if x is not None]
+        quiet = others <= QUIET_OTHER_CORES
+        pairs.append((theirs / ours, theirs, ours, quiet))
+        print(f"pair {k + 1} ({' then '.join(order)}): nanoGPT {theirs:.3f} s/iter, ours {ours:.3f} s/step: "
+              f"{theirs / ours:.2f}x   other programs used up to {others:.2f} cores"
+              f"{'' if quiet else f' (above {QUIET_OTHER_CORES}: left out)'}; 1-minute load "
+              f"{', '.join(f'{x:.2f}' for name in order for x in got[name][2] if x is not None)}")
+    _pairs_summary(args, pairs, loads, split)
+
+
+def _pairs_summary(args: argparse.Namespace, pairs: list[tuple], loads: list[float], split: dict) -> None:
+    """The median of the quiet pairs' ratios against the target (not judged without a quiet pair), and where our
+    step's time goes when it falls short."""
+    quiet = [p for p in pairs if p[3]]
+    if not quiet:
+        print(f"no quiet pair of {len(pairs)}: other programs ran beside every one; nothing judged or recorded")
+        return
+    ratio = statistics.median(p[0] for p in quiet)
+    low, high = min(p[0] for p in quiet), max(p[0] for p in quiet)
+    theirs, ours = statistics.median(p[1] for p in quiet), statistics.median(p[2] for p in quiet)
+    print(f"median of {len(quiet)} quiet pair(s) of {len(pairs)}: {ratio:.2f}x (range {low:.2f}-{high:.2f}); "
+          f"nanoGPT {theirs:.3f} s/iter, ours {ours:.3f} s/step; target {TARGET_RATIO}x "
+          f"{'reached' if ratio >= TARGET_RATIO else 'not reached'}")
+    if ratio < TARGET_RATIO:
+        print("where our step's time goes: " + ", ".join(f"{part} {share:.1%}" for part, share in split.items())
+              + f"; at {TARGET_RATIO}x a step would take {theirs / TARGET_RATIO:.3f} s")
     if args.config == "shakespeare-10m" and not args.threads:
-        note = f"best of {args.runs}"
-        for claim, value in (("cpu10m.nanogpt_ratio", min(theirs) / min(ours)),
-                             ("cpu10m.nanogpt_s_per_iter", min(theirs)), ("cpu10m.ours_s_per_step", min(ours))):
-            results.record(claim, value, load_before=first_load, note=note)
+        note = (f"median of {len(quiet)} quiet pairs of {len(pairs)} (alternating order), range {low:.2f}-{high:.2f}; "
+                f"a pair is quiet when other programs used at most {QUIET_OTHER_CORES} cores during it")
+        during = (min(loads), max(loads)) if loads else None
+        for claim, value in (("cpu10m.nanogpt_ratio", ratio), ("cpu10m.nanogpt_s_per_iter", theirs),
+                             ("cpu10m.ours_s_per_step", ours)):
+            results.record(claim, value, load_before=loads[0] if loads else None, load_during=during, note=note)
 
 
 def main() -> None:
@@ -223,7 +278,7 @@ def main() -> None:
     parser.add_argument("--data", help="prepared data folder (default: prepared once into runs/bench-data/)")
     parser.add_argument("--variants", nargs="+", default=["auto", "fp32"], choices=sorted(VARIANTS))
     parser.add_argument("--nanogpt", metavar="DIR", help="a nanoGPT checkout: its train.py instead of the peer")
-    parser.add_argument("--runs", type=int, default=2, help="with --nanogpt: runs of each, the best kept")
+    parser.add_argument("--pairs", type=int, default=6, help="with --nanogpt: pairs of runs, in alternating order")
     parser.add_argument("--threads", type=int, help="with --nanogpt: OMP_NUM_THREADS for both (default: unset)")
     parser.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -233,8 +288,8 @@ def main() -> None:
     if args.nanogpt:
         if args.warmup < 1:
             parser.error("--nanogpt needs --warmup 1 or more: nanoGPT's iteration 0 also holds its first evaluation")
-        if args.runs < 1:
-            parser.error("--runs needs 1 or more")
+        if args.pairs < 1:
+            parser.error("--pairs needs 1 or more")
         side_by_side(args)
         return
     from burnout.core.device import cpu_model

@@ -33,3 +33,26 @@ def test_nanogpt_char_data_is_the_text_split_90_10_in_sorted_character_ids(share
     for name, part in (("train.bin", text[:split]), ("val.bin", text[split:])):
         ids = np.fromfile(tmp_path / "shakespeare_char" / name, dtype=np.uint16)
         assert "".join(meta["itos"][i] for i in ids.tolist()) == part
+
+
+def test_the_pairs_figure_is_the_median_of_the_quiet_pairs_and_none_is_judged_without_one(monkeypatch, capsys):
+    """Pairs (ratio, nanoGPT s/iter, ours s/step, quiet): the loud pair's 9x is left out of the median and the range;
+    with no quiet pair nothing is judged or recorded."""
+    from argparse import Namespace
+
+    from benchmarks import bench_train
+
+    recorded = []
+    monkeypatch.setattr(bench_train.results, "record", lambda claim, value, **kw: recorded.append((claim, value, kw)))
+    args = Namespace(config="shakespeare-10m", threads=None)
+    pairs = [(2.0, 2.0, 1.0, True), (9.0, 9.0, 1.0, False), (2.4, 2.4, 1.0, True), (2.2, 2.2, 1.0, True)]
+    bench_train._pairs_summary(args, pairs, [1.9, 2.1, 3.5], {"forward": 0.5, "backward": 0.5})
+    out = capsys.readouterr().out
+    assert "median of 3 quiet pair(s) of 4: 2.20x (range 2.00-2.40)" in out and "not reached" in out
+    assert "where our step's time goes: forward 50.0%, backward 50.0%" in out
+    assert [(claim, round(value, 3)) for claim, value, _ in recorded] == [
+        ("cpu10m.nanogpt_ratio", 2.2), ("cpu10m.nanogpt_s_per_iter", 2.2), ("cpu10m.ours_s_per_step", 1.0)]
+    assert recorded[0][2]["load_during"] == (1.9, 3.5)
+    recorded.clear()
+    bench_train._pairs_summary(args, [(9.0, 9.0, 1.0, False)], [], {})
+    assert "no quiet pair of 1" in capsys.readouterr().out and not recorded
