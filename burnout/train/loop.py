@@ -1,5 +1,5 @@
 """The training loop. `Trainer.__init__` sets a run up (data, model, optimizer, resume, logging);
-`Trainer.train` repeats the training step and asks each component whether it is due:
+`Trainer.fit` repeats the training step and asks each component whether it is due:
 
     train_step     burnout/train/step.py          forward/backward, clipping, skipped non-finite updates
     logger         burnout/train/metrics.py       metrics.jsonl, TensorBoard/W&B, tokens/s, MFU, ETA, $
@@ -39,7 +39,7 @@ from burnout.common import (
 )
 from burnout.config import RunConfig, TrainConfig, saved_config_text
 from burnout.core.checkpoint import holds_run, list_checkpoints
-from burnout.core.device import configure_backends, resolve_device
+from burnout.core.device import configure_backends
 from burnout.core.rng import seed_everything
 from burnout.data.loader import Prefetcher, check_compatible
 from burnout.data.tokenizer import encode_text, load_tokenizer
@@ -53,9 +53,7 @@ from burnout.train.distributed import (
     DistContext,
     from_main,
     gather_to_main,
-    init_distributed,
     min_across_ranks,
-    shutdown,
     wrap_model,
 )
 from burnout.train.hardware import get_hardware, hardware_price, training_precision
@@ -126,34 +124,6 @@ def _budget_spent(run_dir: Path, elapsed: float, tc: TrainConfig, price: float |
     return (f"--resume: {run_dir} has trained {format_duration(elapsed)} of its time budget ({budget}, which counts "
             f"every session), and a step takes {tc.step_seconds:.3g} s; to train on, give a larger budget, e.g. "
             f"{larger}, and its LR schedule stretches to it (config.yaml is left as it was)")
-
-
-def train(
-    cfg: RunConfig,
-    run_dir: Path,
-    data_dir: Path,
-    recipe: Recipe,
-    resume: bool = False,
-    progress: bool | None = None,
-    on_event: Callable[[str], None] | None = None,
-    auto_batch: bool = False,
-    resumed_with: dict | None = None,
-) -> TrainResult:
-    """Train `cfg.model` with `recipe` on the prepared data in `data_dir`, writing everything to `run_dir`.
-
-    Stops at the end of the current phase (or the run), at the time budget's last step (train.max_minutes),
-    or on SIGTERM/SIGINT, always with a checkpoint. `on_event` receives human-readable lines as they happen
-    (rank 0 only).
-    `auto_batch` replaces train.batch_size by the largest micro-batch that fits and keeps the tokens
-    per step through train.grad_accum. `resumed_with`: a resume's changed settings, appended to resumes.jsonl
-    once the run has accepted them (a refused resume leaves no trace).
-    """
-    dist, device = init_distributed(resolve_device(cfg.train.device))
-    try:
-        return Trainer(cfg, Path(run_dir), Path(data_dir), recipe, resume, progress, on_event, auto_batch, dist,
-                       device, resumed_with).train()
-    finally:
-        shutdown(dist)
 
 
 def _silent(line: str) -> None:
@@ -243,9 +213,19 @@ class Validator:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, run_dir: Path, data_dir: Path, recipe: Recipe, resume: bool,
-                 progress: bool | None, on_event: Callable[[str], None] | None, auto_batch: bool, dist: DistContext,
-                 device: torch.device, resumed_with: dict | None = None):
+    """Trains `cfg.model` with `recipe` on the prepared data in `data_dir`, writing everything to `run_dir`, on this
+    rank of `dist` (train/run.py starts or resumes it: `Trainer(...).fit()`).
+
+    `fit` stops at the end of the current phase (or the run), at the time budget's last step (train.max_minutes),
+    or on SIGTERM/SIGINT, always with a checkpoint. `on_event` receives human-readable lines as they happen
+    (rank 0 only). `auto_batch` replaces train.batch_size by the largest micro-batch that fits and keeps the tokens
+    per step through train.grad_accum. `resumed_with`: a resume's changed settings, appended to resumes.jsonl
+    once the run has accepted them (a refused resume leaves no trace)."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, data_dir: Path, recipe: Recipe, dist: DistContext,
+                 device: torch.device, *, resume: bool = False, progress: bool | None = None,
+                 on_event: Callable[[str], None] | None = None, auto_batch: bool = False,
+                 resumed_with: dict | None = None):
         if not resume:
             refuse_existing_run(run_dir)
         self.run_dir, self.data_dir, self.recipe, self.dist, self.device = run_dir, data_dir, recipe, dist, device
@@ -428,7 +408,7 @@ class Trainer:
         """A line printed above the progress bar when it shows, else handed to on_event."""
         (self.bar.write if not self.bar.disable else self.emit)(line)
 
-    def train(self) -> TrainResult:
+    def fit(self) -> TrainResult:
         ckpt_path, result = None, None
         budget = TimeBudget(self.tc, self.end_of_run, self.elapsed_before) if self.tc.max_minutes is not None else None
         stop = StopConditions(self.stop_at, self.end_of_run, budget)
