@@ -22,7 +22,7 @@ from pathlib import Path
 from burnout.common import RUN_CONFIG_FILE, needs_package
 from burnout.config import RunConfig, TrainConfig, load_run_config, read_saved_config, with_budget
 from burnout.core.checkpoint import holds_run
-from burnout.data.recipe import data_run_config
+from burnout.data.mix import data_run_config
 from burnout.errors import BurnoutError
 from burnout.finetune.recipes import DPO, SFT
 from burnout.finetune.rl import RL
