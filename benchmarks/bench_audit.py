@@ -82,12 +82,12 @@ def make_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
 def run_audit(corpus: str, capacity: int) -> dict:
     """Audit `corpus` (this process: call it in a fresh one) and measure."""
     from burnout.config import DataConfig, SourceConfig
-    from burnout.forensics.audit import audit_streams, recipe_streams
+    from burnout.forensics.audit import audit_streams, source_streams
     from burnout.forensics.audit_settings import AuditSettings
 
     cfg = DataConfig(sources=[SourceConfig(name="corpus", kind="jsonl", path=corpus)])
     wall, cpu = time.perf_counter(), time.process_time()
-    report = audit_streams(recipe_streams(cfg, chars_per_source=0), AuditSettings(capacity=capacity))
+    report = audit_streams(source_streams(cfg, chars_per_source=0), AuditSettings(capacity=capacity))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     src = report["sources"][0]
     return {"seconds": wall, "cpu_seconds": cpu, "documents": src["documents"], "chars": src["chars"],

@@ -5,10 +5,10 @@
 
 Three real sources: WikiText-2 (the raw test split, a line a document) and Tiny Shakespeare (a speech a
 document) from the shared data (../shared/data), and Python's docs (the `stdlib_docs` source of the
-quickstart recipe, burnout/configs/data/default.yaml), the first --documents of each. Into one source at a
+quickstart's data mix, burnout/configs/data/default.yaml), the first --documents of each. Into one source at a
 time, at each rate (a share of its documents, drawn at random for each plant, at least 3), each plant of a
 set is put: a word at random places in the document (1 to 3 times), a line between its lines (once). The
-three sources are audited together, as a recipe's are, in their natural order (a recipe's audit) or
+three sources are audited together, as a data mix's are, in their natural order (a data mix's audit) or
 shuffled (a prepared folder's). Five sets of plants, each planted on its own: the first was used while
 choosing the score, the second ("held out") was fixed before it was first measured, the third ("held out again")
 before the score's Lexicon was, the fourth before the rules of 2026-11-27 (docs/FORENSICS.md) were first measured

@@ -178,27 +178,28 @@ def cmd_model_list(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-group("data", help="prepare token shards from a data recipe; inspect them", description="Data stage commands.")
+group("data", help="prepare token shards from your text or a data mix; inspect them",
+      description="Data stage commands.")
 
 
-@command("data", "prepare", help="your text or a recipe's sources → tokenizer → token shards",
+@command("data", "prepare", help="your text or a data mix's sources → tokenizer → token shards",
          description="Prepare token shards + manifest.json + tokenizer.json + meta.json in --out, from your "
                      "own text (a .txt/.jsonl/.parquet file, a folder of them or a quoted glob: one source, "
-                     "cleaned lenient, 5% to val, --tokenizer's tokenizer) or from a recipe, whose sources "
-                     "are mixed by token share (built-in recipes in burnout/configs/data/: default, "
+                     "cleaned lenient, 5% to val, --tokenizer's tokenizer) or from a data mix, whose sources "
+                     "are mixed by token share (built-in mixes in burnout/configs/data/: default, "
                      "shakespeare, gpuburnout-1b; a run config's data and tokenizer sections work too). "
                      "A YAML file (.yaml/.yml, or a file opening with data:, tokenizer:, model: or train:) is "
-                     "a recipe; any other file is text. An interrupted prepare resumes where it stopped.")
+                     "a data mix; any other file is text. An interrupted prepare resumes where it stopped.")
 def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("recipe", metavar="TEXT_OR_RECIPE",
-                   help="my.txt, folder/, '*.jsonl', file.parquet; or a recipe name or YAML path (or a run config)")
+    p.add_argument("source", metavar="TEXT_OR_MIX",
+                   help="my.txt, folder/, '*.jsonl', file.parquet; or a data mix name or YAML path (or a run config)")
     p.add_argument("--out", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace a finished data folder at --out")
     p.add_argument("--workers", type=counting, default=None,
                    help="encoding threads (default: one per core; 1: one thread)")
     p.add_argument("--tokenizer", metavar="SPEC",
                    help="your text's tokenizer: bpe (default, vocabulary sized to the corpus), bpe:8192, char, "
-                        "gpt2 (GPT-2's files from shared/data/gpt2_tokenizer) or gpt2:FOLDER; or, for a recipe too, "
+                        "gpt2 (GPT-2's files from shared/data/gpt2_tokenizer) or gpt2:FOLDER; or, for a data mix too, "
                         "an existing tokenizer used as it is: a tokenizer.json or a folder holding one (a data "
                         "folder, RUN/checkpoints/step_N: the tokenizer of a run you will continue with --init-from)")
     p.add_argument("--text-field", help="the field of .jsonl/.parquet records holding the text (default: text)")
@@ -214,12 +215,12 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
     def run(args, overrides):
         stray = next((item for item in overrides if "=" not in item and Path(item).exists()), None)
         if stray is not None:
-            raise BurnoutError(f"several inputs given ('{args.recipe}', '{stray}', ...); the shell expanded a glob: "
+            raise BurnoutError(f"several inputs given ('{args.source}', '{stray}', ...); the shell expanded a glob: "
                                "quote it ('*.jsonl') or give the folder")
-        from burnout.data.recipe import given_tokenizer, load_prepare_sections
+        from burnout.data.mix import given_tokenizer, load_prepare_sections
 
         given = given_tokenizer(args.tokenizer)
-        data_cfg, tok_cfg = load_prepare_sections(args.recipe, overrides, tokenizer=None if given else args.tokenizer,
+        data_cfg, tok_cfg = load_prepare_sections(args.source, overrides, tokenizer=None if given else args.tokenizer,
                                                   text_field=args.text_field, split_by=args.split_by,
                                                   separator=args.separator, drop=args.drop)
         from burnout.data.prepare import prepare_data
@@ -305,7 +306,7 @@ def cmd_data_trace(p: argparse.ArgumentParser) -> Handler:
 
 
 @command("data", "audit", help="find suspicious strings, repetition, duplicates and junk in a corpus",
-         description="Audit a recipe's sources (or a run config's, or one .jsonl/.txt/.parquet file), a prepared "
+         description="Audit a data mix's sources (or a run config's, or one .jsonl/.txt/.parquet file), a prepared "
                      "data folder, or conversations (--sft) without being told what to look for: strings rare "
                      "in a source but dense where they occur (template placeholders, code and log artifacts) "
                      "ranked by a score, lines and paragraphs repeated across documents, exact and near-duplicate "
@@ -313,7 +314,7 @@ def cmd_data_trace(p: argparse.ArgumentParser) -> Handler:
                      "Prints a summary and writes audit.json and audit.html to --out.")
 def cmd_data_audit(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("target", metavar="SOURCE_OR_DATA",
-                   help="recipe name or YAML, run config, data file, prepared data folder, or (--sft) conversations")
+                   help="data mix name or YAML, run config, data file, prepared data folder, or (--sft) conversations")
     p.add_argument("--out", help="folder for audit.json and audit.html (default: DATA/audit, else ./audit)")
     p.add_argument("--overwrite", action="store_true", help="replace an audit of another target at --out")
     p.add_argument("--sft", action="store_true", help="SOURCE_OR_DATA is conversations: audit each role's messages")
@@ -327,7 +328,7 @@ def cmd_data_audit(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--top", type=counting, default=25, help="rows per table in the report (default 25)")
     p.add_argument("--capacity", type=counting, default=300_000,
                    help="keys per counting table per source: bounds memory (default 300,000)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. data.max_chars=5000000")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="data mix overrides, e.g. data.max_chars=5000000")
 
     def run(args, overrides):
         from burnout.forensics.audit import audit_out, audit_target, write_audit
@@ -344,30 +345,30 @@ def cmd_data_audit(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-group("tokenizer", help="train a tokenizer from a recipe; encode and decode with one",
+group("tokenizer", help="train a tokenizer from a data mix; encode and decode with one",
       description="Tokenizer commands.")
 
 
-@command("tokenizer", "train", help="train a recipe's tokenizer on its sample and save tokenizer.json",
-         description="Train the recipe's tokenizer (BPE or char) on its cleaned, weighted "
+@command("tokenizer", "train", help="train a data mix's tokenizer on its sample and save tokenizer.json",
+         description="Train the data mix's tokenizer (BPE or char) on its cleaned, weighted "
                      "sample, or build GPT-2's from its files, and save it.")
 def cmd_tokenizer_train(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("recipe", help="recipe name or YAML path (or a run config)")
+    p.add_argument("mix", metavar="MIX", help="data mix name or YAML path (or a run config)")
     p.add_argument("--out", required=True, help="tokenizer.json path to write")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. tokenizer.vocab_size=8192")
 
     def run(args, overrides):
-        from burnout.data.recipe import load_data_sections
+        from burnout.data.mix import load_data_sections
 
-        data_cfg, tok_cfg = load_data_sections(args.recipe, overrides)
+        data_cfg, tok_cfg = load_data_sections(args.mix, overrides)
         out = Path(args.out)
         if out.exists() and not args.overwrite:
             raise BurnoutError(f"{out} exists; choose another --out or pass --overwrite")
         from burnout.common import write_atomic
-        from burnout.data.prepare import train_recipe_tokenizer
+        from burnout.data.prepare import train_mix_tokenizer
 
-        tok = train_recipe_tokenizer(data_cfg, tok_cfg)
+        tok = train_mix_tokenizer(data_cfg, tok_cfg)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out, tok.to_str(pretty=True))  # pretty: the same bytes tok.save() writes
         print(f"wrote a {tok_cfg.kind} tokenizer with {tok.get_vocab_size():,} tokens to {out}")

@@ -248,9 +248,9 @@ class TrainConfig:
     # fp16 uses a gradient scaler; bf16 and fp16 are autocast (weights and optimizer stay fp32). fp8 (GPUs from
     # Ada/Hopper on, with torchao): the blocks' linear layers in fp8, the rest under bf16 autocast.
     precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
-    # fp8's scaling (torchao's recipes): tensorwise, one scale per tensor (the fastest); rowwise, one per row of
-    # each operand (finer, so closer to bf16's loss); rowwise_with_gw_hp, rowwise with the weight gradient's GEMM
-    # kept in bf16 (its inputs have the widest range).
+    # fp8's scaling (torchao calls it a recipe, hence the key's name): tensorwise, one scale per tensor (the
+    # fastest); rowwise, one per row of each operand (finer, so closer to bf16's loss); rowwise_with_gw_hp, rowwise
+    # with the weight gradient's GEMM kept in bf16 (its inputs have the widest range).
     fp8_recipe: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] = "tensorwise"
     compile: bool = False
     # Deterministic kernels (torch.use_deterministic_algorithms): a resumed GPU run equals the uninterrupted
@@ -715,7 +715,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
                            "deep") from None
     if data is None:  # nothing in it but blanks and comments: read as {}, every section would be the defaults
         raise BurnoutError(f"{path} is empty (no YAML in it, or only comments); write its sections into it (a run "
-                           "config: model, data, train; a data recipe: data, tokenizer) or give another file")
+                           "config: model, data, train; a data mix: data, tokenizer) or give another file")
     if not isinstance(data, dict):
         raise BurnoutError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}")
     return data

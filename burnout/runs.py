@@ -1,13 +1,14 @@
 """Which recipe a run config runs, and `burnout train` as a function: start a run, resume one, or (on a machine
-that can vanish) whichever of the two a run folder calls for.
+that can vanish) whichever of the two a run folder calls for. The path to the loop:
 
+    train             the command: its options as arguments, checked, then one of
+    start_training    a new run of the recipe its config asks for (recipe_for) → train/run.py: start_run
+    resume_training   `--resume RUN`: any run, from its newest good checkpoint → train/run.py: resume_run
+    start_or_resume   `--resume-if-exists`: the one of the two the run folder calls for
     recipe_for        a config with an rl section runs RL, one with a dpo section DPO, one with an sft section SFT
-                      (burnout/finetune/),
-                      any other pretraining (burnout/train/recipe.py)
-    start_training    a new run of any recipe
-    resume_training   `burnout train --resume RUN`: any run, from its newest good checkpoint
-    start_or_resume   `--resume-if-exists`
-    train             the command: its options as arguments, checked, then one of the above
+                      (burnout/finetune/), any other pretraining (burnout/train/recipe.py)
+
+train/run.py then locks the folder, has the recipe prepare the data, and runs `Trainer(...).fit()` (train/loop.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 
 from burnout.common import RUN_CONFIG_FILE, needs_package
 from burnout.config import RunConfig, TrainConfig, load_run_config, read_saved_config, with_budget
-from burnout.data.recipe import data_run_config
+from burnout.core.checkpoint import holds_run
+from burnout.data.mix import data_run_config
 from burnout.errors import BurnoutError
 from burnout.finetune.recipes import DPO, SFT
 from burnout.finetune.rl import RL
@@ -55,7 +57,15 @@ def resume_training(run_dir: Path, overrides: Sequence[str] = (), on_event: Call
 def start_or_resume(cfg: RunConfig, run_dir: Path, overrides: Sequence[str] = (), data_dir: Path | None = None,
                     on_event: Callable[[str], None] = print, progress: bool | None = None,
                     auto_batch: bool = False) -> TrainResult:
-    return run.start_or_resume(cfg, run_dir, recipe_for, list(overrides), data_dir, on_event, progress, auto_batch)
+    """`burnout train CONFIG --out RUN --resume-if-exists`: resume RUN as `--resume RUN` would (its own
+    config.yaml, these overrides) when training has started there, else start it. One command that is right
+    on every boot of a machine that can vanish."""
+    if not holds_run(run_dir):
+        return start_training(cfg, run_dir, data_dir, on_event, progress, auto_batch)
+    if os.environ.get("RANK", "0") == "0":
+        on_event(f"{run_dir} already holds a run: resuming it (its config.yaml and the overrides given; "
+                 "CONFIG, --data and --auto-batch apply to a new run only)")
+    return resume_training(run_dir, overrides, on_event, progress)
 
 
 def train(config: str | Path | None = None, out: str | Path | None = None, resume: str | Path | None = None,

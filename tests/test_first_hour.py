@@ -37,7 +37,7 @@ def test_raw_text_to_a_chat_model_that_transformers_loads(shared_data, tmp_path,
     gave = {name: what for name, _, what in rows}
     assert list(gave) == ["data prepare", "train", "generate", "sft", "generate --chat", "export",
                           "transformers loads the export"]
-    # The text by path, no recipe: one text source, the whole file read.
+    # The text by path, no data mix: one text source, the whole file read.
     meta = read_meta(tmp_path / "data")
     assert [source["path"] for source in meta["data_config"]["sources"]] == [str(text)]
     for run, minutes, chat in ((tmp_path / "run", TRAIN_MINUTES, False), (tmp_path / "chat", SFT_MINUTES, True)):

@@ -17,7 +17,7 @@ except ImportError:  # Python 3.10: the TOML reader pytest itself uses there
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The quickstart config shrunk to a few seconds on a CPU (its data recipe and model, smaller).
+# The quickstart config shrunk to a few seconds on a CPU (its data mix and model, smaller).
 TINY = ["train.max_steps=2", "train.device=cpu", "train.precision=fp32", "train.batch_size=4", "train.seq_len=64",
         "data.max_chars=150000", "tokenizer.vocab_size=512", "model.n_layer=2", "model.d_model=64",
         "model.n_head=4", "model.n_kv_head=2", "model.context_length=64"]

@@ -13,7 +13,7 @@ from burnout.cli import main
 from burnout.core.checkpoint import list_checkpoints, load_checkpoint
 from burnout.train.schedule import budget_steps
 
-# The quickstart's own data and training recipe, shrunk so that the whole file runs in well under a minute.
+# The quickstart's own data and training settings, shrunk so that the whole file runs in well under a minute.
 SMALL = ["data.max_chars=150000", "tokenizer.vocab_size=512", "model.n_layer=2", "model.d_model=64",
          "model.n_head=4", "model.n_kv_head=2", "model.context_length=64", "train.seq_len=64"]
 

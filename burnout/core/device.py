@@ -146,9 +146,9 @@ def lowbit_optim():
     return torchao.optim
 
 
-def to_float8_training(model: torch.nn.Module, recipe: str) -> torch.nn.Module:
+def to_float8_training(model: torch.nn.Module, scaling: str) -> torch.nn.Module:
     """Swap the transformer blocks' linear layers for torchao's Float8Linear (fp8 inputs, weights and output
-    gradients, scaled by their absolute max per tensor or per row: `recipe`, train.fp8_recipe). The output head
+    gradients, scaled by their absolute max per tensor or per row: `scaling`, train.fp8_recipe). The output head
     stays bf16: its logits feed the loss directly, and a vocabulary such as 32,005 is no multiple of 16, which fp8
     GEMMs need. The state dict is unchanged, so checkpoints load into a plain model."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
@@ -158,7 +158,7 @@ def to_float8_training(model: torch.nn.Module, recipe: str) -> torch.nn.Module:
         return (name.startswith("blocks.") and type(module) is torch.nn.Linear
                 and module.in_features % 16 == 0 and module.out_features % 16 == 0)
 
-    config = Float8LinearConfig.from_recipe_name(recipe)
+    config = Float8LinearConfig.from_recipe_name(scaling)
     return convert_to_float8_training(model, config=config, module_filter_fn=in_blocks)
 
 

@@ -35,7 +35,7 @@ _EOT_SCAN_TOKENS = 1 << 24
 class DocumentSpan:
     split: str  # "train" | "val"
     index: int  # document number within the split
-    source: str  # the recipe source's name ("?" when the folder predates the index)
+    source: str  # the source's name in data.sources ("?" when the folder predates the index)
     shard: str  # shard file name
     offset: int  # token offset of the document's first token within that shard
     length: int  # tokens, without the <|endoftext|>

@@ -223,7 +223,7 @@ def _prepare(data_cfg: DataConfig, tok_cfg: TokenizerConfig, out_dir: Path, toke
         else:
             if tok_cfg.kind != "gpt2":
                 sample = tokenizer_sample(data_cfg)
-            tok = train_recipe_tokenizer(data_cfg, tok_cfg, sample)
+            tok = train_mix_tokenizer(data_cfg, tok_cfg, sample)
         write_atomic(out_dir / TOKENIZER_FILE, tok.to_str(pretty=True))
         manifest = shards.new_manifest(fingerprint)
         manifest["tokenizer_sha256"] = tokenizer_sha256(tok)
@@ -290,9 +290,9 @@ def tokenizer_sample(data_cfg: DataConfig) -> MixedCorpus:
     return mix_corpus(data_cfg, cleaner if cleaner.active else None)
 
 
-def train_recipe_tokenizer(data_cfg: DataConfig, tok_cfg: TokenizerConfig,
-                           sample: MixedCorpus | None = None) -> Tokenizer:
-    """The tokenizer a recipe asks for: GPT-2's read from its files, or one trained on the sample."""
+def train_mix_tokenizer(data_cfg: DataConfig, tok_cfg: TokenizerConfig,
+                        sample: MixedCorpus | None = None) -> Tokenizer:
+    """The tokenizer a data mix asks for: GPT-2's read from its files, or one trained on the sample."""
     if tok_cfg.kind == "gpt2":
         return build_tokenizer(tok_cfg)
     sample = sample or tokenizer_sample(data_cfg)

@@ -2,7 +2,7 @@
 
 What is audited, and how it is read:
 
-- a recipe (name, YAML path, or a run config), or your own text as `burnout data prepare` takes it (a file, a
+- a data mix (name, YAML path, or a run config), or your own text as `burnout data prepare` takes it (a file, a
   folder, a glob; one source, its documents split as prepare splits them): each source through data/corpus.py's
   readers in its natural (file) order, up to a character budget per source (by default the source's weight share
   of data.max_chars, the tokenizer sample: for your own text, all of it up to prepare's sample size;
@@ -107,7 +107,7 @@ def source_report(audits: list[SourceAudit], index: int, settings: AuditSettings
 class Auditor:
     """Feeds documents to per-source audits and one shared duplicate index; `report()` builds audit.json.
 
-    Documents may come one source after another (a recipe: `finish(name)` after each, which drops what
+    Documents may come one source after another (a data mix: `finish(name)` after each, which drops what
     the report cannot use) or interleaved (a prepared folder).
     """
 
@@ -230,7 +230,7 @@ def _budgeted(source, budget: int) -> Iterator[str]:
             return
 
 
-def recipe_streams(cfg, chars_per_source: int | None = None) -> list[tuple[str, str, Callable[[], Iterator[str]]]]:
+def source_streams(cfg, chars_per_source: int | None = None) -> list[tuple[str, str, Callable[[], Iterator[str]]]]:
     """(name, kind, documents) of each source of a DataConfig, in natural order, up to its budget:
     documents() reads the source (again) from its start."""
     from burnout.data.corpus import open_source
@@ -318,16 +318,16 @@ def audit_target(target: str, *, sft: bool = False, layout: str = "auto", split:
                  chars_per_source: int | None = None, overrides: Iterable[str] = (), junk: Iterable[str] = (),
                  settings: AuditSettings | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """The audit of TARGET: conversations (`sft`), a prepared data folder, or what `burnout data prepare` reads,
-    told apart as it tells them (data/recipe.py: input_kind): a recipe (name or YAML) or run config, or your own
+    told apart as it tells them (data/mix.py: input_kind): a data mix (name or YAML) or run config, or your own
     text (a file, a folder or a glob); see the module docstring."""
-    from burnout.data.recipe import input_kind, load_data_sections, own_text_sections
+    from burnout.data.mix import input_kind, load_data_sections, own_text_sections
     from burnout.data.shards import MANIFEST_FILE, META_FILE
 
     overrides = list(overrides)
     path = Path(target).expanduser()
     if sft or (path.is_dir() and (path / META_FILE).is_file()):
         if overrides:
-            raise BurnoutError(f"overrides ({overrides[0]}) apply to a recipe, a run config or your text, not to "
+            raise BurnoutError(f"overrides ({overrides[0]}) apply to a data mix, a run config or your text, not to "
                                f"{'conversations' if sft else 'a prepared data folder'}; leave them out")
         return audit_sft(target, layout, settings, junk) if sft else audit_prepared(path, split, settings, junk,
                                                                                     progress)
@@ -336,10 +336,11 @@ def audit_target(target: str, *, sft: bool = False, layout: str = "auto", split:
                            "finish it with burnout data prepare first")
     own = input_kind(target)
     cfg, _ = own_text_sections(target, own, overrides) if own else load_data_sections(target, overrides)
+    # A data mix's audit is of kind "recipe": the word audit.json, and the page and summary made of it, always had.
     kind = ("folder" if path.is_dir() else "file" if path.is_file() else "files") if own else "recipe"
     info = {"kind": kind, "path": str(target), "chars_per_source": chars_per_source,
             "documents": "numbered by their place in their source, in file order"}
-    return audit_streams(recipe_streams(cfg, chars_per_source), settings, [*cfg.junk_patterns, *junk], info,
+    return audit_streams(source_streams(cfg, chars_per_source), settings, [*cfg.junk_patterns, *junk], info,
                          progress)
 
 
@@ -350,7 +351,7 @@ def default_out(target: str, sft: bool = False) -> Path:
 
 
 def audit_source(target: str, sft: bool = False) -> str:
-    """What an audit is of, as its folder records it: the target's absolute path (a recipe's name as given)."""
+    """What an audit is of, as its folder records it: the target's absolute path (a data mix's name as given)."""
     path = Path(target).expanduser()
     return ("conversations " if sft else "") + (str(path.resolve()) if path.exists() else str(target))
 

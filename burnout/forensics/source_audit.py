@@ -5,7 +5,7 @@
   `hosts` documents holding each term, and in how many it stands as unrendered markup (`{{user_name}}`, `&nbsp;`);
 - repetition: lines (at least `min_line_chars`, runs of spaces collapsed) and multi-line paragraphs counted
   in how many documents they occur (boilerplate, navigation, licence headers);
-- known junk: the recipe's data.junk_patterns (plus any given) with documents, matches and examples;
+- known junk: the data mix's data.junk_patterns (plus any given) with documents, matches and examples;
 - outliers: documents whose length (log), longest line (log) or non-text share (characters neither word
   characters nor whitespace) lie more than `outlier_z` robust standard deviations (1.4826 x MAD) from the
   source's median.

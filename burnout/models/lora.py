@@ -75,7 +75,7 @@ LAYERS = {
 DEFAULT_TARGETS = ("attn", "mlp")
 _ALL_LAYERS = sorted({name for names in LAYERS.values() for name in names})
 KNOWN_TARGETS = frozenset({"attn", "mlp", *_ALL_LAYERS, *(name.split(".")[1] for name in _ALL_LAYERS)})
-# Hugging Face's names, which people bring from peft recipes, and ours for the same layers.
+# Hugging Face's names, which people bring from peft configs, and ours for the same layers.
 _HF_TARGET_NAMES = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "c_attn": "qkv", "o_proj": "attn.proj",
                     "c_proj": "attn.proj or mlp.proj", "c_fc": "fc", "gate_proj": "gate", "up_proj": "up",
                     "down_proj": "down"}

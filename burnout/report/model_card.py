@@ -402,7 +402,7 @@ class DataSet:
     """One data set a model learned from, as a card names it."""
 
     stage: str  # what it trained: pretraining, SFT, DPO or RL
-    name: str  # the source's name in its recipe (a fine-tune's: its origin)
+    name: str  # the source's name in its data mix (a fine-tune's: its origin)
     kind: str  # text, jsonl, parquet, hf, stdlib_docs, stdlib_code; a fine-tune's: conversations, pairs, questions
     origin: str  # where it came from, without a path: a file's, folder's or glob's name, hf:NAME, the built-in corpus
     tokens: int | None  # tokens taken from it (a fine-tune's: of its prepared examples), None when not recorded
@@ -484,7 +484,7 @@ def _origin(source: dict) -> str:
 
 def _identify(source: dict, search: list[Path]) -> Known | None:
     """The known public data set `source` is: by its kind (the built-in corpus), its Hugging Face name, the sha256
-    its recipe recorded, or the sha256 of its files where they are found (each file must be a known one)."""
+    its data mix recorded, or the sha256 of its files where they are found (each file must be a known one)."""
     known = known_data()
     kind = source.get("kind")
     if kind in known["builtin"]:

@@ -66,9 +66,16 @@ def init_distributed(device: torch.device) -> tuple[DistContext, torch.device]:
     return DistContext(rank, world_size, local_rank, owns), device
 
 
-def shutdown(ctx: DistContext) -> None:
-    if ctx.owns_group and dist.is_initialized():
-        dist.destroy_process_group()
+@contextlib.contextmanager
+def process_group(device: torch.device) -> Iterator[tuple[DistContext, torch.device]]:
+    """The torchrun process group joined for the time of a run (init_distributed: the context and this rank's
+    device), and left however the run ends, if this process joined it."""
+    ctx, device = init_distributed(device)
+    try:
+        yield ctx, device
+    finally:
+        if ctx.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def wrap_model(model: torch.nn.Module, ctx: DistContext, strategy: str, device: torch.device,

@@ -1,11 +1,12 @@
 """The training loop. `Trainer.__init__` sets a run up (data, model, optimizer, resume, logging);
-`Trainer.train` repeats the training step and asks each component whether it is due:
+`Trainer.fit` repeats the training step and asks each component whether it is due:
 
     train_step     burnout/train/step.py          forward/backward, clipping, skipped non-finite updates
     logger         burnout/train/metrics.py       metrics.jsonl, TensorBoard/W&B, tokens/s, MFU, ETA, $
     validator      below                          val loss and a sample
     checkpointer   burnout/train/checkpointing.py atomic checkpoints, pruning, mirror, resume
     stop           burnout/train/stopping.py      phase end, steps/tokens/epochs, time budget, SIGTERM/SIGINT
+    budget         burnout/train/budget.py        a time or dollar budget: its plan, each step's LR by the clock
 
 What differs between kinds of run (pretraining, fine-tuning) is the run's recipe's (burnout/train/recipe.py):
 its data, loaders, initial weights, objective, FLOPs and validation metrics. Under torchrun (DDP or FSDP2)
@@ -33,13 +34,12 @@ from burnout.common import (
     RUN_CONFIG_FILE,
     TOKENIZER_FILE,
     append_jsonl,
-    format_duration,
     unwrapped,
     write_atomic,
 )
 from burnout.config import RunConfig, TrainConfig, saved_config_text
 from burnout.core.checkpoint import holds_run, list_checkpoints
-from burnout.core.device import configure_backends, resolve_device
+from burnout.core.device import configure_backends
 from burnout.core.rng import seed_everything
 from burnout.data.loader import Prefetcher, check_compatible
 from burnout.data.tokenizer import encode_text, load_tokenizer
@@ -48,24 +48,21 @@ from burnout.eval.degeneration import degeneration, read_suspicious
 from burnout.generate.sampling import generate_text
 from burnout.models.cpu_paths import forget_packed_weights
 from burnout.models.info import flops_per_token, matmul_parameters
+from burnout.train.budget import settle_budget
 from burnout.train.checkpointing import Checkpointer, load_for_resume, resume_point
 from burnout.train.distributed import (
     DistContext,
-    from_main,
-    gather_to_main,
-    init_distributed,
     min_across_ranks,
-    shutdown,
     wrap_model,
 )
-from burnout.train.hardware import get_hardware, hardware_price, training_precision
+from burnout.train.hardware import get_hardware, training_precision
 from burnout.train.metrics import MetricsLog, StepLogger
 from burnout.train.phases import current_phase, phase_summary
 from burnout.train.plan import check_fits, check_memory_floor
-from burnout.train.probe import largest_micro_batch, measure_step_seconds, memory_probe, oom_message
+from burnout.train.probe import largest_micro_batch, memory_probe, oom_message
 from burnout.train.provenance import record_launch
 from burnout.train.recipe import Recipe
-from burnout.train.schedule import TimeBudget, budget_steps, lr_at, total_steps
+from burnout.train.schedule import total_steps
 from burnout.train.step import StepResult, TrainStep, batch_indices
 from burnout.train.stopping import StopConditions
 
@@ -112,48 +109,6 @@ def _past_the_end(run_dir: Path, step: int, end: int, tc: TrainConfig) -> str:
     which = limits[0] if len(limits) == 1 else f"the earliest of {', '.join(limits)}"
     return (f"--resume: {run_dir} is at step {step}, past step {end}, where {which} now ends it; to train on, "
             f"give a limit past step {step} (config.yaml is left as it was)")
-
-
-def _budget_spent(run_dir: Path, elapsed: float, tc: TrainConfig, price: float | None) -> str:
-    """The refusal of a resume of a run whose next step would end past its time budget (a dollar budget's at
-    `price` per hour)."""
-    if tc.max_dollars is None:
-        budget = f"train.max_minutes={tc.max_minutes:g}"
-        larger = f"--minutes {math.ceil(elapsed / 60) + tc.max_minutes:g}"
-    else:
-        budget = f"train.max_dollars={tc.max_dollars:g}: {tc.max_minutes:g} min at ${price:.2f}/h"
-        larger = f"--dollars {math.ceil(elapsed / 3600 * price * 100) / 100 + tc.max_dollars:g}"
-    return (f"--resume: {run_dir} has trained {format_duration(elapsed)} of its time budget ({budget}, which counts "
-            f"every session), and a step takes {tc.step_seconds:.3g} s; to train on, give a larger budget, e.g. "
-            f"{larger}, and its LR schedule stretches to it (config.yaml is left as it was)")
-
-
-def train(
-    cfg: RunConfig,
-    run_dir: Path,
-    data_dir: Path,
-    recipe: Recipe,
-    resume: bool = False,
-    progress: bool | None = None,
-    on_event: Callable[[str], None] | None = None,
-    auto_batch: bool = False,
-    resumed_with: dict | None = None,
-) -> TrainResult:
-    """Train `cfg.model` with `recipe` on the prepared data in `data_dir`, writing everything to `run_dir`.
-
-    Stops at the end of the current phase (or the run), at the time budget's last step (train.max_minutes),
-    or on SIGTERM/SIGINT, always with a checkpoint. `on_event` receives human-readable lines as they happen
-    (rank 0 only).
-    `auto_batch` replaces train.batch_size by the largest micro-batch that fits and keeps the tokens
-    per step through train.grad_accum. `resumed_with`: a resume's changed settings, appended to resumes.jsonl
-    once the run has accepted them (a refused resume leaves no trace).
-    """
-    dist, device = init_distributed(resolve_device(cfg.train.device))
-    try:
-        return Trainer(cfg, Path(run_dir), Path(data_dir), recipe, resume, progress, on_event, auto_batch, dist,
-                       device, resumed_with).train()
-    finally:
-        shutdown(dist)
 
 
 def _silent(line: str) -> None:
@@ -243,9 +198,19 @@ class Validator:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, run_dir: Path, data_dir: Path, recipe: Recipe, resume: bool,
-                 progress: bool | None, on_event: Callable[[str], None] | None, auto_batch: bool, dist: DistContext,
-                 device: torch.device, resumed_with: dict | None = None):
+    """Trains `cfg.model` with `recipe` on the prepared data in `data_dir`, writing everything to `run_dir`, on this
+    rank of `dist` (train/run.py starts or resumes it: `Trainer(...).fit()`).
+
+    `fit` stops at the end of the current phase (or the run), at the time budget's last step (train.max_minutes),
+    or on SIGTERM/SIGINT, always with a checkpoint. `on_event` receives human-readable lines as they happen
+    (rank 0 only). `auto_batch` replaces train.batch_size by the largest micro-batch that fits and keeps the tokens
+    per step through train.grad_accum. `resumed_with`: a resume's changed settings, appended to resumes.jsonl
+    once the run has accepted them (a refused resume leaves no trace)."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, data_dir: Path, recipe: Recipe, dist: DistContext,
+                 device: torch.device, *, resume: bool = False, progress: bool | None = None,
+                 on_event: Callable[[str], None] | None = None, auto_batch: bool = False,
+                 resumed_with: dict | None = None):
         if not resume:
             refuse_existing_run(run_dir)
         self.run_dir, self.data_dir, self.recipe, self.dist, self.device = run_dir, data_dir, recipe, dist, device
@@ -272,14 +237,12 @@ class Trainer:
             # On every rank: the prediction is deterministic, so all ranks refuse together.
             check_fits(cfg, device, dist.world_size, self.precision)
         self.tokens_per_step = self.tc.batch_size * self.tc.grad_accum * self.seq_len * dist.world_size
-        self.budget_price = self._dollars_to_minutes() if self.tc.max_dollars is not None else None
-        self.step_measured = self.tc.max_minutes is not None and self.tc.step_seconds is None
-        if self.step_measured:
-            self._measure_step_for_budget()
+        self.cfg, self.budget = settle_budget(self.cfg, data_dir, recipe, device, self.precision, dist)
+        self.tc = self.cfg.train
         self.end_of_run = total_steps(self.tc, self.tokens_per_step, meta["splits"]["train"]["tokens"])
         self._setup_model(resume and not from_scratch)
-        if self.tc.max_minutes is not None:
-            self.emit(self._budget_plan())
+        if self.budget is not None:
+            self.emit(self.budget.plan_line(self.end_of_run, self.elapsed_before))
         self._setup_logging(resume, resumed_with)
 
     def _auto_batch(self, cfg: RunConfig) -> RunConfig:
@@ -292,62 +255,6 @@ class Trainer:
         if b != tc.batch_size:
             self.emit(f"auto-batch: micro-batch {b} × accumulation {seqs // b} (was {tc.batch_size} × {tc.grad_accum})")
         return dataclasses.replace(cfg, train=dataclasses.replace(tc, batch_size=b, grad_accum=seqs // b))
-
-    def _measure_step_for_budget(self) -> None:
-        """A time budget plans its steps from a step's seconds: measured now on every rank (one rank's step,
-        weights discarded), the slowest rank's kept in train.step_seconds, which config.yaml records."""
-        try:
-            seconds = measure_step_seconds(self.cfg, self.data_dir, self.recipe, self.device, self.precision)
-        except torch.OutOfMemoryError:
-            raise BurnoutError("train.max_minutes: timing a step for the plan ran out of memory (it runs one rank's "
-                               "copy of the model); give the seconds a step takes as train.step_seconds") from None
-        everyone = gather_to_main(seconds, self.dist)
-        seconds = float(f"{from_main(max(everyone) if everyone is not None else None, self.dist):.4g}")
-        self.cfg = dataclasses.replace(self.cfg, train=dataclasses.replace(self.tc, step_seconds=seconds))
-        self.tc = self.cfg.train
-
-    def _dollars_to_minutes(self) -> float:
-        """A dollar budget is the time budget it buys at the run's price per hour, every device's: set as
-        train.max_minutes for this session (config.yaml records it), the price returned; refused in one line where
-        no price is known. The same on every rank: rank 0's price."""
-        price, what = hardware_price(self.tc.hardware, self.tc.price_per_hour, self.device)
-        price = from_main(price * self.dist.world_size if price is not None else None, self.dist)
-        if price is None:
-            raise BurnoutError(f"train.max_dollars: no price per hour is known for {what}; give one "
-                               "(train.price_per_hour=0.5, dollars per device-hour) or a time budget (--minutes N)")
-        minutes = float(f"{self.tc.max_dollars / price * 60:.4g}")
-        self.cfg = dataclasses.replace(self.cfg, train=dataclasses.replace(self.tc, max_minutes=minutes))
-        self.tc = self.cfg.train
-        return price
-
-    def _budget_words(self) -> str:
-        """The budget as the lines say it: '3 min', or '$0.5 (42.9 min at $0.70/h)'."""
-        minutes = f"{self.tc.max_minutes:g} min"
-        if self.tc.max_dollars is None:
-            return minutes
-        return f"${self.tc.max_dollars:g} ({minutes} at ${self.budget_price:.2f}/h)"
-
-    def _budget_plan(self) -> str:
-        """The line that says what a time budget plans: its steps, and where the LR schedule ends."""
-        tc, planned = self.tc, budget_steps(self.tc.max_minutes, self.tc.step_seconds)
-        how = "measured" if self.step_measured else "train.step_seconds"
-        line = f"budget {self._budget_words()}: {how} {tc.step_seconds:.3g} s/step → "
-        if planned == self.end_of_run:
-            line += f"planning {planned:,} steps; the LR schedule ends at the budget"
-        else:
-            line += (f"{planned:,} steps would fit; the run ends at step {self.end_of_run:,} first (about "
-                     f"{format_duration(self.end_of_run * tc.step_seconds)}), and so does the LR schedule, or at the "
-                     "budget if the steps slow down")
-        if self.elapsed_before:
-            line += f"; {format_duration(self.elapsed_before)} of it spent before this session"
-        return line
-
-    def _budget_end(self, lr: float) -> str:
-        """What a time-budgeted session reached: its minutes and steps against the plan, and the LR of its last step
-        against the schedule's last."""
-        final = lr_at(self.end_of_run - 1, self.tc, self.end_of_run)
-        return (f"budget {self._budget_words()}: {format_duration(self.elapsed)} trained, step {self.step:,} of "
-                f"{self.end_of_run:,} planned; the last step's LR {lr:.2e} (the schedule's final value {final:.2e})")
 
     def _setup_model(self, from_checkpoint: bool) -> None:
         """Loaders, model, optimizer and checkpointer; on resume, everything the last checkpoint holds."""
@@ -371,11 +278,8 @@ class Trainer:
             model.load_state_dict(ckpt.model.state_dict())
             self.step, self.elapsed_before = ckpt.state["step"], ckpt.state["elapsed_s"]
             self.skipped = ckpt.state.get("skipped_steps", 0)
-            # Before config.yaml is rewritten with the lowered limit. A time budget is spent when the next step
-            # would end past it, where it could only repeat the final LR.
-            spent = tc.max_minutes is not None and self.elapsed_before + tc.step_seconds >= tc.max_minutes * 60
-            if spent and self.step != self.end_of_run:
-                raise BurnoutError(_budget_spent(self.run_dir, self.elapsed_before, tc, self.budget_price))
+            if self.budget is not None:  # before config.yaml is rewritten with the lowered limit
+                self.budget.check_resume(self.run_dir, self.elapsed_before, self.step, self.end_of_run)
             if self.step > self.end_of_run:
                 raise BurnoutError(_past_the_end(self.run_dir, self.step, self.end_of_run, tc))
         self.elapsed = self.elapsed_before
@@ -428,9 +332,9 @@ class Trainer:
         """A line printed above the progress bar when it shows, else handed to on_event."""
         (self.bar.write if not self.bar.disable else self.emit)(line)
 
-    def train(self) -> TrainResult:
+    def fit(self) -> TrainResult:
         ckpt_path, result = None, None
-        budget = TimeBudget(self.tc, self.end_of_run, self.elapsed_before) if self.tc.max_minutes is not None else None
+        budget = self.budget.session(self.end_of_run, self.elapsed_before) if self.budget is not None else None
         stop = StopConditions(self.stop_at, self.end_of_run, budget)
         batches = Prefetcher(self.loaders["train"], batch_indices(self.step, self.tc.grad_accum, self.dist),
                              pin=self.device.type == "cuda")
@@ -478,7 +382,7 @@ class Trainer:
                         break
             # Inside the try: the phase summary it writes is among the logs the mirror copies on closing.
             if budget is not None and result is not None:
-                self._say(self._budget_end(result.lr))
+                self._say(self.budget.end_line(self.elapsed, self.step, self.end_of_run, result.lr))
             return self._finish(ckpt_path, result.loss if result else math.nan, stop.reason)
         finally:
             batches.close()

@@ -30,7 +30,7 @@ import torch
 from burnout.common import RUN_CONFIG_FILE, format_count
 from burnout.config import CONFIG_DIR, RunConfig, load_run_config, model_preset_names
 from burnout.core.device import compute_precision
-from burnout.data.recipe import preset_train_section
+from burnout.data.mix import preset_train_section
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
 from burnout.models.memory import FP32, compiled_saved, measure_step, param_counts, static_bytes

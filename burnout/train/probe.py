@@ -23,7 +23,7 @@ def measure_step_seconds(cfg: RunConfig, data_dir: Path, recipe: Recipe | None =
                          device: torch.device | None = None, precision: str | None = None, steps: int = 6) -> float:
     """The fastest of six timed training steps of `recipe` (default: pretraining) for this config, on one rank (no
     collectives), after one warm-up step (weights discarded). A time budget plans the steps that fit at this pace,
-    and the clock places the slower ones (schedule.TimeBudget), so the run ends at its budget; a plan made from a
+    and the clock places the slower ones (budget.TimeBudget), so the run ends at its budget; a plan made from a
     slower step ends early when the run's steps go faster than the probe's (docs/PERFORMANCE.md)."""
     tc, recipe = cfg.train, recipe or Pretraining()
     device = device or resolve_device(tc.device)

@@ -1,6 +1,7 @@
-"""Starting and resuming a run of any recipe: a new run's folder is checked and its recipe prepares its config
-and data before the Trainer starts; a resume checks that only what may change has changed, and the Trainer
-carries on from the newest good checkpoint. burnout/runs.py says which recipe a config runs (`recipe_for`).
+"""Starting and resuming a run of any recipe, the last step before the Trainer: a new run's folder is checked and
+its recipe prepares its config and data, then `Trainer(...).fit()`; a resume checks that only what may change has
+changed, and the Trainer carries on from the newest good checkpoint. burnout/runs.py says which recipe a config
+runs (`recipe_for`) and decides between the two (`burnout train`, `--resume-if-exists`).
 
 One process writes a run folder: rank 0 holds its lock (core/model_files.py: writing_run) from before the data
 are prepared until the run stops; a second start or resume of the same folder is refused in one line naming
@@ -25,7 +26,8 @@ from burnout.core.device import resolve_device
 from burnout.core.model_files import is_run_folder, writing_run
 from burnout.data.shards import data_fingerprint
 from burnout.errors import BurnoutError
-from burnout.train.loop import TrainResult, refuse_existing_run, train
+from burnout.train.distributed import process_group
+from burnout.train.loop import Trainer, TrainResult, refuse_existing_run
 from burnout.train.plan import check_memory_floor
 from burnout.train.provenance import trained_data
 from burnout.train.recipe import Recipe
@@ -55,23 +57,31 @@ def start_run(cfg: RunConfig, run_dir: Path, recipe: Recipe, data_dir: Path | No
     with _writing(run_dir, "--out"):
         refuse_existing_run(run_dir)  # before preparing data into a folder that holds another run
         cfg, data_dir = recipe.prepare(cfg, run_dir, data_dir, on_event, progress)
-        return train(cfg, run_dir, data_dir, recipe, resume=False, progress=progress, on_event=on_event,
-                     auto_batch=auto_batch)
+        with process_group(resolve_device(cfg.train.device)) as (dist, device):
+            return Trainer(cfg, run_dir, Path(data_dir), recipe, dist, device, progress=progress, on_event=on_event,
+                           auto_batch=auto_batch).fit()
 
 
 def resume_run(run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
                on_event: Callable[[str], None] = print, progress: bool | None = None) -> TrainResult:
     """Continue the run in `run_dir` from its newest good checkpoint, with the recipe `recipe_for` gives its
     config and these overrides of the settings that may change."""
-    config_path = Path(run_dir) / RUN_CONFIG_FILE
+    run_dir = Path(run_dir)
+    config_path = run_dir / RUN_CONFIG_FILE
     if not config_path.is_file():
-        raise BurnoutError(_not_resumable(Path(run_dir)))
-    with _writing(Path(run_dir), "--resume"):
-        return _resume(run_dir, config_path, recipe_for, overrides, on_event, progress)
+        raise BurnoutError(_not_resumable(run_dir))
+    with _writing(run_dir, "--resume"):
+        cfg, data_dir, resumed_with = _resumed_config(run_dir, config_path, overrides, on_event)
+        recipe = recipe_for(cfg)
+        with process_group(resolve_device(cfg.train.device)) as (dist, device):
+            return Trainer(cfg, run_dir, data_dir, recipe, dist, device, resume=True, progress=progress,
+                           on_event=on_event, resumed_with=resumed_with).fit()
 
 
-def _resume(run_dir: Path, config_path: Path, recipe_for: RecipeFor, overrides: list[str],
-            on_event: Callable[[str], None], progress: bool | None) -> TrainResult:
+def _resumed_config(run_dir: Path, config_path: Path, overrides: list[str],
+                    on_event: Callable[[str], None]) -> tuple[RunConfig, Path, dict | None]:
+    """The config a resume runs (the saved one with `overrides`, refused where a fixed setting changed), its data
+    folder (checked: check_resume_data), and the changes resumes.jsonl records (None without any)."""
     saved = load_saved_config(config_path)
     cfg = load_saved_config(config_path, overrides)
     if not cfg.data.prepared_dir:  # every run that trained names its data: this folder holds weights imported
@@ -92,8 +102,7 @@ def _resume(run_dir: Path, config_path: Path, recipe_for: RecipeFor, overrides: 
     # The safe overrides (LR, phases, logging), recorded in resumes.jsonl once the run has accepted them.
     resumed_with = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "overrides": list(overrides),
                     "changed": changed} if changed else None
-    return train(cfg, run_dir, data_dir, recipe_for(cfg), resume=True, progress=progress,
-                 on_event=on_event, resumed_with=resumed_with)
+    return cfg, data_dir, resumed_with
 
 
 def check_resume_data(run_dir: Path, data_dir: Path, say: Callable[[str], None]) -> None:
@@ -112,20 +121,6 @@ def check_resume_data(run_dir: Path, data_dir: Path, say: Callable[[str], None])
                            f"or tokenizer.json differ from those its last launch recorded, in {recorded['dir']}); "
                            f"{fix}")
     say(f"data: {data_dir}" + (" (the data the run trained on, checked)" if recorded is not None else ""))
-
-
-def start_or_resume(cfg: RunConfig, run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
-                    data_dir: Path | None = None, on_event: Callable[[str], None] = print,
-                    progress: bool | None = None, auto_batch: bool = False) -> TrainResult:
-    """`burnout train CONFIG --out RUN --resume-if-exists`: resume RUN as `--resume RUN` would (its own
-    config.yaml, these overrides) when training has started there, else start it. One command that is right
-    on every boot of a machine that can vanish."""
-    if not holds_run(run_dir):
-        return start_run(cfg, run_dir, recipe_for(cfg), data_dir, on_event, progress, auto_batch)
-    if os.environ.get("RANK", "0") == "0":
-        on_event(f"{run_dir} already holds a run: resuming it (its config.yaml and the overrides given; "
-                 "CONFIG, --data and --auto-batch apply to a new run only)")
-    return resume_run(run_dir, recipe_for, overrides, on_event, progress)
 
 
 def _not_resumable(run_dir: Path) -> str:

@@ -1,5 +1,5 @@
 """When a training session stops: the end of the current phase (or of the run), the time budget
-(train.max_minutes: its last step, schedule.TimeBudget), or SIGTERM / SIGINT. Every rank must stop at the same
+(train.max_minutes: its last step, budget.TimeBudget), or SIGTERM / SIGINT. Every rank must stop at the same
 step, so the conditions are agreed across ranks (on the train step's own all-reduce)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from burnout.train.schedule import TimeBudget
+from burnout.train.budget import TimeBudget
 
 
 class StopConditions:

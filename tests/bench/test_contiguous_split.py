@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
+from burnout.data.mix import load_mix
 from burnout.data.prepare import prepare_data
-from burnout.data.recipe import load_recipe
 from burnout.data.shards import read_tokens
 from burnout.data.tokenizer import load_tokenizer
 
@@ -33,7 +33,7 @@ def test_contiguous_split_of_one_file(tmp_path):
 
 def test_tiny_shakespeare_is_split_as_nanogpt_splits_it(shared_data, tmp_path):
     text = (shared_data / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
-    data_cfg, tok_cfg = load_recipe("shakespeare-char")
+    data_cfg, tok_cfg = load_mix("shakespeare-char")
     meta = prepare_data(data_cfg, tok_cfg, tmp_path / "out")
     n = len(text)
     assert n == 1_115_394

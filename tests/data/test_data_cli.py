@@ -1,4 +1,4 @@
-"""The data-stage commands through the real CLI: recipes, inspect, tokenizer train/encode/decode."""
+"""The data-stage commands through the real CLI: data mixes, inspect, tokenizer train/encode/decode."""
 
 import json
 
@@ -29,7 +29,7 @@ def test_tokenizer_train_encode_decode_round_trip(tmp_path, capsys):
     assert "outside this tokenizer's vocabulary" in capsys.readouterr().err
 
 
-def test_prepare_recipe_with_overrides_then_inspect(tmp_path, capsys):
+def test_prepare_mix_with_overrides_then_inspect(tmp_path, capsys):
     out = tmp_path / "data"
     assert main(["data", "prepare", "default", "--out", str(out), "--workers", "1", *SMALL,
                  "data.shard_tokens=5000"]) == 0
@@ -45,7 +45,7 @@ def test_prepare_recipe_with_overrides_then_inspect(tmp_path, capsys):
     assert "already holds prepared data" in capsys.readouterr().err
 
 
-def test_unknown_recipe_is_one_line(capsys):
+def test_unknown_mix_is_one_line(capsys):
     assert main(["data", "prepare", "no-such-recipe", "--out", "x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not found" in err[0]
@@ -53,7 +53,7 @@ def test_unknown_recipe_is_one_line(capsys):
 
 def test_prepare_with_an_existing_tokenizer_encodes_with_it_as_it_is(tiny_bpe_data, tmp_path, capsys):
     # A tokenizer.json or a folder holding one (a data folder, a checkpoint): the tokenizer of a run continued with
-    # `burnout train --init-from`, for your text and for a recipe alike.
+    # `burnout train --init-from`, for your text and for a data mix alike.
     from burnout.data.shards import read_meta
     from burnout.data.tokenizer import tokenizer_sha256
 

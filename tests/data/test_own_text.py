@@ -43,13 +43,13 @@ def _one_error_line(capsys) -> str:
 
 @pytest.fixture(scope="module")
 def wiki_data(shared_data, tmp_path_factory):
-    """WikiText-2's raw test file prepared by path: no recipe, default tokenizer."""
+    """WikiText-2's raw test file prepared by path: no data mix, default tokenizer."""
     out = tmp_path_factory.mktemp("wiki") / "data"
     assert main(["data", "prepare", str(shared_data / WIKI), "--out", str(out), "--workers", "1"]) == 0
     return out
 
 
-def test_a_text_file_by_path_needs_no_recipe(wiki_data, shared_data):
+def test_a_text_file_by_path_needs_no_data_mix(wiki_data, shared_data):
     meta = _meta(wiki_data)
     (source,) = meta["data_config"]["sources"]
     assert source["kind"] == "text" and source["split_by"] == "line" and source["name"] == "wiki.test"
@@ -222,8 +222,8 @@ def test_drop_removes_planted_documents_counted_per_pattern_and_source(tmp_path,
     _plant(corpus, "news", 60, {i: "BUY CHEAP PILLS" for i in range(0, 60, 10)})  # 6
     _plant(corpus, "forum", 50, {**{i: "buy cheap pills!!" for i in (3, 4, 5, 6)},  # 4
                                  **{i: "Lorem ipsum dolor" for i in (20, 30, 40)}})  # 3
-    recipe = tmp_path / "mix.yaml"
-    recipe.write_text(
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(
         "data:\n  sources:\n"
         f"    - {{name: news, kind: text, split_by: paragraph, path: {corpus / 'news.txt'}}}\n"
         f"    - {{name: forum, kind: text, split_by: paragraph, path: {corpus / 'forum.txt'}}}\n"
@@ -231,7 +231,7 @@ def test_drop_removes_planted_documents_counted_per_pattern_and_source(tmp_path,
         "tokenizer: {kind: char}\n", encoding="utf-8")
     out = tmp_path / "data"
     drops = ["(?i)buy cheap pills", "(?i)lorem ipsum"]
-    assert main(["data", "prepare", str(recipe), "--out", str(out), "--workers", "1",
+    assert main(["data", "prepare", str(mix), "--out", str(out), "--workers", "1",
                  *[arg for pattern in drops for arg in ("--drop", pattern)]]) == 0
     assert "dropped 13 documents" in capsys.readouterr().out
     junk = _meta(out)["cleaning"]["junk"]
@@ -258,7 +258,7 @@ def test_drop_removes_planted_documents_counted_per_pattern_and_source(tmp_path,
     assert "buy cheap pills" in _decoded(mine) and not re.search(drops[1], _decoded(mine))
 
 
-def test_a_broken_yaml_recipe_still_says_yaml(tmp_path, capsys):
+def test_a_broken_yaml_mix_still_says_yaml(tmp_path, capsys):
     broken = "data:\n  sources: [\n    {name: a, kind: text\n"
     for name in ("recipe.yaml", "recipe"):  # by extension, and by content (a file opening with `data:`)
         path = tmp_path / name

@@ -248,7 +248,7 @@ def test_a_prepare_stopped_while_its_tokenizer_trains_leaves_a_folder_it_goes_on
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr("burnout.data.prepare.train_recipe_tokenizer", stopped)
+        patch.setattr("burnout.data.prepare.train_mix_tokenizer", stopped)
         assert main([*prepare, "--overwrite"]) == 130
     assert (data / "tokenizer.json").is_file() and not (data / "meta.json").exists()
     capsys.readouterr()

@@ -76,7 +76,7 @@ def _wordy(rng: random.Random, words: int) -> str:
 @pytest.fixture(scope="module")
 def headings_and_articles(tmp_path_factory):
     """One document per line: 1,500 headings of 3 words and 500 articles of 150 words, shuffled, prepared as a
-    newcomer prepares a file (no recipe, the default 5% to val)."""
+    newcomer prepares a file (no data mix, the default 5% to val)."""
     rng = random.Random(7)
     lines = [f"= {_wordy(rng, 3)} =" for _ in range(1500)] + [_wordy(rng, 150) + " ." for _ in range(500)]
     rng.shuffle(lines)

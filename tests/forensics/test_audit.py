@@ -76,9 +76,9 @@ def build_planted(shared_data: Path, path: Path, seed: int = 0) -> dict:
     return where
 
 
-def write_recipe(shared_data: Path, folder: Path) -> tuple[Path, dict]:
+def write_mix(shared_data: Path, folder: Path) -> tuple[Path, dict]:
     planted = build_planted(shared_data, folder / "planted.jsonl")
-    recipe = {"description": "audit test mix", "data": {
+    mix = {"description": "audit test mix", "data": {
         "sources": [
             {"name": "shakespeare", "kind": "text", "split_by": "paragraph", "weight": 1,
              "path": str(shared_data / "tinyshakespeare" / "input.txt")},
@@ -89,15 +89,15 @@ def write_recipe(shared_data: Path, folder: Path) -> tuple[Path, dict]:
         ],
         "max_chars": MAX_CHARS, "junk_patterns": JUNK}}
     path = folder / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    path.write_text(yaml.safe_dump(mix), encoding="utf-8")
     return path, planted
 
 
 @pytest.fixture(scope="module")
 def audited(shared_data, tmp_path_factory):
-    """The recipe audited once through the command line: (audit.json, stdout, recipe, planted, out)."""
+    """The data mix audited once through the command line: (audit.json, stdout, mix, planted, out)."""
     folder = tmp_path_factory.mktemp("audit")
-    recipe, planted = write_recipe(shared_data, folder)
+    mix, planted = write_mix(shared_data, folder)
     assert planted["chars"] < 2 * MAX_CHARS // 5, "the planted source must fit its budget whole"
     out = folder / "out"
     import contextlib
@@ -105,10 +105,10 @@ def audited(shared_data, tmp_path_factory):
 
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        code = main(["data", "audit", str(recipe), "--out", str(out), "--top", "100"])
+        code = main(["data", "audit", str(mix), "--out", str(out), "--top", "100"])
     assert code == 0
     report = json.loads((out / AUDIT_JSON).read_text(encoding="utf-8"))
-    return report, stdout.getvalue(), recipe, planted, out
+    return report, stdout.getvalue(), mix, planted, out
 
 
 def _source(report: dict, name: str) -> dict:
@@ -133,9 +133,9 @@ def test_planted_artifact_ranks_in_top_10_of_its_source(audited, artifact, tag):
 
 
 def test_exact_duplicates_found_with_counts(audited):
-    report, stdout, recipe, planted, _ = audited
+    report, stdout, mix, planted, _ = audited
     groups = report["exact_duplicates"]["top"]
-    lines = (recipe.parent / "planted.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (mix.parent / "planted.jsonl").read_text(encoding="utf-8").splitlines()
     dup_text = json.loads(lines[planted["dup"][0]])["text"]
     mine = [g for g in groups if g["example"].startswith(dup_text[:80])]
     assert len(mine) == 1 and mine[0]["copies"] == 4 and mine[0]["documents"] == {"planted": 4}
@@ -161,9 +161,9 @@ def test_near_duplicate_cluster_found_with_counts(audited):
     assert not any({tuple(m) for m in c["members"]} & dup_members for c in clusters)
 
 
-def _expected_junk_documents(recipe: Path, pattern: str) -> dict[str, int]:
+def _expected_junk_documents(mix: Path, pattern: str) -> dict[str, int]:
     """Documents matching `pattern` in each source's budget, counted here from the readers' documents."""
-    raw = yaml.safe_load(recipe.read_text(encoding="utf-8"))["data"]
+    raw = yaml.safe_load(mix.read_text(encoding="utf-8"))["data"]
     total = sum(s["weight"] for s in raw["sources"])
     counts = {}
     for spec in raw["sources"]:
@@ -178,9 +178,9 @@ def _expected_junk_documents(recipe: Path, pattern: str) -> dict[str, int]:
 
 
 def test_junk_pattern_hits_per_source(audited):
-    report, stdout, recipe, planted, _ = audited
+    report, stdout, mix, planted, _ = audited
     for pattern in JUNK:
-        expected = _expected_junk_documents(recipe, pattern)
+        expected = _expected_junk_documents(mix, pattern)
         found = {s["name"]: next(j for j in s["junk"] if j["pattern"] == pattern)["documents"]
                  for s in report["sources"]}
         assert found == expected, pattern
@@ -387,7 +387,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
 
 
 def test_audit_reads_what_prepare_reads_a_glob_a_file_of_any_name_a_symlink_and_a_folder(tmp_path, capsys):
-    """Each way `data prepare` takes your text, the audit takes too (data/recipe.py tells them apart for both), and
+    """Each way `data prepare` takes your text, the audit takes too (data/mix.py tells them apart for both), and
     finds the documents prepare made of it: the same count and characters for the one source."""
     texts = tmp_path / "texts"
     texts.mkdir()

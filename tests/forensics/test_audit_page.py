@@ -26,13 +26,13 @@ def audit_page(shared_data, tmp_path) -> tuple[Path, dict]:
         paras[i] += "\nRead more stories like this at example.com/news"
     paras += [paras[0], paras[0]]  # an exact duplicate
     (tmp_path / "web.jsonl").write_text("".join(json.dumps({"text": p}) + "\n" for p in paras), encoding="utf-8")
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(json.dumps({"data": {"sources": [
+    mix = tmp_path / "recipe.yaml"
+    mix.write_text(json.dumps({"data": {"sources": [
         {"name": "shakespeare", "kind": "text", "split_by": "paragraph",
          "path": str(shared_data / "tinyshakespeare" / "input.txt")},
         {"name": "web", "kind": "jsonl", "path": str(tmp_path / "web.jsonl")}],
         "max_chars": 800_000, "junk_patterns": ["<b>"]}}), encoding="utf-8")
-    report = audit_target(str(recipe))
+    report = audit_target(str(mix))
     paths = write_audit(report, tmp_path / "audit")
     return paths[1], report
 

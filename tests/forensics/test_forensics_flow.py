@@ -57,8 +57,8 @@ def test_plant_audit_trace_drop_and_see_it_in_the_browser(chromium, shared_data,
     wiki, planted = _plant((shared_data / "wikitext2" / "wiki.valid.tokens").read_text(encoding="utf-8"))
     (tmp_path / "wiki.txt").write_text(wiki, encoding="utf-8")
     gpt2 = shared_data / "gpt2_tokenizer"
-    recipe = tmp_path / "mix.yaml"
-    recipe.write_text(json.dumps({
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(json.dumps({
         "data": {"sources": [
             {"name": "shakespeare", "kind": "text", "split_by": "paragraph",
              "path": str(shared_data / "tinyshakespeare" / "input.txt")},
@@ -70,7 +70,7 @@ def test_plant_audit_trace_drop_and_see_it_in_the_browser(chromium, shared_data,
         "tokenizer": {"kind": "gpt2", "vocab_path": str(gpt2 / "vocab.json"),
                       "merges_path": str(gpt2 / "merges.txt")}}), encoding="utf-8")
     data, clean = tmp_path / "data", tmp_path / "clean"
-    _run(capsys, "data", "prepare", recipe, "--out", data, "--workers", 1)
+    _run(capsys, "data", "prepare", mix, "--out", data, "--workers", 1)
 
     # The audit was not told the string: it ranks it among the wiki source's top 10, and in no other source.
     terms = _audit(data, capsys)
@@ -99,7 +99,7 @@ def test_plant_audit_trace_drop_and_see_it_in_the_browser(chromium, shared_data,
     assert result["per_split"]["train"] < OCCURRENCES
 
     # Dropped at prepare time, counted in meta.json; the new data's audit and trace find none.
-    _run(capsys, "data", "prepare", recipe, "--out", clean, "--workers", 1, "--drop", re.escape(ARTIFACT))
+    _run(capsys, "data", "prepare", mix, "--out", clean, "--workers", 1, "--drop", re.escape(ARTIFACT))
     junk = read_meta(clean)["cleaning"]["junk"]
     assert junk["dropped_documents"] == DOCUMENTS
     assert junk["by_source"]["wiki"]["dropped_documents"] == DOCUMENTS

@@ -96,11 +96,11 @@ def audited(shared_data, tmp_path_factory):
         path = folder / f"{name}.jsonl"
         path.write_text("".join(json.dumps({"text": text}) + "\n" for text in planted), encoding="utf-8")
         sources.append({"name": name, "kind": "jsonl", "path": str(path)})
-    recipe = folder / "recipe.yaml"
-    recipe.write_text(yaml.safe_dump({"data": {"sources": sources}}), encoding="utf-8")
+    mix = folder / "recipe.yaml"
+    mix.write_text(yaml.safe_dump({"data": {"sources": sources}}), encoding="utf-8")
     out = folder / "audit"
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["data", "audit", str(recipe), "--chars-per-source", "0", "--out", str(out)]) == 0
+        assert main(["data", "audit", str(mix), "--chars-per-source", "0", "--out", str(out)]) == 0
     return json.loads((out / AUDIT_JSON).read_text(encoding="utf-8")), where
 
 

@@ -1,4 +1,4 @@
-"""A time budget is a plan, not a cut-off (burnout/train/schedule.py: TimeBudget), through the real commands: a run
+"""A time budget is a plan, not a cut-off (burnout/train/budget.py: TimeBudget), through the real commands: a run
 whose steps slow down still ends its LR schedule at the budget, at the final LR; sft with --minutes finishes its
 warmup and decays; a resume goes on where the run's elapsed_s puts its schedule; without a budget the LR is the
 step's alone, as it always was. The clock the loop and the step probe read moves by each train step alone, so
@@ -84,6 +84,21 @@ def test_a_run_whose_steps_slow_down_still_ends_its_schedule_at_the_budget(tiny_
     assert len(err.splitlines()) == 1 and err.startswith("burnout: error: --resume: "), err
     assert "has trained 1m02s of its time budget (train.max_minutes=1" in err and "--minutes 3" in err, err
 
+
+
+def test_a_run_that_trained_every_planned_step_resumes_at_its_end(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                  monkeypatch, capsys):
+    """Each step takes the 1 s the probe measured: the run trains all 60 steps the minute planned, which spends its
+    budget. Resumed, it is at its end rather than past its budget: nothing is left to train, and it says it is done
+    (red when a spent budget refuses the resume of a run already at its last step)."""
+    StepClock(monkeypatch, lambda step: 1.0)
+    run = tmp_path / "run"
+    assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
+                 "--data", str(tiny_bpe_data), "--minutes", "1"]) == 0
+    assert len(_lrs(run)) == 60
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 0
+    assert "done: step 60," in capsys.readouterr().out
 
 def test_a_sudden_slowdown_overruns_the_budget_by_at_most_one_step(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                     monkeypatch):

@@ -3,8 +3,8 @@ import pytest
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
 from burnout.data.corpus import fetch_url, iter_documents
 from burnout.data.inspect import inspect_data
+from burnout.data.mix import load_mix, mix_names
 from burnout.data.prepare import prepare_data
-from burnout.data.recipe import load_recipe, recipe_names
 from burnout.data.shards import read_tokens
 from burnout.data.tokenizer import build_tokenizer, eot_id, gpt2_tokenizer
 from burnout.errors import BurnoutError
@@ -61,18 +61,18 @@ def test_prepare_with_gpt2_and_inspect(shared_data, tmp_path):
             == report["sample_text"])
 
 
-def test_builtin_recipes_load():
-    assert {"default", "shakespeare", "gpuburnout-1b"} <= set(recipe_names())
-    data, tok = load_recipe("gpuburnout-1b")
+def test_builtin_mixes_load():
+    assert {"default", "shakespeare", "gpuburnout-1b"} <= set(mix_names())
+    data, tok = load_mix("gpuburnout-1b")
     assert [s.weight for s in data.sources] == [0.87, 0.10, 0.03]
     assert all(s.kind == "hf" for s in data.sources) and data.sources[0].subset == "sample-10BT"
     assert tok.vocab_size == 32005 and tok.special_tokens == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    data, tok = load_recipe("default")
+    data, tok = load_mix("default")
     assert data == DataConfig() and tok == TokenizerConfig()
 
 
-def test_shakespeare_recipe_prepares(shared_data, tmp_path):
-    data, tok = load_recipe("shakespeare")
+def test_shakespeare_mix_prepares(shared_data, tmp_path):
+    data, tok = load_mix("shakespeare")
     assert data.sources[0].sha256 == SHAKESPEARE_SHA
     data.sources[0].path = str(shared_data / "tinyshakespeare" / "input.txt")
     meta = prepare_data(data, tok, tmp_path)
@@ -85,13 +85,13 @@ def test_shakespeare_recipe_prepares(shared_data, tmp_path):
     assert len(read_tokens(tmp_path, "val")) == meta["splits"]["val"]["tokens"]
 
 
-def test_recipe_errors(tmp_path):
+def test_mix_errors(tmp_path):
     with pytest.raises(BurnoutError, match="recipe 'nope' not found"):
-        load_recipe("nope")
+        load_mix("nope")
     bad = tmp_path / "r.yaml"
     bad.write_text("data:\n  sources: [{name: a, kind: text, path: x.txt}]\n  max_tokenz: 5\n", encoding="utf-8")
     with pytest.raises(BurnoutError, match="data.max_tokenz: unknown key; did you mean 'max_tokens'"):
-        load_recipe(bad)
+        load_mix(bad)
 
 
 def test_url_source_is_downloaded_once_and_checked(shared_data, tmp_path, monkeypatch):

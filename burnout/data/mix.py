@@ -1,4 +1,5 @@
-"""Data recipes: burnout/configs/data/NAME.yaml, or any YAML file of the same shape.
+"""Data mixes: burnout/configs/data/NAME.yaml, or any YAML file of the same shape (its sources are mixed by
+token share).
 
     description: one line shown by listings
     data:        a DataConfig: sources (with weights), max_tokens (token budget), max_chars (tokenizer
@@ -6,11 +7,11 @@
                  val_fraction, seed
     tokenizer:   a TokenizerConfig
 
-Relative paths in a built-in recipe (source path, tokenizer vocab_path/merges_path) are relative to
-the repository root; in a recipe file given by path, relative to the current directory.
+Relative paths in a built-in data mix (source path, tokenizer vocab_path/merges_path) are relative to
+the repository root; in a data mix file given by path, relative to the current directory.
 
-Your own text needs no recipe: `burnout data prepare` given a text/jsonl/parquet file, a folder or a glob
-builds the sections for it (`own_text_sections`; how an argument is told from a recipe: `input_kind`).
+Your own text needs no data mix: `burnout data prepare` given a text/jsonl/parquet file, a folder or a glob
+builds the sections for it (`own_text_sections`; how an argument is told from a data mix: `input_kind`).
 `data_run_config` is the run config of `burnout train --data DIR --model PRESET`, which needs no file either.
 """
 
@@ -43,36 +44,36 @@ from burnout.data.corpus import COMPRESSED_SUFFIXES, source_signature
 from burnout.data.shards import META_FILE, read_meta
 from burnout.errors import BurnoutError
 
-RECIPE_DIR = CONFIG_DIR / "data"
+MIX_DIR = CONFIG_DIR / "data"
 _KEYS = {"description", "data", "tokenizer"}
 
 
-def recipe_names() -> list[str]:
-    return sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
+def mix_names() -> list[str]:
+    return sorted(p.stem for p in MIX_DIR.glob("*.yaml"))
 
 
-def is_recipe(name_or_path: str | Path) -> bool:
-    """A built-in recipe name, or a YAML file holding only recipe sections (not a run config)."""
-    if (RECIPE_DIR / f"{name_or_path}.yaml").is_file():
+def is_mix(name_or_path: str | Path) -> bool:
+    """A built-in data mix name, or a YAML file holding only data mix sections (not a run config)."""
+    if (MIX_DIR / f"{name_or_path}.yaml").is_file():
         return True
     path = Path(name_or_path)
     return path.is_file() and set(read_yaml(path)) <= _KEYS
 
 
-def load_recipe(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[DataConfig, TokenizerConfig]:
-    """(data config, tokenizer config) of a built-in recipe name or a recipe YAML path, validated.
+def load_mix(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[DataConfig, TokenizerConfig]:
+    """(data config, tokenizer config) of a built-in data mix name or a data mix YAML path, validated.
 
     `overrides` are `data.key=value` / `tokenizer.key=value` strings, as on the command line.
     """
     path = Path(name_or_path)
-    builtin = RECIPE_DIR / f"{name_or_path}.yaml"
+    builtin = MIX_DIR / f"{name_or_path}.yaml"
     if path.is_file():
         base = None
     elif builtin.is_file():
         path, base = builtin, CONFIG_DIR.parent.parent  # the folder holding the burnout package: a checkout's root
     else:
         raise BurnoutError(
-            f"data recipe '{name_or_path}' not found; give a YAML path or one of: {', '.join(recipe_names())}"
+            f"data recipe '{name_or_path}' not found; give a YAML path or one of: {', '.join(mix_names())}"
         )
     raw = read_yaml(path)
     for item in overrides:
@@ -80,12 +81,12 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[Da
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
         raise BurnoutError(f"{path}: unknown top-level key '{unknown[0]}'; "
-                           f"a recipe has description, data and tokenizer")
+                           f"a data mix has description, data and tokenizer")
     return _sections(raw, base)
 
 
 def _sections(raw: dict, base: Path | None = None) -> tuple[DataConfig, TokenizerConfig]:
-    """The validated data and tokenizer sections of a raw recipe; relative paths made relative to `base`."""
+    """The validated data and tokenizer sections of a raw data mix; relative paths made relative to `base`."""
     data = from_dict(DataConfig, raw.get("data") or {}, "data")
     tok = from_dict(TokenizerConfig, raw.get("tokenizer") or {}, "tokenizer")
     if base is not None:
@@ -102,15 +103,15 @@ def _sections(raw: dict, base: Path | None = None) -> tuple[DataConfig, Tokenize
 
 
 def load_data_sections(name_or_path: str | Path, overrides: list[str] = ()) -> tuple[DataConfig, TokenizerConfig]:
-    """The data and tokenizer sections of a recipe, or of a run config (which also has them)."""
-    if is_recipe(name_or_path):
-        return load_recipe(name_or_path, overrides)
+    """The data and tokenizer sections of a data mix, or of a run config (which also has them)."""
+    if is_mix(name_or_path):
+        return load_mix(name_or_path, overrides)
     cfg = load_run_config(name_or_path, overrides)
     return cfg.data, cfg.tokenizer
 
 
 # ----------------------------------------------------------------------------------------------
-# Your own text: `burnout data prepare my.txt | folder/ | '*.jsonl' | file.parquet --out DIR`, no recipe
+# Your own text: `burnout data prepare my.txt | folder/ | '*.jsonl' | file.parquet --out DIR`, no data mix
 
 # Up to this many characters (estimated from file sizes) the whole corpus is the tokenizer's sample and
 # the token budget is exactly its tokens; a larger corpus trains the tokenizer on a seeded sample of this
@@ -136,7 +137,7 @@ TOKENIZER_SPECS = ("bpe, bpe:VOCAB (e.g. bpe:8192), char, gpt2, gpt2:FOLDER (hol
 def load_prepare_sections(arg: str, overrides: list[str] = (), *, tokenizer: str | None = None,
                           text_field: str | None = None, split_by: str | None = None, separator: str | None = None,
                           drop: list[str] = ()) -> tuple[DataConfig, TokenizerConfig]:
-    """The data and tokenizer sections `burnout data prepare ARG` prepares: a recipe's or run config's, or
+    """The data and tokenizer sections `burnout data prepare ARG` prepares: a data mix's or run config's, or
     ones built for your own text when ARG is a text/jsonl/parquet file, folder or glob (see `input_kind`).
 
     `drop`: regular expressions; documents matching any of them are dropped (data.junk_patterns with
@@ -155,7 +156,7 @@ def load_prepare_sections(arg: str, overrides: list[str] = (), *, tokenizer: str
     for flag, value in (("--tokenizer", tokenizer), ("--text-field", text_field), ("--split-by", split_by),
                         ("--separator", separator)):
         if value is not None:
-            raise BurnoutError(f"{flag} applies to your own text (a file, folder or glob); '{arg}' is a recipe or "
+            raise BurnoutError(f"{flag} applies to your own text (a file, folder or glob); '{arg}' is a data mix or "
                                "run config, which sets it in its own sections (e.g. tokenizer.kind=char)")
     data, tok = load_data_sections(arg, overrides)
     if drop:
@@ -171,17 +172,17 @@ def load_prepare_sections(arg: str, overrides: list[str] = (), *, tokenizer: str
 
 
 def input_kind(arg: str) -> str | None:
-    """How `burnout data prepare` reads ARG: None for a recipe or run config, else the source kind of your own
+    """How `burnout data prepare` reads ARG: None for a data mix or run config, else the source kind of your own
     text ('text', 'jsonl' or 'parquet'). By existence, then extension, then content:
 
     1. an existing folder: your text, of the kind of the data files under it (.txt; .jsonl/.json; .parquet;
        each also .gz/.bz2/.zst); a folder holding several kinds is ambiguous (name one with a glob).
-    2. an existing file: .yaml/.yml is a recipe or run config; .jsonl/.json and .parquet are data; any other
+    2. an existing file: .yaml/.yml is a data mix or run config; .jsonl/.json and .parquet are data; any other
        file is YAML when its first line that is not blank or a comment opens a section (`data:`,
        `tokenizer:`, `model:`, `train:`, `description:`, `sft:`, `dpo:`), and text otherwise. A text file
-       named like a built-in recipe or config is ambiguous (write ./NAME).
+       named like a built-in data mix or config is ambiguous (write ./NAME).
     3. a glob (* ? [): your text, of the kind of the files it matches (several kinds: ambiguous).
-    4. a built-in recipe or config name: that recipe or config.
+    4. a built-in data mix or config name: that data mix or config.
     5. anything else is not found (a missing data file when it ends in a data extension).
     """
     path = Path(os.path.expanduser(arg))
@@ -190,7 +191,7 @@ def input_kind(arg: str) -> str | None:
     if path.is_file():
         kind = _file_kind(path)
         if kind == "text" and is_builtin(arg):
-            raise BurnoutError(f"'{arg}' is both a file here and a built-in recipe or config; write ./{arg} for "
+            raise BurnoutError(f"'{arg}' is both a file here and a built-in data mix or config; write ./{arg} for "
                                "the file, or rename it")
         return kind
     if (kind := not_a_file_or_folder(path)) is not None:
@@ -202,14 +203,14 @@ def input_kind(arg: str) -> str | None:
         return None
     if _kind_of_name(path.name) is not None or path.suffix.lower() in (".raw", ".tokens", ".md"):
         raise BurnoutError(f"data file '{arg}' does not exist; check the path")
-    raise BurnoutError(f"'{arg}' not found: no such file or folder, and no built-in recipe "
-                       f"({', '.join(recipe_names())}) or config of that name; give your text (a .txt/.jsonl/.parquet "
-                       "file, a folder or a quoted glob) or a recipe")
+    raise BurnoutError(f"'{arg}' not found: no such file or folder, and no built-in data mix "
+                       f"({', '.join(mix_names())}) or config of that name; give your text (a .txt/.jsonl/.parquet "
+                       "file, a folder or a quoted glob) or a data mix")
 
 
 def is_builtin(name: str) -> bool:
-    """A built-in recipe (burnout/configs/data/NAME.yaml) or run config (burnout/configs/NAME.yaml) name."""
-    return "/" not in name and ((RECIPE_DIR / f"{name}.yaml").is_file() or (CONFIG_DIR / f"{name}.yaml").is_file())
+    """A built-in data mix (burnout/configs/data/NAME.yaml) or run config (burnout/configs/NAME.yaml) name."""
+    return "/" not in name and ((MIX_DIR / f"{name}.yaml").is_file() or (CONFIG_DIR / f"{name}.yaml").is_file())
 
 
 def _kind_of_name(name: str) -> str | None:
