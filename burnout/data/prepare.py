@@ -652,6 +652,7 @@ class _SplitWriter:
             "documents": sum(e["documents"] for e in per_source.values()),
             "train_documents": splits["train"]["documents"],
             "val_documents": splits["val"]["documents"],
+            "cut_documents": sum(e["cut_documents"] for e in per_source.values()),
             "chars": sum(e["chars"] for e in per_source.values()),
         }
         return {"per_source": per_source, "total": totals}
