@@ -291,7 +291,8 @@ def test_a_document_on_one_line_is_prepared_in_memory_that_does_not_grow_with_it
         meta = read_meta(out)
         total = meta["sources"]["total"]
         # The one document, cut into its train and val parts, counts once.
-        assert (total["documents"], total["train_documents"], total["val_documents"], total["cut_documents"]) == (1, 1, 1, 1)
+        counts = [total[k] for k in ("documents", "train_documents", "val_documents", "cut_documents")]
+        assert counts == [1, 1, 1, 1]
         assert meta["splits"]["train"]["tokens"] > size // 10
     assert peaks[chars] - peaks[100_000] < 32 * chars
 
