@@ -459,7 +459,7 @@ def _stopped(result) -> int:
         from burnout.runs import trained_run_steps
 
         cfg = load_run_config(result.run_dir / RUN_CONFIG_FILE)
-        steps = trained_run_steps(result.run_dir, is_chat_model(cfg), cfg.train.sample_prompt, result.stop_reason)
+        steps = trained_run_steps(result.run_dir, is_chat_model(cfg), cfg.train.eval.sample_prompt, result.stop_reason)
         print("\n".join([result.summary(), *next_steps(steps)]))
     return 130 if result.stop_reason == "signal" else 0
 
@@ -948,7 +948,7 @@ def _after_export(checkpoint: str, to: str) -> list[str]:
         use = (f'chat = {model}; print(chat([{{"role": "user", "content": "Name a color."}}], max_new_tokens=60)'
                '[0]["generated_text"][-1])')
     else:
-        prompt = json.dumps(cfg.train.sample_prompt or "The ")
+        prompt = json.dumps(cfg.train.eval.sample_prompt or "The ")
         use = f'print({model}({prompt}, max_new_tokens=40)[0]["generated_text"])'
     load = f"python -c {shlex.quote(f'from transformers import pipeline; {use}')}"
     return next_steps([("transformers", needs_package(load, "transformers", "hf"))])
