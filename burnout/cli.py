@@ -434,7 +434,9 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
                    help="continued pretraining: start from this run's newest good checkpoint (or RUN/checkpoints/"
                         "step_N) with its model and tokenizer, a fresh optimizer (train.init_optimizer=carry keeps "
                         "its moments) and this run's schedule and data; without CONFIG, the parent's config")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="settings to change, e.g. train.max_steps=800 train.lr=3e-4 (a setting of train's sections "
+                        "by its name alone: train.lr is train.optim.lr; docs/USAGE.md lists them)")
 
     def run(args, overrides):
         if (args.config and "=" in args.config and not Path(args.config).exists()
