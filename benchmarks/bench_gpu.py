@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import get_args, get_type_hints
 
 from benchmarks import results
-from burnout.config import TrainConfig
+from burnout.config import PerfConfig
 
 REPO = Path(__file__).resolve().parent.parent
 # (micro-batch, sequence length) per shape: llama-1b at the blog's 16 × 2048, gpt2-134m at its context.
@@ -53,7 +53,7 @@ MEMORY_CASES = [("llama-1b", 4, False), ("llama-1b", 8, False), ("llama-1b", 8, 
 MEMORY_SEQ = {"llama-2b": 2048, "llama-3b": 2048, **{shape: seq for shape, (_, seq) in SHAPES.items()}}
 CURVE = {"batch": 8, "seq": 1024, "steps": 300, "tail": 50}
 PACKING = {"batch": 8, "warmup": 6}
-FP8_RECIPES = list(get_args(get_type_hints(TrainConfig)["fp8_recipe"]))  # train.fp8_recipe's values
+FP8_RECIPES = list(get_args(get_type_hints(PerfConfig)["fp8_recipe"]))  # train.fp8_recipe's values
 GIB = 2**30
 
 

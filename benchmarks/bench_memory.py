@@ -101,7 +101,7 @@ def main() -> None:
         preset, train = CASES[name]
         cfg = load_run_config({"model": preset, "train": {**train, "device": args.device, "max_steps": 2}})
         tc = cfg.train
-        variant = Variant(tc.compile, tc.activation_checkpointing)
+        variant = Variant(tc.perf.compile, tc.perf.activation_checkpointing)
         t0 = time.perf_counter()
         lines = predict_memory(cfg, tc.precision, target, 1, tc.batch_size, variant)
         t1 = time.perf_counter()

@@ -43,9 +43,9 @@ def peer_model(shape: str) -> torch.nn.Module:
 def peer_optimizer(model: torch.nn.Module, train) -> torch.optim.AdamW:
     """Fused AdamW at the run config's learning rate and betas, weight decay on the matrices only (as ours)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train.weight_decay},
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train.optim.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=train.lr, betas=(train.beta1, train.beta2), fused=True)
+    return torch.optim.AdamW(groups, lr=train.optim.lr, betas=(train.optim.beta1, train.optim.beta2), fused=True)
 
 
 def peer_step(shape: str, batch: int, seq: int, accum: int, steps: int, compiled: bool, device: torch.device,
@@ -69,7 +69,7 @@ def peer_step(shape: str, batch: int, seq: int, accum: int, steps: int, compiled
                 loss = forward(input_ids=micro, labels=micro).loss / accum
             loss.backward()
             loss_sum += loss.detach()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.optim.grad_clip)
         loss_value, _ = torch.stack([loss_sum, norm.to(loss_sum.dtype)]).tolist()  # one host sync, as ours
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

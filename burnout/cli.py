@@ -434,7 +434,9 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
                    help="continued pretraining: start from this run's newest good checkpoint (or RUN/checkpoints/"
                         "step_N) with its model and tokenizer, a fresh optimizer (train.init_optimizer=carry keeps "
                         "its moments) and this run's schedule and data; without CONFIG, the parent's config")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="settings to change, e.g. train.max_steps=800 train.lr=3e-4 (a setting of train's sections "
+                        "by its name alone: train.lr is train.optim.lr; docs/USAGE.md lists them)")
 
     def run(args, overrides):
         if (args.config and "=" in args.config and not Path(args.config).exists()
@@ -459,7 +461,7 @@ def _stopped(result) -> int:
         from burnout.runs import trained_run_steps
 
         cfg = load_run_config(result.run_dir / RUN_CONFIG_FILE)
-        steps = trained_run_steps(result.run_dir, is_chat_model(cfg), cfg.train.sample_prompt, result.stop_reason)
+        steps = trained_run_steps(result.run_dir, is_chat_model(cfg), cfg.train.eval.sample_prompt, result.stop_reason)
         print("\n".join([result.summary(), *next_steps(steps)]))
     return 130 if result.stop_reason == "signal" else 0
 
@@ -948,7 +950,7 @@ def _after_export(checkpoint: str, to: str) -> list[str]:
         use = (f'chat = {model}; print(chat([{{"role": "user", "content": "Name a color."}}], max_new_tokens=60)'
                '[0]["generated_text"][-1])')
     else:
-        prompt = json.dumps(cfg.train.sample_prompt or "The ")
+        prompt = json.dumps(cfg.train.eval.sample_prompt or "The ")
         use = f'print({model}({prompt}, max_new_tokens=40)[0]["generated_text"])'
     load = f"python -c {shlex.quote(f'from transformers import pipeline; {use}')}"
     return next_steps([("transformers", needs_package(load, "transformers", "hf"))])

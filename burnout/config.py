@@ -16,6 +16,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -241,53 +242,15 @@ class PhaseConfig:
     budget: float | None = None
 
 
+class TrainSection:
+    """A section of train (train.optim, train.checkpoint, ...). Its fields' names are unique across train, so each
+    is also named train.KEY, its short name: on the command line (train.lr=3e-4), in messages and in the flat
+    train section of configs written before the sections (regroup_train), as TrainConfig's attribute too."""
+
+
 @dataclass
-class TrainConfig:
-    seed: int = 1337
-    device: str = "auto"
-    # fp16 uses a gradient scaler; bf16 and fp16 are autocast (weights and optimizer stay fp32). fp8 (GPUs from
-    # Ada/Hopper on, with torchao): the blocks' linear layers in fp8, the rest under bf16 autocast.
-    precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
-    # fp8's scaling (torchao calls it a recipe, hence the key's name): tensorwise, one scale per tensor (the
-    # fastest); rowwise, one per row of each operand (finer, so closer to bf16's loss); rowwise_with_gw_hp, rowwise
-    # with the weight gradient's GEMM kept in bf16 (its inputs have the widest range).
-    fp8_recipe: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] = "tensorwise"
-    compile: bool = False
-    # Deterministic kernels (torch.use_deterministic_algorithms): a resumed GPU run equals the uninterrupted
-    # one bitwise, at some cost in speed. CPU runs are deterministic without it.
-    deterministic: bool = False
-    # Recompute each block's activations in backward: less memory, about a third more compute.
-    activation_checkpointing: bool = False
-    # On CUDA, refuse to start a run whose predicted peak memory (as `burnout plan` predicts it) exceeds the
-    # GPU's; false starts it anyway, e.g. when the prediction's margins are too cautious for a tight fit.
-    memory_check: bool = True
-    # Under torchrun: ddp replicates the model; fsdp shards weights, grads and optimizer state (FSDP2).
-    distributed: Literal["ddp", "fsdp"] = "ddp"
-    # Under fsdp: keep each rank's shards of the weights, gradients and optimizer state in CPU memory
-    # (FSDP2's CPUOffloadPolicy); the optimizer steps on the CPU and each block's weights cross to the GPU
-    # in every forward and backward, so a step is slower.
-    cpu_offload: bool = False
-    batch_size: int = 16
-    grad_accum: int = 1
-    # None means the model's context length.
-    seq_len: int | None = None
-    max_steps: int = 1000
-    # Further stop conditions; the earliest of steps, tokens and epochs (passes over train.bin) wins,
-    # and the LR schedule spans it.
-    max_tokens: int | None = None
-    max_epochs: float | None = None
-    # A time budget for the run's training (its elapsed_s, over all its sessions): a plan, not a cut-off. A new run
-    # measures a step (unless step_seconds is given), plans the steps that fit, warms up over at most a tenth of
-    # them, and ends its LR schedule at the budget even when the steps slow down (docs/USAGE.md).
-    max_minutes: float | None = None
-    # The seconds per step a time budget plans with; measured at a new run's start when not given, then kept in
-    # config.yaml so that a resume keeps the plan.
-    step_seconds: float | None = None
-    # A budget in dollars: the time budget it buys at the run's price (price_per_hour, else hardware.yaml's for its
-    # GPU) on all its devices, set as max_minutes at each session's start; refused where no price is known (a CPU).
-    max_dollars: float | None = None
-    # Named legs of the run, cumulative step targets; training stops at each one's end.
-    phases: list[PhaseConfig] = field(default_factory=list)
+class OptimConfig(TrainSection):
+    """train.optim: the optimizer, its learning-rate schedule and what a step does with a bad gradient."""
     # adamw: AdamW for every weight. muon: Muon (momentum, then each update orthogonalized) for the
     # blocks' attention and MLP matrices, with AdamW at lr for embeddings, head, norms and biases
     # (modded-nanogpt's split); the schedule scales muon_lr as it scales lr, weight_decay applies to both.
@@ -307,9 +270,54 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    log_interval: int = 10
+    # Non-finite losses in a row tolerated (each such step is skipped) before the run stops.
+    max_bad_steps: int = 5
+
+    def validate(self) -> None:
+        if self.lr <= 0:
+            raise BurnoutError(f"train.lr: {self.lr} must be positive")
+        if self.muon_lr <= 0:
+            raise BurnoutError(f"train.muon_lr: {self.muon_lr} must be positive")
+        if not 0 <= self.muon_momentum < 1:
+            raise BurnoutError(f"train.muon_momentum: {self.muon_momentum} is outside [0, 1)")
+        if not 0 <= self.min_lr <= self.lr:
+            raise BurnoutError(f"train.min_lr: {self.min_lr} must lie in [0, train.lr={self.lr}]")
+        if self.warmup_steps < 0:
+            raise BurnoutError(f"train.warmup_steps: {self.warmup_steps} is negative")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise BurnoutError("train.weight_decay and train.grad_clip must be >= 0")
+        if not 0 < self.decay_fraction <= 1:
+            raise BurnoutError(f"train.decay_fraction: {self.decay_fraction} is outside (0, 1]")
+        _require_positive("train.max_bad_steps", self.max_bad_steps)
+
+
+@dataclass
+class EvalConfig(TrainSection):
+    """train.eval: how often and on how much the run is evaluated, and the sample it writes each time."""
     eval_interval: int = 200
     eval_batches: int = 20
+    # Benchmarks scored at each evaluation, named as `burnout eval --tasks` names them (hellaswag, arc_easy,
+    # lambada, icl:FILE.yaml), each on its first eval_task_items items (of each category), logged as
+    # eval/TASK/METRIC; their files under eval_data_root (default: $BURNOUT_EVAL_DATA, else shared/data).
+    eval_tasks: list[str] = field(default_factory=list)
+    eval_task_items: int = 500
+    eval_data_root: str | None = None
+    sample_prompt: str = ""
+    sample_tokens: int = 64
+
+    def validate(self) -> None:
+        for key in ("eval_interval", "eval_batches", "eval_task_items"):
+            _require_positive(f"train.{key}", getattr(self, key))
+        if "val" in self.eval_tasks:
+            raise BurnoutError("train.eval_tasks: val is measured at every evaluation already (val_loss); list "
+                               "benchmarks only, e.g. [hellaswag]")
+        if self.sample_tokens < 0:
+            raise BurnoutError(f"train.sample_tokens: {self.sample_tokens} is negative")
+
+
+@dataclass
+class CheckpointConfig(TrainSection):
+    """train.checkpoint: when checkpoints are written, which are kept, and where they are copied."""
     ckpt_interval: int = 500
     # Also a checkpoint once this many minutes of wall time have passed since the last one (None or 0: by steps only),
     # so a slow step costs at most that much work when the machine vanishes.
@@ -322,79 +330,162 @@ class TrainConfig:
     keep_best: bool = False
     # A folder (mounted drive, network volume) that receives a copy of each kept checkpoint in the background.
     mirror_dir: str | None = None
-    # Non-finite losses in a row tolerated (each such step is skipped) before the run stops.
-    max_bad_steps: int = 5
+
+    def validate(self) -> None:
+        for key in ("ckpt_interval", "keep_last"):
+            _require_positive(f"train.{key}", getattr(self, key))
+        if self.ckpt_minutes is not None and self.ckpt_minutes < 0:
+            raise BurnoutError(f"train.ckpt_minutes: {self.ckpt_minutes} is negative; give minutes, or 0 for none")
+        for i, step in enumerate(self.milestones):
+            _require_positive(f"train.milestones[{i}]", step)
+
+
+@dataclass
+class BudgetConfig(TrainSection):
+    """train.budget: a time or dollar budget for the run, and what its hardware is and costs (train/budget.py)."""
+    # A time budget for the run's training (its elapsed_s, over all its sessions): a plan, not a cut-off. A new run
+    # measures a step (unless step_seconds is given), plans the steps that fit, warms up over at most a tenth of
+    # them, and ends its LR schedule at the budget even when the steps slow down (docs/USAGE.md).
+    max_minutes: float | None = None
+    # The seconds per step a time budget plans with; measured at a new run's start when not given, then kept in
+    # config.yaml so that a resume keeps the plan.
+    step_seconds: float | None = None
+    # A budget in dollars: the time budget it buys at the run's price (price_per_hour, else hardware.yaml's for its
+    # GPU) on all its devices, set as max_minutes at each session's start; refused where no price is known (a CPU).
+    max_dollars: float | None = None
     # Hardware for MFU and cost: a name from burnout/configs/hardware.yaml, or auto (detected GPU, else cpu).
     hardware: str = "auto"
     # Price per device-hour; None means the hardware table's price.
     price_per_hour: float | None = None
+
+    def validate(self) -> None:
+        for key in ("max_minutes", "step_seconds", "max_dollars", "price_per_hour"):
+            if getattr(self, key) is not None:
+                _require_positive(f"train.{key}", getattr(self, key))
+
+
+@dataclass
+class LogConfig(TrainSection):
+    """train.log: how often a step is logged, and the trackers that receive the logs besides metrics.jsonl."""
+    log_interval: int = 10
     tensorboard: bool = False
     wandb: bool = False
-    sample_prompt: str = ""
-    sample_tokens: int = 64
-    # Benchmarks scored at each evaluation, named as `burnout eval --tasks` names them (hellaswag, arc_easy,
-    # lambada, icl:FILE.yaml), each on its first eval_task_items items (of each category), logged as
-    # eval/TASK/METRIC; their files under eval_data_root (default: $BURNOUT_EVAL_DATA, else shared/data).
-    eval_tasks: list[str] = field(default_factory=list)
-    eval_task_items: int = 500
-    eval_data_root: str | None = None
+
+    def validate(self) -> None:
+        _require_positive("train.log_interval", self.log_interval)
+
+
+@dataclass
+class PerfConfig(TrainSection):
+    """train.perf: how a step runs on its devices (kernels, compilation, memory, parallelism): switches for speed
+    and memory that leave the model, the data and the schedule as they are."""
+    # fp8's scaling (torchao calls it a recipe, hence the key's name): tensorwise, one scale per tensor (the
+    # fastest); rowwise, one per row of each operand (finer, so closer to bf16's loss); rowwise_with_gw_hp, rowwise
+    # with the weight gradient's GEMM kept in bf16 (its inputs have the widest range).
+    fp8_recipe: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] = "tensorwise"
+    compile: bool = False
+    # Deterministic kernels (torch.use_deterministic_algorithms): a resumed GPU run equals the uninterrupted
+    # one bitwise, at some cost in speed. CPU runs are deterministic without it.
+    deterministic: bool = False
+    # Recompute each block's activations in backward: less memory, about a third more compute.
+    activation_checkpointing: bool = False
+    # On CUDA, refuse to start a run whose predicted peak memory (as `burnout plan` predicts it) exceeds the
+    # GPU's; false starts it anyway, e.g. when the prediction's margins are too cautious for a tight fit.
+    memory_check: bool = True
+    # Under torchrun: ddp replicates the model; fsdp shards weights, grads and optimizer state (FSDP2).
+    distributed: Literal["ddp", "fsdp"] = "ddp"
+    # Under fsdp: keep each rank's shards of the weights, gradients and optimizer state in CPU memory
+    # (FSDP2's CPUOffloadPolicy); the optimizer steps on the CPU and each block's weights cross to the GPU
+    # in every forward and backward, so a step is slower.
+    cpu_offload: bool = False
+
+    def validate(self) -> None:
+        if self.cpu_offload and self.distributed != "fsdp":
+            raise BurnoutError("train.cpu_offload: offloads FSDP's shards to CPU memory, and this run uses "
+                               f"train.distributed={self.distributed}; add train.distributed=fsdp (under torchrun) "
+                               "or drop train.cpu_offload")
+
+
+@dataclass
+class TrainConfig:
+    """The train section: the run's shape and length here (what nearly every run sets), the rest in sections by
+    concern. A section's field is also read and set as train.KEY (TrainSection), as on the command line."""
+    seed: int = 1337
+    device: str = "auto"
+    # fp16 uses a gradient scaler; bf16 and fp16 are autocast (weights and optimizer stay fp32). fp8 (GPUs from
+    # Ada/Hopper on, with torchao): the blocks' linear layers in fp8 (train.perf.fp8_recipe), the rest under bf16
+    # autocast.
+    precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
+    batch_size: int = 16
+    grad_accum: int = 1
+    # None means the model's context length.
+    seq_len: int | None = None
+    max_steps: int = 1000
+    # Further stop conditions; the earliest of steps, tokens and epochs (passes over train.bin) wins,
+    # and the LR schedule spans it.
+    max_tokens: int | None = None
+    max_epochs: float | None = None
+    # Named legs of the run, cumulative step targets; training stops at each one's end.
+    phases: list[PhaseConfig] = field(default_factory=list)
     # Continued pretraining: a new run's weights at step 0 are this checkpoint's (a checkpoints/step_N folder, or a
     # run folder: its newest good one); its model and tokenizer are the parent's, its schedule and data its own.
     init_from: str | None = None
     # fresh: a new optimizer state (the default: the parent's moments are its own data's gradient statistics, see
     # docs/USAGE.md); carry: the parent checkpoint's optimizer moments, where it holds them.
     init_optimizer: Literal["fresh", "carry"] = "fresh"
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    perf: PerfConfig = field(default_factory=PerfConfig)
+
+    def __getattr__(self, name: str) -> Any:
+        """A section's field by its short name (tc.lr is tc.optim.lr); only names not found otherwise come here."""
+        section = TRAIN_SECTION_OF.get(name)
+        if section is None:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        return getattr(getattr(self, section), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        section = TRAIN_SECTION_OF.get(name)
+        object.__setattr__(getattr(self, section) if section else self, name, value)
 
     def validate(self) -> None:
         _check_seed("train.seed", self.seed)
-        for key in ("batch_size", "grad_accum", "max_steps", "log_interval", "eval_interval",
-                    "eval_batches", "ckpt_interval", "keep_last", "eval_task_items"):
+        for key in ("batch_size", "grad_accum", "max_steps"):
             _require_positive(f"train.{key}", getattr(self, key))
         if self.seq_len is not None:
             _require_positive("train.seq_len", self.seq_len)
-        if self.lr <= 0:
-            raise BurnoutError(f"train.lr: {self.lr} must be positive")
-        if self.muon_lr <= 0:
-            raise BurnoutError(f"train.muon_lr: {self.muon_lr} must be positive")
-        if not 0 <= self.muon_momentum < 1:
-            raise BurnoutError(f"train.muon_momentum: {self.muon_momentum} is outside [0, 1)")
-        if self.optimizer == "muon" and self.distributed == "fsdp":
+        for key in ("max_tokens", "max_epochs"):
+            if getattr(self, key) is not None:
+                _require_positive(f"train.{key}", getattr(self, key))
+        for name in TRAIN_SECTIONS:
+            getattr(self, name).validate()
+        self._check_across_sections()
+        self._check_phases()
+        if self.init_optimizer == "carry" and not self.init_from:
+            raise BurnoutError("train.init_optimizer: carry takes the optimizer state of the checkpoint a run starts "
+                               "from; give train.init_from (--init-from RUN) too, or drop it")
+
+    def _check_across_sections(self) -> None:
+        """What FSDP cannot do with the optimizer or the evaluation this run asks for."""
+        if self.perf.distributed != "fsdp":
+            return
+        if self.optim.optimizer == "muon":
             # torch.optim.Muon on FSDP's shards orthogonalizes each shard, not the matrix: wrong updates.
             raise BurnoutError("train.optimizer: muon orthogonalizes whole matrices, which FSDP shards; "
                                "use train.distributed=ddp or train.optimizer=adamw")
-        if self.optimizer == "adamw8bit" and self.distributed == "fsdp":
+        if self.optim.optimizer == "adamw8bit":
             # FSDP's resume sends each rank its shards of the state, and torchao's 8-bit tensors have no broadcast.
             raise BurnoutError("train.optimizer: adamw8bit's quantized state cannot be restored into FSDP's shards, "
                                "so its run could not resume; use train.distributed=ddp or train.optimizer=adamw")
-        if self.cpu_offload and self.distributed != "fsdp":
-            raise BurnoutError("train.cpu_offload: offloads FSDP's shards to CPU memory, and this run uses "
-                               f"train.distributed={self.distributed}; add train.distributed=fsdp (under torchrun) "
-                               "or drop train.cpu_offload")
-        if "val" in self.eval_tasks:
-            raise BurnoutError("train.eval_tasks: val is measured at every evaluation already (val_loss); list "
-                               "benchmarks only, e.g. [hellaswag]")
-        if self.eval_tasks and self.distributed == "fsdp":
+        if self.eval.eval_tasks:
             # Scoring runs the model's blocks outside its forward, where FSDP gathers nothing.
             raise BurnoutError("train.eval_tasks: not supported under train.distributed=fsdp; use ddp, or score "
                                "the checkpoints afterwards with burnout eval RUN --all-checkpoints")
-        if not 0 <= self.min_lr <= self.lr:
-            raise BurnoutError(f"train.min_lr: {self.min_lr} must lie in [0, train.lr={self.lr}]")
-        if self.warmup_steps < 0:
-            raise BurnoutError(f"train.warmup_steps: {self.warmup_steps} is negative")
-        if self.weight_decay < 0 or self.grad_clip < 0:
-            raise BurnoutError("train.weight_decay and train.grad_clip must be >= 0")
-        if self.sample_tokens < 0:
-            raise BurnoutError(f"train.sample_tokens: {self.sample_tokens} is negative")
-        for key in ("max_tokens", "max_epochs", "max_minutes", "step_seconds", "max_dollars", "max_bad_steps",
-                    "price_per_hour"):
-            if getattr(self, key) is not None:
-                _require_positive(f"train.{key}", getattr(self, key))
-        if self.ckpt_minutes is not None and self.ckpt_minutes < 0:
-            raise BurnoutError(f"train.ckpt_minutes: {self.ckpt_minutes} is negative; give minutes, or 0 for none")
-        if not 0 < self.decay_fraction <= 1:
-            raise BurnoutError(f"train.decay_fraction: {self.decay_fraction} is outside (0, 1]")
-        for i, step in enumerate(self.milestones):
-            _require_positive(f"train.milestones[{i}]", step)
+
+    def _check_phases(self) -> None:
         previous = 0
         for i, phase in enumerate(self.phases):
             if phase.steps <= previous:
@@ -408,9 +499,13 @@ class TrainConfig:
                                f"('{self.phases[-1].name}', {self.phases[-1].steps}); raise train.max_steps")
         if len({p.name for p in self.phases}) != len(self.phases):
             raise BurnoutError("train.phases: phase names must be unique")
-        if self.init_optimizer == "carry" and not self.init_from:
-            raise BurnoutError("train.init_optimizer: carry takes the optimizer state of the checkpoint a run starts "
-                               "from; give train.init_from (--init-from RUN) too, or drop it")
+
+
+# train's sections (its field's name → the section's class), and the section each of their fields is in (the field's
+# short name → the section's name).
+TRAIN_SECTIONS = {name: tp for name, tp in typing.get_type_hints(TrainConfig).items()
+                  if isinstance(tp, type) and issubclass(tp, TrainSection)}
+TRAIN_SECTION_OF = {f.name: name for name, cls in TRAIN_SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
 @dataclass
@@ -620,15 +715,24 @@ def _model_preset_raw(name: str, where: str) -> dict[str, Any]:
     return read_yaml(path)
 
 
-def load_run_config(source: str | Path | dict, overrides: list[str] = ()) -> RunConfig:
+def load_run_config(source: str | Path | dict, overrides: list[str] = (),
+                    on_note: Callable[[str], None] | None = None) -> RunConfig:
     """Build a validated RunConfig from a YAML file (or a dict) plus `dotted.key=value` overrides.
 
-    `source` may also be the name of a file in burnout/configs/ without its extension (e.g. "quickstart").
+    `source` may also be the name of a file in burnout/configs/ without its extension (e.g. "quickstart"). A train
+    key of `source` in the flat layout before train's sections (train.lr) is read into its section (train.optim.lr)
+    before the overrides apply, and `on_note` is told so, once per key; an override's short name (train.lr=3e-4) is
+    no old key: messages and hints name settings so.
     """
     if isinstance(source, dict):
         raw = copy.deepcopy(source)  # overrides edit nested sections in place
     else:
         raw = read_yaml(resolve_config_path(source))
+    moved = regroup_train(raw.get("train"), "config.train")
+    if on_note is not None:
+        named = "" if isinstance(source, dict) else f"{source}: "
+        for key in moved:
+            on_note(f"note: {named}train.{key} is now train.{TRAIN_SECTION_OF[key]}.{key}; the old key still works")
     for item in overrides:
         apply_override(raw, item)
     model_raw = raw.get("model", {})
@@ -661,6 +765,7 @@ def read_saved_config(path: str | Path) -> dict[str, Any]:
     (saved_config_text) is made a path from the run folder: the data inside the folder the file is in."""
     path = Path(path)
     raw = read_yaml(path)
+    regroup_train(raw.get("train"), f"{path}: train")  # a run saved before train's sections
     folder = path.parent
     run_dir = folder.parent.parent if folder.parent.name == CHECKPOINT_DIR else folder
     data = raw.get("data")
@@ -683,6 +788,46 @@ def with_budget(overrides: list[str], minutes: float | None = None, dollars: flo
     if minutes is not None:
         return [*overrides, f"train.max_minutes={minutes!r}", "train.max_dollars=null"]
     return [*overrides, f"train.max_dollars={dollars!r}"] if dollars is not None else list(overrides)
+
+
+def regroup_train(train: Any, where: str) -> list[str]:
+    """Move the keys of a raw train section `train` given by their short name (train.lr: the flat layout of configs
+    written before train's sections) into their sections (train.optim.lr), in place, over a value the section gives;
+    the keys moved, in the order written. `where` names the section in an error."""
+    if not isinstance(train, dict):
+        return []
+    moved = [key for key in train if key in TRAIN_SECTION_OF]
+    for key in moved:
+        name = TRAIN_SECTION_OF[key]
+        section = train.setdefault(name, {})
+        if not isinstance(section, dict):
+            raise BurnoutError(f"{where}.{name}: expected a mapping, got {_describe(section)}")
+        section[key] = train.pop(key)
+    return moved
+
+
+def setting_name(dotted: str) -> str:
+    """The name a setting goes by in messages, hints and resumes.jsonl, as overrides give it: a field of a section of
+    train by its short name (train.optim.lr → train.lr), any other by its path."""
+    parts = dotted.split(".")
+    if len(parts) > 2 and parts[0] == "train" and parts[1] in TRAIN_SECTIONS:
+        return ".".join(["train", *parts[2:]])
+    return dotted
+
+
+def settings(cfg: RunConfig) -> dict[str, Any]:
+    """Every setting of `cfg` by its name (setting_name) → its value: what a resume records as changed."""
+    flat: dict[str, Any] = {}
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[setting_name(f"{prefix}{key}")] = value
+
+    walk(cfg.to_dict(), "")
+    return flat
 
 
 def resolve_config_path(source: str | Path) -> Path:
@@ -727,6 +872,8 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     if not sep or not key:
         raise BurnoutError(f"override '{item}' is not of the form section.key=value (e.g. train.lr=3e-4)")
     parts = key.strip().lstrip("-").split(".")
+    if parts[0] == "train" and len(parts) > 1 and parts[1] in TRAIN_SECTION_OF:  # train.lr: train.optim.lr
+        parts.insert(1, TRAIN_SECTION_OF[parts[1]])
     if parts == ["model", "preset"]:  # another preset is another model: no field of the section before carries over
         raw["model"] = {}
     node = raw
@@ -754,18 +901,26 @@ def from_dict(cls: type, raw: Any, where: str) -> Any:
         raise BurnoutError(f"{where}: expected a mapping, got {_describe(raw)}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    check_keys(raw, known, where)
-    kwargs = {name: _coerce(hints[name], value, f"{where}.{name}") for name, value in raw.items()}
+    if cls is TrainConfig:  # short names (a whole train section given on the command line) into their sections
+        raw = dict(raw)
+        regroup_train(raw, where)
+        check_keys(raw, known, where, also=set(TRAIN_SECTION_OF))
+    else:
+        check_keys(raw, known, where)
+    # A section of train names its fields by their short names, as messages and overrides do (TrainSection).
+    named = where.rpartition(".")[0] if issubclass(cls, TrainSection) else where
+    kwargs = {name: _coerce(hints[name], value, f"{named}.{name}") for name, value in raw.items()}
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a required field is missing
         raise BurnoutError(f"{where}: {exc}") from None
 
 
-def check_keys(raw: dict, known: set[str], where: str) -> None:
+def check_keys(raw: dict, known: set[str], where: str, also: set[str] = frozenset()) -> None:
     """Refuse the first key of `raw` (in the order written) that is not in `known`, naming the closest known one or
-    all of them. A key YAML read as something other than text (on/yes/no as a boolean, 4 as a number, ~ as null, a
-    date) is named as YAML read it, with how to keep it text."""
+    all of them (and of `also`: other names that reach a setting from here). A key YAML read as something other than
+    text (on/yes/no as a boolean, 4 as a number, ~ as null, a date) is named as YAML read it, with how to keep it
+    text."""
     unknown = [key for key in raw if key not in known]
     if not unknown:
         return
@@ -773,8 +928,9 @@ def check_keys(raw: dict, known: set[str], where: str) -> None:
     name = json.dumps(key) if isinstance(key, (bool, type(None))) else str(key)
     import difflib
 
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
+    names = known | also
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(names))}"
     note = "" if isinstance(key, str) else f" ({_read_as(key)}; quote a key to keep it text)"
     raise BurnoutError(f"{where}.{name}: unknown key{note}; {hint}")
 

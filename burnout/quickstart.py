@@ -61,9 +61,11 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     # The plan is the steps that fit at the fastest step measured; the time budget (max_minutes) places slower steps
     # on the LR schedule by the clock (other work on a laptop, thermal throttling), so the run trains for its
     # minutes and its last step has the final LR. step_seconds is the measurement, which the run then plans with.
-    cfg.train = dataclasses.replace(cfg.train, max_steps=steps, ckpt_interval=-(-steps // 3),
-                                    eval_interval=max(cfg.train.log_interval, steps // 6),
-                                    max_minutes=training_minutes, step_seconds=step_s)
+    tc = cfg.train
+    cfg.train = dataclasses.replace(
+        tc, max_steps=steps, checkpoint=dataclasses.replace(tc.checkpoint, ckpt_interval=-(-steps // 3)),
+        eval=dataclasses.replace(tc.eval, eval_interval=max(tc.log.log_interval, steps // 6)),
+        budget=dataclasses.replace(tc.budget, max_minutes=training_minutes, step_seconds=step_s))
     say(f"[2/4] model: {cfg.model.family} {cfg.model.n_layer} layers × {cfg.model.d_model} wide, "
         f"{info['params_total']:,} parameters")
     say(f"      measured {step_s:.3f} s/step for {tokens_per_step:,} tokens/step → up to {steps} steps "
@@ -89,7 +91,7 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
             say(f"  step {row['step']:>5}: {prompt + row['continuations'][i]!r}"[:110])
     say("")
     _, written = write_report([run_dir])
-    steps = trained_run_steps(run_dir, chat=False, prompt=cfg.train.sample_prompt, stop_reason=result.stop_reason,
+    steps = trained_run_steps(run_dir, chat=False, prompt=cfg.train.eval.sample_prompt, stop_reason=result.stop_reason,
                               export_to=out_dir / "hf", report=written[-1])
     for line in [*labelled([("run folder", f"{run_dir}   (config.yaml, metrics.jsonl, checkpoints/)"),
                             ("checkpoint", str(result.checkpoint))]), *next_steps(steps)]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from burnout.common import RUN_CONFIG_FILE, needs_package
-from burnout.config import RunConfig, TrainConfig, load_run_config, read_saved_config, with_budget
+from burnout.config import OptimConfig, RunConfig, load_run_config, read_saved_config, with_budget
 from burnout.core.checkpoint import holds_run
 from burnout.data.mix import data_run_config
 from burnout.errors import BurnoutError
@@ -104,7 +104,8 @@ def train(config: str | Path | None = None, out: str | Path | None = None, resum
         if not config or not out:
             raise BurnoutError("train needs a CONFIG and --out RUN_DIR, or --data DIR --model PRESET --out RUN_DIR, "
                                "or --init-from RUN --out RUN_DIR (or --resume RUN_DIR)")
-        cfg = load_run_config(config, settings)
+        # A CONFIG in the layout before train's sections is read, each old key said once (rank 0 says it).
+        cfg = load_run_config(config, settings, on_note=print if os.environ.get("RANK", "0") == "0" else None)
     data_dir = Path(data) if data else None
     if resume_if_exists:
         return start_or_resume(cfg, Path(out), overrides, data_dir=data_dir, auto_batch=auto_batch)
@@ -124,9 +125,10 @@ def continued_config(init_from: str | Path, settings: Sequence[str]) -> RunConfi
     lowered (CONTINUED_LR_SCALE), then `settings`; a line says the LRs it lowered that `settings` left."""
     raw = parent_run_config(init_from)
     cfg = load_run_config(raw, settings)
-    peaks = ("lr", "muon_lr") if cfg.train.optimizer == "muon" else ("lr",)
-    lowered = [f"train.{key} {getattr(cfg.train, key):.3g}" for key in peaks
-               if getattr(cfg.train, key) == raw["train"][key]]
+    optim = cfg.train.optim
+    peaks = ("lr", "muon_lr") if optim.optimizer == "muon" else ("lr",)
+    lowered = [f"train.{key} {getattr(optim, key):.3g}" for key in peaks
+               if getattr(optim, key) == raw["train"]["optim"][key]]
     if lowered and os.environ.get("RANK", "0") == "0":
         print(f"{' and '.join(lowered)}: the parent's × {CONTINUED_LR_SCALE:g}, the peak a run continued with its "
               "parent's config re-warms to (docs/USAGE.md, \"Continued pretraining\"); train.lr=... sets another")
@@ -141,10 +143,10 @@ def parent_run_config(init_from: str | Path) -> dict:
     for fine_tune in ("sft", "dpo", "rl"):
         raw.pop(fine_tune, None)
     train = raw.setdefault("train", {})
-    train.pop("step_seconds", None)
-    defaults = TrainConfig()
+    train.setdefault("budget", {}).pop("step_seconds", None)
+    optim, defaults = train.setdefault("optim", {}), OptimConfig()
     for key in _SCALED_LRS:
-        train[key] = train.get(key, getattr(defaults, key)) * CONTINUED_LR_SCALE
+        optim[key] = optim.get(key, getattr(defaults, key)) * CONTINUED_LR_SCALE
     return raw
 
 

@@ -213,7 +213,7 @@ def bench_step(cfg: RunConfig, data_dir: Path, setup: Setup, device: torch.devic
     loader = TokenLoader(data_dir, "train", tc.batch_size, seq_len, tc.seed, mode=setup.loader)
     batches = PythonBatcher(loader) if setup.batching == "python" else loader
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, attention=setup.attention),
-                              train=dataclasses.replace(tc, compile=setup.compile))
+                              train=dataclasses.replace(tc, perf=dataclasses.replace(tc.perf, compile=setup.compile)))
     seed_everything(tc.seed)
     model = build_model(cfg, device)
     model.train()
@@ -322,7 +322,7 @@ def _device_line(device: torch.device) -> str:
 
 def default_setup(cfg: RunConfig, data_dir: Path, device: torch.device) -> Setup:
     """The setup `burnout train` runs this config with."""
-    return Setup(loader=loader_mode(data_dir), batching="vectorized", compile=cfg.train.compile,
+    return Setup(loader=loader_mode(data_dir), batching="vectorized", compile=cfg.train.perf.compile,
                  precision=training_precision(cfg.train.precision, device),
                  attention=cfg.model.attention)
 

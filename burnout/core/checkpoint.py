@@ -312,7 +312,7 @@ def checkpoint_bytes(cfg: RunConfig, tokenizer_path: Path, world_size: int = 1) 
     """The bytes one checkpoint of `cfg`'s run takes, from the parameter counts: fp32 weights (a tied matrix
     once) and the optimizer's state (AdamW's two moments, Muon's momentum), the tokenizer, and an allowance
     for headers, RNG states and the small files."""
-    static = static_bytes(param_counts(cfg.model), cfg.train.optimizer)
+    static = static_bytes(param_counts(cfg.model), cfg.train.optim.optimizer)
     return (static["weights"] + static["optimizer"] + Path(tokenizer_path).stat().st_size + _OVERHEAD_BYTES
             + _OVERHEAD_PER_RANK * world_size)
 
@@ -392,7 +392,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", verify
         # A start point (`burnout grow`'s) may hold no training state: its sha256.json then lists no state.pt.
         if (path / name).exists() or not (path / MANIFEST_FILE).is_file():
             # Tensors and plain containers only: a pickle that would build any other object is refused, unrun.
-            if cfg.train.optimizer == "adamw8bit":
+            if cfg.train.optim.optimizer == "adamw8bit":
                 lowbit_optim()  # allows torchao's quantized moments, tensors of its own class
             with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
                 warnings.simplefilter("ignore", UserWarning)

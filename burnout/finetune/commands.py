@@ -4,6 +4,7 @@ KEY=VALUE overrides) and starts a new run with its recipe. A fine-tune resumes l
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -49,10 +50,11 @@ def rl(base: str | Path, data: str, out: str | Path, config: str | Path | None =
 def fine_tune_config(section: str, base: str | Path, data: str, config: str | Path | None, lora: bool,
                      overrides: Sequence[str], **fields) -> RunConfig:
     """The run config: `config`'s (else an empty one) with `section` given base, source and `fields` (None
-    leaves a field to the config), LoRA adapters when `lora` and the config shapes none, then `overrides`."""
+    leaves a field to the config), LoRA adapters when `lora` and the config shapes none, then `overrides`. A key of
+    `config` in the layout before train's sections is said on stdout (rank 0 says it)."""
     raw = read_yaml(resolve_config_path(config)) if config else {}
     raw[section] = {**(raw.get(section) or {}), "base": str(base), "source": str(data),
                     **{key: value for key, value in fields.items() if value is not None}}
     if lora and raw[section].get("lora") is None:
         raw[section]["lora"] = {}
-    return load_run_config(raw, list(overrides))
+    return load_run_config(raw, list(overrides), on_note=print if os.environ.get("RANK", "0") == "0" else None)

@@ -190,7 +190,7 @@ class SFT(FineTune):
         """A LoRA run's model also trains the embedding rows of the tokens it added (adapters.lora_token_rows)."""
         model = build_model(cfg, device)
         if rows := lora_token_rows(cfg):
-            if cfg.train.distributed == "fsdp":
+            if cfg.train.perf.distributed == "fsdp":
                 # FSDP2 swaps each Parameter for a sharded one, leaving behind the hook that freezes the other rows.
                 raise BurnoutError("train.distributed: a LoRA fine-tune that added tokens (sft.added_tokens) trains "
                                    "their embedding rows under ddp only; use train.distributed=ddp")
@@ -233,7 +233,7 @@ class DPO(FineTune):
                  precision: str) -> dict:
         """The held-out pairs' loss as val_loss, their rewards, margin and accuracy as val_*."""
         with autocast(device, precision):
-            metrics = evaluate_pairs(objective, loader.iter_eval_batches(tc.eval_batches), device)
+            metrics = evaluate_pairs(objective, loader.iter_eval_batches(tc.eval.eval_batches), device)
         return {"val_loss": metrics.pop("loss", math.nan),
                 **{f"val_{key}": value for key, value in metrics.items() if key != "pairs"}}
 

@@ -585,7 +585,7 @@ class RL(FineTune):
                  precision: str) -> dict:
         """pass@1, pass@k and the mean reward of the first eval_batches × batch_size held-out questions as val_*;
         val_loss is 1 − pass@1 (what train.keep_best keeps the lowest of)."""
-        held_out = loader[: tc.eval_batches * tc.batch_size]
+        held_out = loader[: tc.eval.eval_batches * tc.batch_size]
         if not held_out:
             return {"val_loss": math.nan}
         rates = objective(held_out=held_out, batch_size=tc.batch_size)

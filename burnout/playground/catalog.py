@@ -88,7 +88,7 @@ def example_prompts(entries: dict[str, Entry]) -> list[str]:
     for entry in entries.values():
         if not entry.chat:
             cfg = load_saved_config(entry.path / RUN_CONFIG_FILE)
-            prompts.update(dict.fromkeys([cfg.train.sample_prompt] if cfg.train.sample_prompt else []))
+            prompts.update(dict.fromkeys([cfg.train.eval.sample_prompt] if cfg.train.eval.sample_prompt else []))
             data_dirs.update(dict.fromkeys([cfg.data.prepared_dir] if cfg.data.prepared_dir else []))
     for data_dir in data_dirs:
         prompts.update(dict.fromkeys(document_openings(Path(data_dir))))

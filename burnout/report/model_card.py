@@ -280,12 +280,13 @@ def _license_section(facts: Facts) -> str:
 
 def _training_section(facts: Facts) -> str:
     cfg, info, tc = facts.cfg, facts.info, facts.cfg.train
+    optim = tc.optim
     step = info.get("step", 0)
     # The launches that trained steps up to this checkpoint's: a launch at step s trains from s on.
     launches = [launch for launch in read_launches(facts.run_dir) if launch.get("step", 0) < step]
     rows = [("steps", f"{step:,}"), ("tokens", f"{info.get('tokens', 0):,}"),
             ("batch", f"{tc.batch_size} × {tc.grad_accum} accumulation × {tc.seq_len or cfg.model.context_length}"),
-            ("learning rate", f"{tc.lr:g} ({tc.schedule}, warmup {tc.warmup_steps}, min {tc.min_lr:g})"),
+            ("learning rate", f"{optim.lr:g} ({optim.schedule}, warmup {optim.warmup_steps}, min {optim.min_lr:g})"),
             ("precision", _precision(tc.precision, launches))]
     for key, label in (("train_loss", "train loss"), ("val_loss", "val loss")):
         if info.get(key) is not None:

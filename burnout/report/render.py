@@ -67,7 +67,7 @@ def write_report(run_paths: list[str | Path], out: str | Path | None = None, htm
         path = out / "report.html"
         write_atomic(path, _html(title, blocks))
         written.append(path)
-    mirror = runs[0].config.get("train", {}).get("mirror_dir")
+    mirror = runs[0].train.checkpoint.mirror_dir
     if mirror and out == runs[0].path / REPORT_DIR:  # the run's own report survives the machine with its logs
         mirror_run_logs(runs[0].path, Path(mirror))
         written.append(Path(mirror) / REPORT_DIR)
@@ -102,7 +102,7 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         summary.append(["dollars spent", _fmt(run.last_value("dollars"))])
     best = best_checkpoint(run.checkpoints)
     if best is not None:
-        kept = " (kept by train.keep_best)" if train.get("keep_best") else ""
+        kept = " (kept by train.keep_best)" if run.train.checkpoint.keep_best else ""
         summary.append(["best checkpoint", f"{best['name']}, val loss {_fmt(best['val_loss'])}{kept}"])
     first_steps = run.series("first_step_s")[2]  # compile and warm-up: what tokens/s leaves out
     if first_steps:

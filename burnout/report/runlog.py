@@ -31,7 +31,7 @@ from burnout.common import (
     numbered_jsonl,
     read_jsonl,
 )
-from burnout.config import load_run_config
+from burnout.config import TrainConfig, load_run_config
 from burnout.core.checkpoint import checkpoint_info, list_checkpoints
 from burnout.errors import BurnoutError
 from burnout.eval.evaluate import eval_records
@@ -54,6 +54,7 @@ class RunLog:
     name: str
     config: dict  # config.yaml as written, for display
     config_hash: str
+    train: TrainConfig  # its train section as read (either layout: config.regroup_train)
     model: dict  # models.info.model_info of the run's model at its training sequence length
     records: list[dict]
     checkpoints: list[dict]  # info.json of each kept checkpoint, plus its folder name
@@ -106,8 +107,8 @@ def load_run(path: str | Path) -> RunLog:
     compare = path / COMPARE_MD
     phases = read_jsonl(path / PHASES_FILE)
     lineage = lineage_of(path)
-    return RunLog(path=path, name=path.resolve().name, config=raw_config, config_hash=config_hash, model=model,
-                  records=records, checkpoints=checkpoints, evals=evals,
+    return RunLog(path=path, name=path.resolve().name, config=raw_config, config_hash=config_hash, train=cfg.train,
+                  model=model, records=records, checkpoints=checkpoints, evals=evals,
                   compare_md=compare.read_text() if compare.is_file() else None, phases=phases,
                   launches=read_launches(path), left_out=left_out, lineage=lineage,
                   parent_records=parent_records(lineage))

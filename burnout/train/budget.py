@@ -41,11 +41,11 @@ def settle_budget(cfg: RunConfig, data_dir: Path, recipe: Recipe, device: torch.
     """`cfg` with its budget in minutes and a step's seconds (train.max_minutes, train.step_seconds), and the
     Budget; None for a run without one. The same on every rank."""
     price = None
-    if cfg.train.max_dollars is not None:
+    if cfg.train.budget.max_dollars is not None:
         cfg, price = _dollars_to_minutes(cfg, device, dist)
-    if cfg.train.max_minutes is None:
+    if cfg.train.budget.max_minutes is None:
         return cfg, None
-    measured = cfg.train.step_seconds is None
+    measured = cfg.train.budget.step_seconds is None
     if measured:
         cfg = _measure_step(cfg, data_dir, recipe, device, precision, dist)
     return cfg, Budget(cfg.train, price, measured)
@@ -56,13 +56,14 @@ def _dollars_to_minutes(cfg: RunConfig, device: torch.device, dist: DistContext)
     train.max_minutes for this session (config.yaml records it), the price returned; refused in one line where
     no price is known. The same on every rank: rank 0's price."""
     tc = cfg.train
-    price, what = hardware_price(tc.hardware, tc.price_per_hour, device)
+    price, what = hardware_price(tc.budget.hardware, tc.budget.price_per_hour, device)
     price = from_main(price * dist.world_size if price is not None else None, dist)
     if price is None:
         raise BurnoutError(f"train.max_dollars: no price per hour is known for {what}; give one "
                            "(train.price_per_hour=0.5, dollars per device-hour) or a time budget (--minutes N)")
-    minutes = float(f"{tc.max_dollars / price * 60:.4g}")
-    return dataclasses.replace(cfg, train=dataclasses.replace(tc, max_minutes=minutes)), price
+    minutes = float(f"{tc.budget.max_dollars / price * 60:.4g}")
+    return dataclasses.replace(cfg, train=dataclasses.replace(
+        tc, budget=dataclasses.replace(tc.budget, max_minutes=minutes))), price
 
 
 def _measure_step(cfg: RunConfig, data_dir: Path, recipe: Recipe, device: torch.device, precision: str,
@@ -76,7 +77,8 @@ def _measure_step(cfg: RunConfig, data_dir: Path, recipe: Recipe, device: torch.
                            "copy of the model); give the seconds a step takes as train.step_seconds") from None
     everyone = gather_to_main(seconds, dist)
     seconds = float(f"{from_main(max(everyone) if everyone is not None else None, dist):.4g}")
-    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, step_seconds=seconds))
+    budget = dataclasses.replace(cfg.train.budget, step_seconds=seconds)
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, budget=budget))
 
 
 class Budget:
@@ -88,21 +90,21 @@ class Budget:
 
     def words(self) -> str:
         """The budget as the lines say it: '3 min', or '$0.5 (42.9 min at $0.70/h)'."""
-        minutes = f"{self.tc.max_minutes:g} min"
-        if self.tc.max_dollars is None:
+        minutes = f"{self.tc.budget.max_minutes:g} min"
+        if self.tc.budget.max_dollars is None:
             return minutes
-        return f"${self.tc.max_dollars:g} ({minutes} at ${self.price:.2f}/h)"
+        return f"${self.tc.budget.max_dollars:g} ({minutes} at ${self.price:.2f}/h)"
 
     def plan_line(self, end_of_run: int, elapsed_before: float) -> str:
         """The line that says what a time budget plans: its steps, and where the LR schedule ends (`end_of_run`)."""
-        tc, planned = self.tc, budget_steps(self.tc.max_minutes, self.tc.step_seconds)
+        tc, planned = self.tc, budget_steps(self.tc.budget.max_minutes, self.tc.budget.step_seconds)
         how = "measured" if self.measured else "train.step_seconds"
-        line = f"budget {self.words()}: {how} {tc.step_seconds:.3g} s/step → "
+        line = f"budget {self.words()}: {how} {tc.budget.step_seconds:.3g} s/step → "
         if planned == end_of_run:
             line += f"planning {planned:,} steps; the LR schedule ends at the budget"
         else:
             line += (f"{planned:,} steps would fit; the run ends at step {end_of_run:,} first (about "
-                     f"{format_duration(end_of_run * tc.step_seconds)}), and so does the LR schedule, or at the "
+                     f"{format_duration(end_of_run * tc.budget.step_seconds)}), and so does the LR schedule, or at the "
                      "budget if the steps slow down")
         if elapsed_before:
             line += f"; {format_duration(elapsed_before)} of it spent before this session"
@@ -111,19 +113,19 @@ class Budget:
     def check_resume(self, run_dir: Path, elapsed: float, step: int, end_of_run: int) -> None:
         """Refuse a resume at `step`, `elapsed` seconds into the run, whose next step would end past the budget,
         where it could only repeat the final LR (unless the run is already at its end, `end_of_run`)."""
-        tc = self.tc
-        if elapsed + tc.step_seconds < tc.max_minutes * 60 or step == end_of_run:
+        budget = self.tc.budget
+        if elapsed + budget.step_seconds < budget.max_minutes * 60 or step == end_of_run:
             return
-        if tc.max_dollars is None:
-            budget = f"train.max_minutes={tc.max_minutes:g}"
-            larger = f"--minutes {math.ceil(elapsed / 60) + tc.max_minutes:g}"
+        if budget.max_dollars is None:
+            named = f"train.max_minutes={budget.max_minutes:g}"
+            larger = f"--minutes {math.ceil(elapsed / 60) + budget.max_minutes:g}"
         else:
-            budget = f"train.max_dollars={tc.max_dollars:g}: {tc.max_minutes:g} min at ${self.price:.2f}/h"
-            larger = f"--dollars {math.ceil(elapsed / 3600 * self.price * 100) / 100 + tc.max_dollars:g}"
-        raise BurnoutError(f"--resume: {run_dir} has trained {format_duration(elapsed)} of its time budget ({budget}, "
-                           f"which counts every session), and a step takes {tc.step_seconds:.3g} s; to train on, give "
-                           f"a larger budget, e.g. {larger}, and its LR schedule stretches to it (config.yaml is left "
-                           "as it was)")
+            named = f"train.max_dollars={budget.max_dollars:g}: {budget.max_minutes:g} min at ${self.price:.2f}/h"
+            larger = f"--dollars {math.ceil(elapsed / 3600 * self.price * 100) / 100 + budget.max_dollars:g}"
+        raise BurnoutError(f"--resume: {run_dir} has trained {format_duration(elapsed)} of its time budget ({named}, "
+                           f"which counts every session), and a step takes {budget.step_seconds:.3g} s; to train on, "
+                           f"give a larger budget, e.g. {larger}, and its LR schedule stretches to it (config.yaml is "
+                           "left as it was)")
 
     def session(self, end_of_run: int, elapsed_before: float) -> TimeBudget:
         """The clock of a session that starts `elapsed_before` seconds into the run."""
@@ -148,9 +150,9 @@ class TimeBudget:
     on every rank."""
 
     def __init__(self, tc: TrainConfig, total: int, elapsed_before: float):
-        self.seconds, self.total = tc.max_minutes * 60, total
-        self.planned_step_seconds = tc.step_seconds
-        self.fraction = (elapsed_before + tc.step_seconds) / self.seconds
+        self.seconds, self.total = tc.budget.max_minutes * 60, total
+        self.planned_step_seconds = tc.budget.step_seconds
+        self.fraction = (elapsed_before + tc.budget.step_seconds) / self.seconds
         self.local = self.fraction  # this rank's prediction for the next step, before agreement
         self.recent: list[float] | None = None  # this session's last steps' seconds, from its second step on
 

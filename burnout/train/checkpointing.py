@@ -62,7 +62,7 @@ def load_for_resume(checkpoint: Path, cfg: RunConfig, tokenizer_path: Path, dist
 
     Under FSDP only rank 0 reads state.pt's optimizer state (it sends each rank its shards); the other
     ranks map the file, so of its gigabytes they read only the step and their RNG states."""
-    mmap = dist.enabled and not dist.is_main and cfg.train.distributed == "fsdp"
+    mmap = dist.enabled and not dist.is_main and cfg.train.perf.distributed == "fsdp"
     with serialization_config.patch("load.mmap", mmap):
         ckpt = load_checkpoint(checkpoint, "cpu", verify=False)
     if "optimizer" not in ckpt.state:  # `burnout grow`'s output or an import: weights to start from, no training
@@ -120,11 +120,11 @@ class Checkpointer:
                  tokenizer_path: Path, tokens_per_step: int, emit: Callable[[str], None], step: int, end_of_run: int):
         self.run_dir, self.cfg, self.model, self.train_step = run_dir, cfg, model, train_step
         self.dist, self.tokenizer_path, self.tokens_per_step, self.emit = dist, tokenizer_path, tokens_per_step, emit
-        tc = cfg.train
-        self.keep_steps = set(tc.milestones) | {p.steps for p in tc.phases}
+        ckpt = cfg.train.checkpoint
+        self.keep_steps = set(ckpt.milestones) | {p.steps for p in cfg.train.phases}
         self.check_space(step, end_of_run)
-        self.mirror = (CheckpointMirror(run_dir, Path(tc.mirror_dir), emit) if tc.mirror_dir and dist.is_main
-                       else None)
+        mirrored = ckpt.mirror_dir and dist.is_main
+        self.mirror = CheckpointMirror(run_dir, Path(ckpt.mirror_dir), emit) if mirrored else None
         self.last_save = clock()
 
     def check_space(self, step: int, end_of_run: int) -> None:
@@ -136,38 +136,39 @@ class Checkpointer:
             raise BurnoutError(error)
 
     def _space_shortfall(self, step: int, end_of_run: int) -> str | None:
-        tc = self.cfg.train
+        ckpt = self.cfg.train.checkpoint
         size = checkpoint_bytes(self.cfg, self.tokenizer_path, self.dist.world_size)
         ahead = len({s for s in self.keep_steps if step < s <= end_of_run})
         # Past the last keep_last, one more exists while the newest is written and before the oldest is pruned.
-        count = tc.keep_last + 1 + ahead + int(tc.keep_best)
-        folders = [(self.run_dir, "--out")] + ([(Path(tc.mirror_dir), "train.mirror_dir")] if tc.mirror_dir else [])
+        count = ckpt.keep_last + 1 + ahead + int(ckpt.keep_best)
+        folders = [(self.run_dir, "--out")] + ([(Path(ckpt.mirror_dir), "train.mirror_dir")] if ckpt.mirror_dir else [])
         for folder, setting in folders:
             # The rolling checkpoints already there are replaced, not added to.
             rolling = [p for p in list_checkpoints(folder) if int(p.name.removeprefix("step_")) not in self.keep_steps]
-            need = max(0, count * size - min(sum(folder_bytes(p) for p in rolling), tc.keep_last * size))
+            need = max(0, count * size - min(sum(folder_bytes(p) for p in rolling), ckpt.keep_last * size))
             free = shutil.disk_usage(_nearest_existing(folder)).free
             if need > free:
                 return (f"not enough disk space in {folder} ({setting}): the checkpoints this run keeps need "
-                        f"{format_bytes(need)} ({count} × {format_bytes(size)}: train.keep_last={tc.keep_last}, one "
+                        f"{format_bytes(need)} ({count} × {format_bytes(size)}: train.keep_last={ckpt.keep_last}, one "
                         f"being written, {ahead} milestones and phase ends ahead"
-                        f"{', the best (train.keep_best)' if tc.keep_best else ''}) and {format_bytes(free)} are "
+                        f"{', the best (train.keep_best)' if ckpt.keep_best else ''}) and {format_bytes(free)} are "
                         f"free; free some space, lower train.keep_last, or choose another {setting}")
         return None
 
     def time_due(self) -> bool:
         """Whether train.ckpt_minutes have passed since this session's start or its last checkpoint, on this
         rank's clock (the train step's all-reduce agrees it across ranks)."""
-        minutes = self.cfg.train.ckpt_minutes
+        minutes = self.cfg.train.checkpoint.ckpt_minutes
         return bool(minutes) and clock() - self.last_save >= minutes * 60
 
     def due(self, step: int, final: bool, time_due: bool) -> bool:
-        return step % self.cfg.train.ckpt_interval == 0 or final or step in self.keep_steps or time_due
+        return step % self.cfg.train.checkpoint.ckpt_interval == 0 or final or step in self.keep_steps or time_due
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Optimizer, grad scaler and RNG states from `ckpt` (its weights are already in the model)."""
         ts = self.train_step
-        load_optimizer_state(ts.model, ts.optimizer, ckpt.state["optimizer"], self.cfg.train.distributed, self.dist)
+        distributed = self.cfg.train.perf.distributed
+        load_optimizer_state(ts.model, ts.optimizer, ckpt.state["optimizer"], distributed, self.dist)
         if ts.scaler is not None and "scaler" in ckpt.state:
             ts.scaler.load_state_dict(ckpt.state["scaler"])
         # Each rank draws its own dropout masks, so each takes back its own generators; a rank the
@@ -181,7 +182,7 @@ class Checkpointer:
         """Write step_N (rank 0); under FSDP every rank takes part in gathering the weights. `val_step` is the
         step whose weights `val_loss` was measured on."""
         ts, tc = self.train_step, self.cfg.train
-        model_state, optim_state = full_state(ts.model, ts.optimizer, tc.distributed, self.dist)
+        model_state, optim_state = full_state(ts.model, ts.optimizer, tc.perf.distributed, self.dist)
         rngs = gather_to_main(rng_state(ts.device), self.dist)
         path = self.run_dir / CHECKPOINT_DIR / f"step_{step:07d}"
         if self.dist.is_main:
@@ -208,9 +209,9 @@ class Checkpointer:
                 weights = module_from_state(self.cfg, {k.removeprefix(prefix): v for k, v in model_state.items()})
             info = {"step": step, "tokens": tokens, "train_loss": train_loss, "val_loss": val_loss,
                     "val_step": val_step, "elapsed_s": elapsed}
-            best = self._best_step(info) if tc.keep_best else None
-            path = save_checkpoint(self.run_dir, self.cfg, weights, state, info, self.tokenizer_path, tc.keep_last,
-                                   self.keep_steps | ({best} - {None}))
+            best = self._best_step(info) if tc.checkpoint.keep_best else None
+            path = save_checkpoint(self.run_dir, self.cfg, weights, state, info, self.tokenizer_path,
+                                   tc.checkpoint.keep_last, self.keep_steps | ({best} - {None}))
             if self.mirror is not None:
                 self.mirror.submit(path, list_checkpoints(self.run_dir))
             self.emit(f"step {step}: saved {path}" + (f" (the best val loss so far, {val_loss:.4f}: kept by "

@@ -104,8 +104,8 @@ def _past_the_end(run_dir: Path, step: int, end: int, tc: TrainConfig) -> str:
     """The refusal of a resume whose limits now end the run before the step its checkpoint is at."""
     limits = [f"train.max_steps={tc.max_steps}"] + [f"train.{key}={getattr(tc, key)}" for key in
                                                      ("max_tokens", "max_epochs") if getattr(tc, key) is not None]
-    if tc.max_minutes is not None and tc.step_seconds is not None:
-        limits.append(f"train.max_minutes={tc.max_minutes:g} (at train.step_seconds={tc.step_seconds:g})")
+    if tc.budget.max_minutes is not None and tc.budget.step_seconds is not None:
+        limits.append(f"train.max_minutes={tc.budget.max_minutes:g} (at train.step_seconds={tc.budget.step_seconds:g})")
     which = limits[0] if len(limits) == 1 else f"the earliest of {', '.join(limits)}"
     return (f"--resume: {run_dir} is at step {step}, past step {end}, where {which} now ends it; to train on, "
             f"give a limit past step {step} (config.yaml is left as it was)")
@@ -119,9 +119,9 @@ def check_sample_prompt(cfg: RunConfig, tokenizer_path: Path) -> None:
     """Refuse, before the first step, a train.sample_prompt the run could not sample at its first evaluation: one of
     characters its tokenizer cannot encode (a char tokenizer knows only its corpus's), or too long for the context."""
     tc = cfg.train
-    if not (tc.sample_prompt and tc.sample_tokens):
+    if not (tc.eval.sample_prompt and tc.eval.sample_tokens):
         return
-    ids = encode_text(load_tokenizer(tokenizer_path), tc.sample_prompt, "train.sample_prompt",
+    ids = encode_text(load_tokenizer(tokenizer_path), tc.eval.sample_prompt, "train.sample_prompt",
                       fix="set train.sample_prompt to a few words of the training text, or train.sample_tokens=0 "
                           "for no sample")
     if len(ids) >= cfg.model.context_length:
@@ -139,7 +139,7 @@ class Validator:
     def __init__(self, cfg: RunConfig, recipe: Recipe, loader, model: torch.nn.Module, objective: torch.nn.Module,
                  train_step: TrainStep, tokenizer_path: Path, dist: DistContext, emit: Callable[[str], None],
                  suspicious: list[str] | None = None):
-        fsdp = cfg.train.distributed == "fsdp"
+        fsdp = cfg.train.perf.distributed == "fsdp"
         self.tc, self.recipe, self.loader, self.train_step, self.emit = cfg.train, recipe, loader, train_step, emit
         self.suspicious = suspicious or []  # strings a sample should not contain (from the data's audit)
         # FSDP2 shards in place: the wrapped module is the one whose forward gathers the weights.
@@ -148,18 +148,18 @@ class Validator:
         self.runs_here = dist.is_main or (dist.enabled and fsdp)
         self.tokenizer = load_tokenizer(tokenizer_path) if self.runs_here else None
         self.tasks = None  # train.eval_tasks resolved and read now: a missing file fails before step 1
-        if self.tc.eval_tasks and self.runs_here:
+        if self.tc.eval.eval_tasks and self.runs_here:
             from burnout.eval.evaluate import check_plan_encodes, plan_tasks
 
-            self.tasks = plan_tasks(self.tc.eval_tasks, self.tc.eval_data_root)
-            check_plan_encodes(self.tokenizer, self.tasks, self.tc.eval_task_items, "train.eval_tasks: ")
+            self.tasks = plan_tasks(self.tc.eval.eval_tasks, self.tc.eval.eval_data_root)
+            check_plan_encodes(self.tokenizer, self.tasks, self.tc.eval.eval_task_items, "train.eval_tasks: ")
             for line in self.tasks.lines:
                 emit(line)
         self.last_loss = math.nan
         self.last_step: int | None = None  # the step whose weights last_loss was measured on
 
     def due(self, step: int, final: bool) -> bool:
-        return step % self.tc.eval_interval == 0 or final
+        return step % self.tc.eval.eval_interval == 0 or final
 
     def run(self, step: int, record: dict) -> None:
         """Adds val_loss (and sample) to `record`."""
@@ -172,9 +172,10 @@ class Validator:
                 record.update(scores)
                 self.emit(f"step {step} eval: " + ", ".join(f"{k.removeprefix('eval/')} {v:.4f}"
                                                             for k, v in scores.items()))
-            if self.tc.sample_prompt and self.tc.sample_tokens:
-                sample = generate_text(self.model, self.tokenizer, self.tc.sample_prompt, self.tc.sample_tokens,
-                                       temperature=0.8, top_k=50, seed=self.tc.seed)
+            prompt, tokens = self.tc.eval.sample_prompt, self.tc.eval.sample_tokens
+            if prompt and tokens:
+                sample = generate_text(self.model, self.tokenizer, prompt, tokens, temperature=0.8, top_k=50,
+                                       seed=self.tc.seed)
                 forget_packed_weights(self.model)  # its packed copies (see linear) would sit in memory while it trains
                 record["sample"] = sample
                 scores = degeneration(sample, self.suspicious)
@@ -188,8 +189,8 @@ class Validator:
         from burnout.eval.evaluate import score_plan
 
         self.model.eval()
-        results, core = score_plan(self.model, self.tokenizer, self.tasks, self.tc.eval_task_items,
-                                   data_root=self.tc.eval_data_root, progress=False)
+        results, core = score_plan(self.model, self.tokenizer, self.tasks, self.tc.eval.eval_task_items,
+                                   data_root=self.tc.eval.eval_data_root, progress=False)
         scores = {f"eval/{key}/{name}": value for key, metrics in results.items() for name, value in metrics.items()
                   if isinstance(value, float) and name not in ("examples", "truncated")}
         if core is not None:
@@ -223,7 +224,7 @@ class Trainer:
         self.precision = training_precision(cfg.train.precision, device, self.emit)
         if cfg.train.precision == "auto" and device.type == "cpu":  # each rank measured: bf16 only if all found it
             self.precision = "bf16" if min_across_ranks(int(self.precision == "bf16"), dist, device) else "fp32"
-        configure_backends(device, cfg.train.deterministic)
+        configure_backends(device, cfg.train.perf.deterministic)
         self.seq_len = cfg.train.seq_len or cfg.model.context_length
         meta = recipe.data_meta(cfg, data_dir, self.seq_len)
         check_compatible(meta, cfg.model.vocab_size)
@@ -283,7 +284,8 @@ class Trainer:
             if self.step > self.end_of_run:
                 raise BurnoutError(_past_the_end(self.run_dir, self.step, self.end_of_run, tc))
         self.elapsed = self.elapsed_before
-        wrapped = wrap_model(objective, self.dist, tc.distributed, self.device, self.precision, tc.cpu_offload)
+        perf = tc.perf
+        wrapped = wrap_model(objective, self.dist, perf.distributed, self.device, self.precision, perf.cpu_offload)
         self.train_step = TrainStep(wrapped, tc, self.device, self.precision, self.end_of_run, self.dist)
         if ckpt is None:
             recipe.init_optimizer(self.train_step, cfg, self.dist, self.emit)
@@ -305,7 +307,7 @@ class Trainer:
         tc, dist = self.tc, self.dist
         self.phase = current_phase(tc, self.step)
         self.stop_at = min(self.phase.steps, self.end_of_run) if self.phase else self.end_of_run
-        hw = (get_hardware(tc.hardware, self.precision, tc.price_per_hour, self.device, say=self.emit)
+        hw = (get_hardware(tc.budget.hardware, self.precision, tc.budget.price_per_hour, self.device, say=self.emit)
               if dist.is_main else None)
         self.price = hw.price_per_hour * dist.world_size if hw and hw.price_per_hour is not None else None
         if dist.is_main:
@@ -367,7 +369,7 @@ class Trainer:
                     final = stop.final(self.step, result.flag_means[:2])
                     save = self.checkpointer.due(self.step, final, result.flags[2])
                     # train.keep_best compares checkpoints by a val loss measured on their own weights.
-                    evaluate = self.validator.due(self.step, final) or (save and self.tc.keep_best)
+                    evaluate = self.validator.due(self.step, final) or (save and self.tc.checkpoint.keep_best)
                     if self.logger.due(self.step, final) or evaluate:
                         record = self.logger.record(self.step, result.loss, result.lr, result.grad_norm,
                                                     self.elapsed, self.skipped)
@@ -405,7 +407,7 @@ class Trainer:
         self.skipped += 1
         self._say(f"step {self.step + 1}: loss {result.loss} / grad norm {result.grad_norm}: not finite, "
                   f"update skipped ({self.bad_in_row} in a row)")
-        if self.bad_in_row >= self.tc.max_bad_steps:
+        if self.bad_in_row >= self.tc.optim.max_bad_steps:
             last = list_checkpoints(self.run_dir)
             raise BurnoutError(
                 f"the loss was not finite for {self.bad_in_row} steps in a row (up to step {self.step + 1}); "

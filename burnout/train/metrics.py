@@ -94,7 +94,7 @@ class StepLogger:
         self.said_mfu_left_out = False
         self.main = run_dir is not None  # rank 0 writes; the other ranks only measure
         self.metrics = MetricsLog(run_dir) if self.main else None
-        self.external = ExternalLoggers(run_dir, tc.tensorboard, tc.wandb, config) if self.main else None
+        self.external = ExternalLoggers(run_dir, tc.log.tensorboard, tc.log.wandb, config) if self.main else None
         self.train_time, self.train_tokens, self.train_steps = 0.0, 0, 0  # since the last record, for tokens/s
         self.first_step_s: float | None = None  # the session's first step, until a record takes it
         self.started = False  # whether this session has counted its first step
@@ -110,7 +110,7 @@ class StepLogger:
 
     def due(self, step: int, final: bool) -> bool:
         tc = self.tc
-        return step % tc.log_interval == 0 or step % tc.eval_interval == 0 or final
+        return step % tc.log.log_interval == 0 or step % tc.eval.eval_interval == 0 or final
 
     def record(self, step: int, loss: float, lr: float, grad_norm: float, elapsed: float, skipped: int) -> dict:
         """The record of `step`. Where the window since the last record is the session's first step alone
@@ -130,8 +130,8 @@ class StepLogger:
             return record
         if rate:
             eta = (self.stop_at - step) * step_s
-            if self.tc.max_minutes is not None:  # a time budget ends the run at its end, however slow the steps
-                eta = min(eta, max(0.0, self.tc.max_minutes * 60 - elapsed))
+            if self.tc.budget.max_minutes is not None:  # a time budget ends the run at its end, however slow the steps
+                eta = min(eta, max(0.0, self.tc.budget.max_minutes * 60 - elapsed))
             mfu = self.mfu(rate * self.flops_per_token, step)
             if mfu is not None:
                 record["mfu"] = mfu
@@ -155,7 +155,7 @@ class StepLogger:
         if not self.said_mfu_left_out:
             self.said_mfu_left_out = True
             why = ("measured again: other work on this machine slowed the measurements" if self.measure_peak
-                   else f"check train.hardware={self.tc.hardware}")
+                   else f"check train.hardware={self.tc.budget.hardware}")
             self.emit(f"mfu left out from step {step}: the steps ran {achieved / 1e9:,.1f} GFLOP/s, above the "
                       f"{self.peak_flops / 1e9:,.1f} GFLOP/s peak MFU is over ({why})")
         return None

@@ -141,23 +141,24 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, precision: str = "f
     some token rows train); under train.optimizer=muon, Muon takes the blocks' matrices and AdamW keeps
     embeddings, head, norms, biases. Muon orthogonalizes in bf16 when the step computes in bf16 (bf16 or fp8, where
     bf16 matmuls are fast: a GPU from Ampere on, a CPU measured so), else in fp32."""
-    muon_params = hidden_matrices(model) if cfg.optimizer == "muon" else []
+    optim = cfg.optim
+    muon_params = hidden_matrices(model) if optim.optimizer == "muon" else []
     on_muon = {id(p) for p in muon_params}
     params = [p for p in model.parameters() if p.requires_grad and id(p) not in on_muon]
     decays = [p.dim() >= 2 and not _trains_rows(p) for p in params]
     groups = [
-        {"params": [p for p, decay in zip(params, decays) if decay], "weight_decay": cfg.weight_decay},
+        {"params": [p for p, decay in zip(params, decays) if decay], "weight_decay": optim.weight_decay},
         {"params": [p for p, decay in zip(params, decays) if not decay], "weight_decay": 0.0},
     ]
-    if cfg.optimizer == "adamw8bit":
-        return Optimizers(lowbit_optim().AdamW8bit(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2)))
+    if optim.optimizer == "adamw8bit":
+        return Optimizers(lowbit_optim().AdamW8bit(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2)))
     # Fused (one kernel over all tensors) on every device: on the CPU it updates as foreach does
     # (tests/train/test_compile.py) and faster than the per-tensor loop PyTorch picks there by default
     # (docs/PERFORMANCE.md).
-    adamw = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
+    adamw = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2), fused=True)
     if not muon_params:
         return Optimizers(adamw)
     orthogonalize_dtype = torch.bfloat16 if compute_precision(precision) == "bf16" else torch.float32
-    muon = Muon(muon_params, orthogonalize_dtype=orthogonalize_dtype, lr=cfg.muon_lr, momentum=cfg.muon_momentum,
-                weight_decay=cfg.weight_decay)
+    muon = Muon(muon_params, orthogonalize_dtype=orthogonalize_dtype, lr=optim.muon_lr, momentum=optim.muon_momentum,
+                weight_decay=optim.weight_decay)
     return Optimizers(muon, adamw)

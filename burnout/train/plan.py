@@ -80,7 +80,7 @@ def plan_config(target: str, overrides: list[str] = ()) -> RunConfig:
                                f"{_plan_targets()}")
         return load_run_config(path / RUN_CONFIG_FILE, overrides)
     if path.is_file() or (CONFIG_DIR / f"{target}.yaml").is_file():
-        return load_run_config(target, overrides)
+        return load_run_config(target, overrides, on_note=print)
     if target in model_preset_names():
         return load_run_config({"model": target, "train": preset_train_section()}, overrides)
     raise BurnoutError(f"'{target}' is neither a run config, a model preset nor a run folder; {_plan_targets()}")
@@ -108,7 +108,7 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: fl
     if precision is None:
         # What `precision: auto` would pick there: fp32 on a CPU; bf16 on a GPU with bf16 tensor cores, else fp16.
         precision = tc.precision if tc.precision != "auto" else _auto_precision(hardware)
-    hw = get_hardware(hardware, precision, price_per_hour if price_per_hour is not None else tc.price_per_hour)
+    hw = get_hardware(hardware, precision, price_per_hour if price_per_hour is not None else tc.budget.price_per_hour)
     seq_len = tc.seq_len or cfg.model.context_length
     info = model_info(cfg.model, seq_len=seq_len, precision="bf16" if precision != "fp32" else "fp32")
     fpt = info["flops_per_token"]
@@ -224,7 +224,7 @@ def predict_memory(cfg: RunConfig, precision: str, target: str, devices: int, ba
     precision = compute_precision(precision)
     seq_len = tc.seq_len or cfg.model.context_length
     counts = param_counts(cfg.model)
-    fsdp = devices > 1 and tc.distributed == "fsdp"
+    fsdp = devices > 1 and tc.perf.distributed == "fsdp"
     lines = static_memory(cfg, devices)
     step = measure_step(cfg.model, batch_size, seq_len, precision, variant.checkpointing, target)
     acts, copies = step.saved, step.weight_copies
@@ -253,16 +253,16 @@ def static_memory(cfg: RunConfig, devices: int) -> dict[str, int]:
 
 def offloaded_memory(cfg: RunConfig, devices: int) -> int:
     """Bytes of CPU memory per process that hold FSDP's offloaded shards (train.cpu_offload); 0 without it."""
-    if not (devices > 1 and cfg.train.distributed == "fsdp" and cfg.train.cpu_offload):
+    if not (devices > 1 and cfg.train.perf.distributed == "fsdp" and cfg.train.perf.cpu_offload):
         return 0
     return sum(_static_per_process(cfg, devices).values())
 
 
 def _static_per_process(cfg: RunConfig, devices: int) -> dict[str, int]:
-    fsdp = devices > 1 and cfg.train.distributed == "fsdp"
+    fsdp = devices > 1 and cfg.train.perf.distributed == "fsdp"
     # DDP keeps a whole replica; its gradient buckets are the gradients (gradient_as_bucket_view=True).
     return {key: -(-n // devices) if fsdp else n
-            for key, n in static_bytes(param_counts(cfg.model), cfg.train.optimizer).items()}
+            for key, n in static_bytes(param_counts(cfg.model), cfg.train.optim.optimizer).items()}
 
 
 def largest_fitting(seqs_per_step: int, start: int, fits: Callable[[int], bool], start_fits: bool) -> int | None:
@@ -303,7 +303,7 @@ def memory_fixes(cfg: RunConfig, precision: str, target: str, devices: int, capa
     else FSDP with CPU offload."""
     tc = cfg.train
     b, seqs = tc.batch_size, tc.batch_size * tc.grad_accum
-    configured = Variant(tc.compile, tc.activation_checkpointing)
+    configured = Variant(tc.perf.compile, tc.perf.activation_checkpointing)
     found = []
 
     def consider(change: str, cfg_: RunConfig, gpus: int, batch: int, variant: Variant) -> bool:
@@ -314,28 +314,31 @@ def memory_fixes(cfg: RunConfig, precision: str, target: str, devices: int, capa
 
     # No change on these GPUs fits when their static memory alone does not: their traces are skipped.
     same_gpus = sum(static_memory(cfg, devices).values()) <= capacity
-    if same_gpus and not tc.activation_checkpointing:
-        consider("train.activation_checkpointing=true", cfg, devices, b, Variant(tc.compile, True))
-    if same_gpus and not tc.compile:
-        consider("train.compile=true", cfg, devices, b, Variant(True, tc.activation_checkpointing))
+    if same_gpus and not tc.perf.activation_checkpointing:
+        consider("train.activation_checkpointing=true", cfg, devices, b, Variant(tc.perf.compile, True))
+    if same_gpus and not tc.perf.compile:
+        consider("train.compile=true", cfg, devices, b, Variant(True, tc.perf.activation_checkpointing))
     if largest is not None:
         consider(f"train.batch_size={largest} train.grad_accum={seqs // largest}", cfg, devices, largest, configured)
-    elif not tc.activation_checkpointing:
+    elif not tc.perf.activation_checkpointing:
         _checkpointed_smaller_batch(consider, cfg, precision, target, devices, capacity, "")
-    if tc.optimizer == "adamw":  # the same updates from quantized moments; Muon's settings would not carry over
-        lowbit = dataclasses.replace(cfg, train=dataclasses.replace(tc, optimizer="adamw8bit"))
+    if tc.optim.optimizer == "adamw":  # the same updates from quantized moments; Muon's settings would not carry over
+        lowbit = dataclasses.replace(cfg, train=dataclasses.replace(
+            tc, optim=dataclasses.replace(tc.optim, optimizer="adamw8bit")))
         if sum(static_memory(lowbit, devices).values()) <= capacity:
             consider("train.optimizer=adamw8bit", lowbit, devices, b, configured)
-            if not found and not tc.activation_checkpointing:  # no change fits alone: both, a smaller batch if need be
+            if not found and not tc.perf.activation_checkpointing:  # none fits alone: both, a smaller batch if need be
                 if not consider("train.activation_checkpointing=true train.optimizer=adamw8bit", lowbit, devices, b,
-                                Variant(tc.compile, True)):
+                                Variant(tc.perf.compile, True)):
                     _checkpointed_smaller_batch(consider, lowbit, precision, target, devices, capacity,
                                                 "train.optimizer=adamw8bit ")
-    if tc.optimizer == "adamw" and target != "cpu":  # the config refuses Muon and adamw8bit under FSDP
-        fsdp = dataclasses.replace(cfg, train=dataclasses.replace(tc, distributed="fsdp"))
-        more = [n for n in FSDP_SIZES if n > devices or (n == devices and tc.distributed != "fsdp")]
-        if not _fewest_gpus(consider, fsdp, more, b, configured, "train.distributed=fsdp") and not tc.cpu_offload:
-            offload = dataclasses.replace(fsdp, train=dataclasses.replace(fsdp.train, cpu_offload=True))
+    if tc.optim.optimizer == "adamw" and target != "cpu":  # the config refuses Muon and adamw8bit under FSDP
+        fsdp = dataclasses.replace(cfg, train=dataclasses.replace(
+            tc, perf=dataclasses.replace(tc.perf, distributed="fsdp")))
+        more = [n for n in FSDP_SIZES if n > devices or (n == devices and tc.perf.distributed != "fsdp")]
+        if not _fewest_gpus(consider, fsdp, more, b, configured, "train.distributed=fsdp") and not tc.perf.cpu_offload:
+            offload = dataclasses.replace(fsdp, train=dataclasses.replace(
+                fsdp.train, perf=dataclasses.replace(fsdp.train.perf, cpu_offload=True)))
             _fewest_gpus(consider, offload, [n for n in FSDP_SIZES if n >= devices], b, configured,
                          "train.distributed=fsdp train.cpu_offload=true")
     return found
@@ -346,7 +349,7 @@ def _checkpointed_smaller_batch(consider: Callable[..., bool], cfg: RunConfig, p
     """Activation checkpointing at the largest micro-batch below the configured one that fits, with `change`
     (settings already made in `cfg`, each followed by a space)."""
     tc = cfg.train
-    ckpt = Variant(tc.compile, True)
+    ckpt = Variant(tc.perf.compile, True)
     smaller = largest_fitting_batch(cfg, precision, target, devices, capacity, ckpt, start_fits=False)
     if smaller is not None:
         consider(f"train.activation_checkpointing=true {change}train.batch_size={smaller} "
@@ -369,7 +372,7 @@ def memory_plan(cfg: RunConfig, hardware: str, precision: str, devices: int) -> 
     target = memory_target(hardware)
     entry = hardware_table().get(hardware, {})
     capacity = round(entry["memory_gb"] * GIB) if "memory_gb" in entry else None
-    configured = Variant(tc.compile, tc.activation_checkpointing)
+    configured = Variant(tc.perf.compile, tc.perf.activation_checkpointing)
     total = predict_memory(cfg, precision, target, devices, tc.batch_size, configured)["total"]
     fits = largest = None
     fixes: list[tuple[str, int]] = []
@@ -383,7 +386,7 @@ def memory_plan(cfg: RunConfig, hardware: str, precision: str, devices: int) -> 
     variants = {v.name: predict_memory(cfg, precision, target, devices, tc.batch_size, v) for v in VARIANTS}
     return {"target": target, "capacity_bytes": capacity, "micro_batch": tc.batch_size, "grad_accum": tc.grad_accum,
             "seq_len": tc.seq_len or cfg.model.context_length, "precision": precision, "devices": devices,
-            "distributed": tc.distributed if devices > 1 else None, "optimizer": tc.optimizer,
+            "distributed": tc.perf.distributed if devices > 1 else None, "optimizer": tc.optim.optimizer,
             "offloaded_bytes": offloaded_memory(cfg, devices), "configured": configured.name, "variants": variants,
             "fits": fits, "largest_micro_batch": largest, "fixes": fixes}
 
@@ -404,13 +407,13 @@ def check_fits(cfg: RunConfig, device: torch.device, world_size: int, precision:
     compute capability 8.0). Off CUDA there is no fixed budget; train.memory_check=false skips the check.
     """
     tc = cfg.train
-    if device.type != "cuda" or not tc.memory_check:
+    if device.type != "cuda" or not tc.perf.memory_check:
         return
     if memory_bytes is None:
         memory_bytes = torch.cuda.get_device_properties(device).total_memory
     if target is None:
         target = "cuda" if torch.cuda.get_device_capability(device) >= (8, 0) else "cuda-pre-ampere"
-    variant = Variant(tc.compile, tc.activation_checkpointing)
+    variant = Variant(tc.perf.compile, tc.perf.activation_checkpointing)
     total = predict_memory(cfg, precision, target, world_size, tc.batch_size, variant)["total"]
     if total <= memory_bytes:
         return
@@ -439,7 +442,7 @@ def check_memory_floor(cfg: RunConfig, device: torch.device, world_size: int = 1
     process, and the floor of its activations (models/size.py), on every device and whatever the variant.
     train.memory_check=false skips it, as it does check_fits."""
     tc = cfg.train
-    if not tc.memory_check:
+    if not tc.perf.memory_check:
         return
     room = room or device_memory(device)
     seq_len, batch = tc.seq_len or cfg.model.context_length, micro_batch or tc.batch_size

@@ -98,8 +98,8 @@ class Recipe:
 
     def evaluate(self, objective: torch.nn.Module, loader, tc: TrainConfig, device: torch.device,
                  precision: str) -> dict:
-        """The validation metrics over tc.eval_batches of `loader`: val_loss, and any val_* beside it."""
-        return {"val_loss": evaluate_loss(objective, loader, tc.eval_batches, device, precision)}
+        """The validation metrics over tc.eval.eval_batches of `loader`: val_loss, and any val_* beside it."""
+        return {"val_loss": evaluate_loss(objective, loader, tc.eval.eval_batches, device, precision)}
 
     def after_step(self, step: int, loss: float) -> str | None:
         return None
@@ -175,7 +175,7 @@ class Pretraining(Recipe):
         own = [{key: value for key, value in group.items() if key != "params"} for group in optimizer.param_groups]
         try:
             load_optimizer_state(train_step.model, optimizer, self.parent_state["optimizer"],
-                                 cfg.train.distributed, dist)
+                                 cfg.train.perf.distributed, dist)
         except (ValueError, KeyError, RuntimeError) as exc:
             raise BurnoutError(f"{where}: its optimizer state does not fit this run's optimizer ({first_line(exc)});"
                                " use train.init_optimizer=fresh") from None

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from burnout.common import RUN_CONFIG_FILE, killed_writer
-from burnout.config import RunConfig, load_saved_config
+from burnout.config import RunConfig, load_saved_config, setting_name, settings
 from burnout.core.checkpoint import holds_run
 from burnout.core.device import resolve_device
 from burnout.core.model_files import is_run_folder, writing_run
@@ -35,7 +35,7 @@ from burnout.train.recipe import Recipe
 # Changing these mid-run would change which tokens the resumed run sees (or, for the optimizer, which
 # state the checkpoint must hold): every section but train (the model, the data, the recipe's own), and these.
 _RESUME_FIXED = (*(f.name for f in dataclasses.fields(RunConfig) if f.name != "train"), "train.seed",
-                 "train.batch_size", "train.grad_accum", "train.seq_len", "train.optimizer",
+                 "train.batch_size", "train.grad_accum", "train.seq_len", "train.optim.optimizer",
                  "train.init_from", "train.init_optimizer")
 
 # The recipe a run config runs (burnout/runs.py: recipe_for).
@@ -95,10 +95,11 @@ def _resumed_config(run_dir: Path, config_path: Path, overrides: list[str],
     # Compare values rather than override keys: `--train.batch_size=8` or `train={...}` change them too.
     for key in _RESUME_FIXED:
         if _field(cfg, key) != _field(moved, key):
-            raise BurnoutError(f"--resume: '{key}' cannot change in a running run; start a new run instead")
+            raise BurnoutError(f"--resume: '{setting_name(key)}' cannot change in a running run; start a new run "
+                               "instead")
     check_resume_data(Path(run_dir), data_dir, on_event if os.environ.get("RANK", "0") == "0" else lambda line: None)
-    before = _flat(saved.to_dict())
-    changed = {k: v for k, v in _flat(cfg.to_dict()).items() if before.get(k) != v}
+    before = settings(saved)
+    changed = {k: v for k, v in settings(cfg).items() if before.get(k) != v}
     # The safe overrides (LR, phases, logging), recorded in resumes.jsonl once the run has accepted them.
     resumed_with = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "overrides": list(overrides),
                     "changed": changed} if changed else None
@@ -154,16 +155,6 @@ def _writing(run_dir: Path, label: str) -> AbstractContextManager:
             time.sleep(RANK_0_POLL_S)
         return contextlib.nullcontext()
     return writing_run(run_dir, label)
-
-
-def _flat(raw: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in raw.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _field(cfg: RunConfig, dotted: str):

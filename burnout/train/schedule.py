@@ -17,25 +17,24 @@ def lr_at(step: float, cfg: TrainConfig, total_steps: int | None = None) -> floa
     """LR for the update made at `step` (0-based; a time-budgeted run's may lie between two steps) of a run
     whose schedule ends at `total_steps` (default: train.max_steps)."""
     total = cfg.max_steps if total_steps is None else total_steps
-    warmup = warmup_steps(cfg, total)
+    warmup, optim = warmup_steps(cfg, total), cfg.optim
     if step < warmup:
-        return cfg.lr * (step + 1) / warmup
-    if cfg.schedule == "wsd":
-        decay_start = max(warmup, total - round(cfg.decay_fraction * total))
+        return optim.lr * (step + 1) / warmup
+    if optim.schedule == "wsd":
+        decay_start = max(warmup, total - round(optim.decay_fraction * total))
         progress = min(1.0, max(0, step - decay_start) / max(1, total - decay_start))
-        return cfg.lr - (cfg.lr - cfg.min_lr) * progress
+        return optim.lr - (optim.lr - optim.min_lr) * progress
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    if cfg.schedule == "linear":
-        return cfg.lr - (cfg.lr - cfg.min_lr) * progress
-    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + math.cos(math.pi * progress))
-
+    if optim.schedule == "linear":
+        return optim.lr - (optim.lr - optim.min_lr) * progress
+    return optim.min_lr + 0.5 * (optim.lr - optim.min_lr) * (1.0 + math.cos(math.pi * progress))
 
 def warmup_steps(cfg: TrainConfig, total: int) -> int:
     """train.warmup_steps; in a time-budgeted run at most BUDGET_WARMUP_SHARE of the `total` steps it planned
     (a user who sets max_steps below warmup_steps chose both; a budget's steps are the plan's)."""
-    if cfg.max_minutes is None:
-        return cfg.warmup_steps
-    return min(cfg.warmup_steps, max(1, int(BUDGET_WARMUP_SHARE * total)))
+    if cfg.budget.max_minutes is None:
+        return cfg.optim.warmup_steps
+    return min(cfg.optim.warmup_steps, max(1, int(BUDGET_WARMUP_SHARE * total)))
 
 
 def budget_steps(minutes: float, step_seconds: float) -> int:
@@ -47,8 +46,8 @@ def total_steps(cfg: TrainConfig, tokens_per_step: int, train_tokens: int) -> in
     """The step the run ends at: the earliest of max_steps, max_tokens, max_epochs and the steps that
     max_minutes plans at step_seconds each."""
     limits = [cfg.max_steps]
-    if cfg.max_minutes is not None and cfg.step_seconds is not None:
-        limits.append(budget_steps(cfg.max_minutes, cfg.step_seconds))
+    if cfg.budget.max_minutes is not None and cfg.budget.step_seconds is not None:
+        limits.append(budget_steps(cfg.budget.max_minutes, cfg.budget.step_seconds))
     if cfg.max_tokens is not None:
         limits.append(math.ceil(cfg.max_tokens / tokens_per_step))
     if cfg.max_epochs is not None:

@@ -49,8 +49,8 @@ def build_model(cfg: RunConfig, device: torch.device) -> Transformer:
     check_weights_fit(cfg.model, "the run's model", "choose a smaller model (model.n_layer, model.d_model)")
     model = model_for(cfg).to(device)
     if cfg.train.precision == "fp8":
-        model = to_float8_training(model, cfg.train.fp8_recipe)
-    return checkpoint_blocks(model) if cfg.train.activation_checkpointing else model
+        model = to_float8_training(model, cfg.train.perf.fp8_recipe)
+    return checkpoint_blocks(model) if cfg.train.perf.activation_checkpointing else model
 
 
 def batch_index(step: int, micro: int, grad_accum: int, dist: DistContext) -> int:
@@ -151,7 +151,7 @@ class TrainStep:
         self.dist = dist or DistContext()  # one process
         self.optimizer = make_optimizer(model, tc, precision)
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-        self.forward = torch.compile(model) if tc.compile else model
+        self.forward = torch.compile(model) if tc.perf.compile else model
 
     def run_eager(self) -> None:
         """Drop torch.compile (bench falls back to eager where the compiler is missing or fails)."""
@@ -165,7 +165,7 @@ class TrainStep:
         at `step` (a time-budgeted run's, agreed across ranks)."""
         tc = self.tc
         lr = lr_at(step if schedule_step is None else schedule_step, tc, self.end_of_run)
-        self.optimizer.scale_lr(lr / tc.lr)
+        self.optimizer.scale_lr(lr / tc.optim.lr)
         loss_sum, positions = accumulate_gradients(self.forward, loader, step, tc.grad_accum, self.device,
                                                    self.precision, self.dist, self.scaler, clock)
         local = flags() if flags is not None else []
@@ -174,7 +174,7 @@ class TrainStep:
         reduced = mean_across_ranks(torch.cat([loss_sum.reshape(1), loss_sum.new_tensor(local)]), self.dist)
         if self.scaler is not None:
             self.optimizer.unscale(self.scaler)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip or float("inf"))
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.optim.grad_clip or float("inf"))
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP's DTensor
         # One host sync per step: whether to apply the update depends on it.
         loss, *agreed, norm = torch.cat([reduced, grad_norm.reshape(1).to(reduced.dtype)]).tolist()

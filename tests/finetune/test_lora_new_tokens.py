@@ -16,7 +16,15 @@ import torch
 
 from burnout.cli import main
 from burnout.common import TOKENIZER_FILE, format_bytes
-from burnout.config import AdapterConfig, DPOConfig, ModelConfig, TrainConfig, load_run_config, load_saved_config
+from burnout.config import (
+    AdapterConfig,
+    DPOConfig,
+    ModelConfig,
+    OptimConfig,
+    TrainConfig,
+    load_run_config,
+    load_saved_config,
+)
 from burnout.core.chat_template import IM_END, IM_START
 from burnout.core.checkpoint import list_checkpoints, load_checkpoint
 from burnout.errors import BurnoutError
@@ -214,7 +222,8 @@ def test_dpo_and_full_fine_tunes_train_no_rows(lora_run):
 
 def test_rows_refuse_fsdp_and_a_missing_tokenizer(lora_run, tmp_path):
     cfg = load_saved_config(lora_run / "config.yaml")
-    fsdp = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, distributed="fsdp"))
+    perf = dataclasses.replace(cfg.train.perf, distributed="fsdp")
+    fsdp = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, perf=perf))
     with pytest.raises(BurnoutError, match=r"^train\.distributed: a LoRA fine-tune that added tokens"):
         build_model(fsdp, CPU)
     moved = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, prepared_dir=str(tmp_path)))
@@ -240,7 +249,7 @@ def test_adamw_moves_the_trained_rows_alone_with_weight_decay_on(tie, optimizer)
     model = apply_lora(Transformer(TINY[tie]), LoRAConfig(r=2, alpha=4), row_ids=rows).train()
     matrices = {id(p): p for p in (model.tok_emb.weight, model.lm_head.weight)}
     before = {key: p.detach().clone() for key, p in matrices.items()}
-    tc = TrainConfig(lr=1e-2, weight_decay=0.5, optimizer=optimizer)
+    tc = TrainConfig(optim=OptimConfig(lr=1e-2, weight_decay=0.5, optimizer=optimizer))
     opt = make_optimizer(model, tc)
     adamw = opt.optimizers[-1]
     assert all(group["weight_decay"] == 0.0 for group in adamw.param_groups

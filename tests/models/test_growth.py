@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from burnout.cli import main
-from burnout.config import ModelConfig, TrainConfig
+from burnout.config import ModelConfig, OptimConfig, TrainConfig
 from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.models.growth import grow_state_dict, grown_model_config
@@ -64,7 +64,8 @@ def test_a_training_step_moves_every_weight_of_the_new_blocks():
     model = _trained_like("llama", True, n_kv_head=2)
     grown = _grown(model, n_layer=4).train()  # new blocks at 1 and 3, each after the old block it copies
     before = {name: p.detach().clone() for name, p in grown.named_parameters()}
-    optimizer = make_optimizer(grown, TrainConfig(lr=1e-3, weight_decay=0.0))  # no decay: only gradients move them
+    # No decay: only gradients move them.
+    optimizer = make_optimizer(grown, TrainConfig(optim=OptimConfig(lr=1e-3, weight_decay=0.0)))
     idx = torch.randint(0, 96, (4, 16))
     for _ in range(2):  # the output projections move first; the weights behind them from the second step
         grown(idx[:, :-1], idx[:, 1:]).backward()
@@ -80,7 +81,7 @@ def test_copies_of_a_channel_part_at_the_first_step():
     grown = _grown(model, d_model=64).train()
     embedding = grown.tok_emb.weight
     assert torch.equal(embedding[:, :32], embedding[:, 32:])  # the stream starts as two copies of the old one
-    optimizer = make_optimizer(grown, TrainConfig(lr=1e-3, weight_decay=0.0))
+    optimizer = make_optimizer(grown, TrainConfig(optim=OptimConfig(lr=1e-3, weight_decay=0.0)))
     idx = torch.randint(0, 96, (4, 16))
     grown(idx[:, :-1], idx[:, 1:]).backward()
     optimizer.step()

@@ -518,7 +518,9 @@ def test_ranks_wait_half_an_hour_for_rank_0(monkeypatch):
 def test_on_resume_fsdps_other_ranks_map_the_optimizer_state_instead_of_reading_it(tiny_run, strategy, rank, mapped):
     """A DDP rank needs the whole optimizer state, FSDP's rank 0 sends the shards: the other FSDP ranks map
     state.pt, and the pages of the optimizer's moments are never read."""
-    cfg = dataclasses.replace(tiny_run.cfg, train=dataclasses.replace(tiny_run.cfg.train, distributed=strategy))
+    train = tiny_run.cfg.train
+    cfg = dataclasses.replace(tiny_run.cfg, train=dataclasses.replace(
+        train, perf=dataclasses.replace(train.perf, distributed=strategy)))
     ckpt = load_for_resume(tiny_run.run_dir, cfg, tiny_run.data_dir / "tokenizer.json", DistContext(rank, 2))
     assert ckpt.state["step"] == 24
     assert (os.path.realpath(ckpt.path / "state.pt") in Path("/proc/self/maps").read_text()) == mapped

@@ -187,11 +187,12 @@ def test_token_and_epoch_limits_end_the_run_and_its_schedule(tiny_run_config):
 
 
 def test_schedules():
-    from burnout.config import TrainConfig
+    from burnout.config import OptimConfig, TrainConfig
 
-    linear = TrainConfig(lr=1e-3, min_lr=0.0, warmup_steps=10, max_steps=110, schedule="linear")
+    linear = TrainConfig(max_steps=110, optim=OptimConfig(lr=1e-3, min_lr=0.0, warmup_steps=10, schedule="linear"))
     assert lr_at(60, linear) == pytest.approx(0.5e-3) and lr_at(110, linear) == pytest.approx(0.0)
-    wsd = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=100, schedule="wsd", decay_fraction=0.2)
+    wsd = TrainConfig(max_steps=100, optim=OptimConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, schedule="wsd",
+                                                       decay_fraction=0.2))
     assert lr_at(10, wsd) == lr_at(80, wsd) == pytest.approx(1e-3)  # stable until the last 20%
     assert lr_at(90, wsd) == pytest.approx(5.5e-4) and lr_at(100, wsd) == pytest.approx(1e-4)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from burnout.common import plural
-from burnout.config import TrainConfig
+from burnout.config import LogConfig, TrainConfig
 from burnout.errors import BurnoutError
 from burnout.train import hardware
 from burnout.train.hardware import get_hardware, hardware_table, match_gpu
@@ -310,7 +310,7 @@ def test_a_busy_moment_cannot_shrink_the_cpu_peak_nor_lift_mfu_over_one(tmp_path
             pass
 
     lines = []
-    logger = StepLogger(tmp_path, TrainConfig(log_interval=2), tokens_per_step=1000, flops_per_token=1e6,
+    logger = StepLogger(tmp_path, TrainConfig(log=LogConfig(log_interval=2)), tokens_per_step=1000, flops_per_token=1e6,
                         peak_flops=hw.peak_flops, price=None, stop_at=10, bar=Bar(), emit=lines.append, config={},
                         measure_peak=hw.measure_again)
     for seconds in (1.0, 0.02):  # the first step (compile's) is left out: the second ran 50 GFLOP/s

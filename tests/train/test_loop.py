@@ -14,7 +14,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from burnout.config import TrainConfig, load_run_config
+from burnout.config import OptimConfig, TrainConfig, load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.data.loader import TokenLoader
 from burnout.errors import BurnoutError
@@ -188,7 +188,7 @@ def test_resume_accepts_a_longer_run(tiny_run, tmp_path):
 
 
 def test_lr_schedule_warmup_then_cosine_to_min_lr():
-    tc = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=100)
+    tc = TrainConfig(max_steps=100, optim=OptimConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10))
     for step in range(10):
         assert lr_at(step, tc) == pytest.approx(1e-3 * (step + 1) / 10)
     assert lr_at(9, tc) == pytest.approx(1e-3)
@@ -198,7 +198,7 @@ def test_lr_schedule_warmup_then_cosine_to_min_lr():
     assert lr_at(150, tc) == pytest.approx(1e-4)  # flat past max_steps
     after = [lr_at(s, tc) for s in range(10, 101)]
     assert all(a > b for a, b in zip(after, after[1:]))
-    no_warmup = TrainConfig(lr=1e-3, min_lr=0.0, warmup_steps=0, max_steps=10)
+    no_warmup = TrainConfig(max_steps=10, optim=OptimConfig(lr=1e-3, min_lr=0.0, warmup_steps=0))
     assert lr_at(0, no_warmup) == pytest.approx(1e-3)
     assert lr_at(10, no_warmup) == pytest.approx(0.0)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from burnout.config import TrainConfig
+from burnout.config import BudgetConfig, EvalConfig, LogConfig, TrainConfig
 from burnout.train.metrics import StepLogger, read_metrics
 
 
@@ -13,9 +13,9 @@ class _Bar:
         self.postfix = postfix
 
 
-def _logger(run_dir, price=3.6, **train) -> tuple[StepLogger, list[str]]:
+def _logger(run_dir, price=3.6, **budget) -> tuple[StepLogger, list[str]]:
     lines: list[str] = []
-    tc = TrainConfig(log_interval=4, eval_interval=6, **train)
+    tc = TrainConfig(log=LogConfig(log_interval=4), eval=EvalConfig(eval_interval=6), budget=BudgetConfig(**budget))
     return StepLogger(run_dir, tc, tokens_per_step=100, flops_per_token=6000.0, peak_flops=1.5e6, price=price,
                       stop_at=10, bar=_Bar(), emit=lines.append, config={}), lines
 
@@ -79,7 +79,7 @@ def test_mfu_never_exceeds_one_steps_that_outrun_the_peak_measure_it_again(tmp_p
     the higher kept (never lowered), three times a session at most; where the steps still outrun it, MFU is left
     out of the record and the line, said once, rather than logged above 1."""
     figures, lines = [10e9, 100e9, 150e9], []
-    tc = TrainConfig(log_interval=1, eval_interval=100)
+    tc = TrainConfig(log=LogConfig(log_interval=1), eval=EvalConfig(eval_interval=100))
     logger = StepLogger(tmp_path, tc, tokens_per_step=100, flops_per_token=1e8, peak_flops=25e9, price=None,
                         stop_at=10, bar=_Bar(), emit=lines.append, config={}, measure_peak=lambda: figures.pop(0))
     logger.count(3.0, 100)  # the first step (compile's) is left out

@@ -142,11 +142,11 @@ def test_a_run_continued_with_its_parents_config_re_warms_to_a_lower_peak(tiny_r
     assert main(["train", "--init-from", str(grown), "--out", str(tmp_path / "default"), *short]) == 0
     out = capsys.readouterr().out
     parent = tiny_run.cfg.train  # lr 3e-3, min_lr 3e-4, AdamW
-    saved = yaml.safe_load((tmp_path / "default" / "config.yaml").read_text())["train"]
+    saved = yaml.safe_load((tmp_path / "default" / "config.yaml").read_text())["train"]["optim"]
     assert saved["lr"] == parent.lr * 0.3 and saved["min_lr"] == parent.min_lr * 0.3
     assert f"train.lr {parent.lr * 0.3:.3g}: the parent's × 0.3, the peak a run continued" in out, out
     assert main(["train", "--init-from", str(grown), "--out", str(tmp_path / "own"), *short, "train.lr=2e-3"]) == 0
     assert "the parent's × 0.3" not in capsys.readouterr().out
-    assert yaml.safe_load((tmp_path / "own" / "config.yaml").read_text())["train"]["lr"] == 2e-3
+    assert yaml.safe_load((tmp_path / "own" / "config.yaml").read_text())["train"]["optim"]["lr"] == 2e-3
     child = _child(tmp_path, tiny_run, "configured")
-    assert yaml.safe_load((child / "config.yaml").read_text())["train"]["lr"] == CHILD["train"]["lr"]
+    assert yaml.safe_load((child / "config.yaml").read_text())["train"]["optim"]["lr"] == CHILD["train"]["lr"]
