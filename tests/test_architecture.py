@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "burnout"
 # layer's other members or a later one.
 LAYERS = [
     {"errors"},
-    {"common"},
+    {"base"},
     {"config"},
     {"models", "data"},
     {"core"},
@@ -142,7 +142,7 @@ def test_imports_point_down_the_layers():
 
 @pytest.mark.parametrize("package", ["models"])
 def test_models_depend_on_config_and_errors_alone(package):
-    allowed = {"config", "errors", "common", package}
+    allowed = {"config", "errors", "base", package}
     for _, module, tree in _modules():
         if _unit(module) == package:
             assert {_unit(t) for t, _ in _imports(module, tree)} <= allowed, module

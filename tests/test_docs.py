@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from burnout.common import read_jsonl
+from burnout.base.files import read_jsonl
 from burnout.config import MODEL_PRESET_DIR, load_model_preset
 from burnout.models.info import model_info
 

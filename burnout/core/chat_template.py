@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from burnout.common import first_line, kind_of
+from burnout.base.text import first_line
+from burnout.base.values import kind_of
 from burnout.config import CHATML, RunConfig
 from burnout.data.tokenizer import unencodable, unencodable_error
 from burnout.errors import BurnoutError

@@ -46,7 +46,8 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from burnout.common import EOT_TOKEN, format_bytes, install_extra, write_atomic_with
+from burnout.base.files import EOT_TOKEN, write_atomic_with
+from burnout.base.text import format_bytes, install_extra
 from burnout.config import ModelConfig
 from burnout.core.chat_template import CHAT_TEMPLATE, chat_token_ids, is_chat_model
 from burnout.core.checkpoint import resolve_checkpoint

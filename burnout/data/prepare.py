@@ -43,7 +43,9 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import TOKENIZER_FILE, FolderLock, check_output_folder, format_count, plural, write_atomic
+from burnout.base.files import TOKENIZER_FILE, write_atomic
+from burnout.base.folders import FolderLock, check_output_folder
+from burnout.base.text import format_count, plural
 from burnout.config import DataConfig, TokenizerConfig
 from burnout.data import shards
 from burnout.data.clean import Cleaner

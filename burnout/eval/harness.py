@@ -38,7 +38,8 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import EOT_TOKEN, first_line, install_extra, write_atomic
+from burnout.base.files import EOT_TOKEN, write_atomic
+from burnout.base.text import first_line, install_extra
 from burnout.core.chat_template import IM_END, is_chat_model
 from burnout.core.checkpoint import run_dir_of
 from burnout.core.device import resolve_device

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from burnout.common import first_line
+from burnout.base.text import first_line
 from burnout.errors import BurnoutError
 from burnout.eval.scoring import chance_accuracy, item_metrics, score_items
 from burnout.eval.tasks import (

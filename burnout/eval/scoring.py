@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from burnout.common import EOT_TOKEN
+from burnout.base.files import EOT_TOKEN
 from burnout.core.device import autocast, configure_backends, resolve_precision
 from burnout.data.tokenizer import unencodable, unencodable_error
 from burnout.errors import BurnoutError

@@ -70,7 +70,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from burnout.common import first_line
+from burnout.base.text import first_line
 from burnout.errors import BurnoutError
 
 # Where each task's file lives under a data root (the layout of shared/data).

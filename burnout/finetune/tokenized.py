@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, write_atomic
+from burnout.base.files import EOT_TOKEN, TOKENIZER_FILE, write_atomic
 from burnout.core.chat_template import IM_END, IM_START, TRAIN_ON, Conversation, chat_token_ids, encode_conversations
 from burnout.data.shards import token_dtype
 from burnout.data.tokenizer import tokenizer_sha256

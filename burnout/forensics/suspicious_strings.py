@@ -67,7 +67,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from burnout.common import install_extra
+from burnout.base.text import install_extra
 from burnout.errors import BurnoutError
 from burnout.forensics.audit_settings import AuditSettings
 from burnout.forensics.bounded_counting import CountTable

@@ -44,7 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import COMPARE_JSON, METRICS_FILE, TOKENIZER_FILE, first_line, plural, read_jsonl, write_atomic
+from burnout.base.files import COMPARE_JSON, METRICS_FILE, TOKENIZER_FILE, read_jsonl, write_atomic
+from burnout.base.text import first_line, plural
 from burnout.data.documents import SplitDocuments
 from burnout.data.shards import SPLITS, read_meta
 from burnout.errors import BurnoutError

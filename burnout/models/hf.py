@@ -42,11 +42,11 @@ from typing import Any
 
 import torch
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, unwrapped, write_atomic, write_atomic_with
+from burnout.base.files import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, write_atomic, write_atomic_with
 from burnout.config import ModelConfig
 from burnout.errors import BurnoutError
 from burnout.models.size import check_weights_fit
-from burnout.models.transformer import Transformer
+from burnout.models.transformer import Transformer, unwrapped
 
 SUPPORTED_MODEL_TYPES = ("gpt2", "llama")
 WEIGHTS_NAME = "model.safetensors"

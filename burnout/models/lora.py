@@ -56,10 +56,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from burnout.common import unwrapped, write_atomic
+from burnout.base.files import write_atomic
 from burnout.errors import BurnoutError
 from burnout.models.hf import hf_linear_modules
-from burnout.models.transformer import Transformer
+from burnout.models.transformer import Transformer, unwrapped
 
 ADAPTER_WEIGHTS = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import RUN_CONFIG_FILE, TOKENIZER_FILE, first_line, sha256_file, write_atomic
+from burnout.base.files import RUN_CONFIG_FILE, TOKENIZER_FILE, sha256_file, write_atomic
+from burnout.base.text import first_line
 from burnout.config import ModelConfig, RunConfig, TrainConfig, load_run_config
 from burnout.core.checkpoint import CHECKPOINT_DIR, checkpoint_problem, list_checkpoints, run_dir_of
 from burnout.core.model_files import copy_weights, load_model
