@@ -34,7 +34,8 @@ test: $(VENV)/.stamp-dev
 # modules and tests); not part of `test`. All of those modules' 4,500 mutants would take hours on 2 cores.
 # MUTANTS narrows it, e.g. make mutation MUTANTS='burnout.generate.sampling.*'
 GUARANTEES := 'burnout.generate.sampling.*' \
-	'burnout.common.x_is_finite_number*' 'burnout.common.x_checked_number*' 'burnout.common.x_write_atomic*' \
+	'burnout.base.values.x_is_finite_number*' 'burnout.base.values.x_checked_number*' \
+	'burnout.base.files.x_write_atomic*' \
 	'burnout.playground.catalog.x_sampling_settings*' 'burnout.playground.catalog.x__check_request*' \
 	'burnout.playground.catalog.xǁModelCacheǁ*' \
 	'burnout.train.metrics.xǁStepLoggerǁ*' 'burnout.train.hardware.x_get_hardware*' \

@@ -202,7 +202,7 @@ def side_by_side(args: argparse.Namespace) -> None:
     process; the median of the quiet pairs' ratios, their range, and what else ran during each."""
     import torch
 
-    from burnout.common import plural
+    from burnout.base.text import plural
     from burnout.config import load_run_config
     from burnout.core.device import cpu_instructions, cpu_model
 

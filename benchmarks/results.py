@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from benchmarks.claims import CLAIMS, GROUPS, README_ROWS, UNIT_FORMATS
-from burnout.common import append_jsonl, read_jsonl
+from burnout.base.files import append_jsonl, read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_FILE = REPO / "benchmarks" / "results.jsonl"

@@ -23,15 +23,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from burnout.common import (
-    SEED_MAX,
-    checked_number,
-    first_line,
-    plural,
-    retain_freed_memory,
-    spare_busy_cores,
-    user_cache_dir,
-)
+from burnout.base.files import user_cache_dir
+from burnout.base.machine import retain_freed_memory, spare_busy_cores
+from burnout.base.text import first_line, plural
+from burnout.base.values import SEED_MAX, checked_number
 from burnout.errors import BurnoutError
 
 # A handler gets the parsed arguments and the `key=value` overrides; it returns an exit code or None (0).
@@ -52,7 +47,7 @@ def group(name: str, *, help: str, description: str) -> None:
 def command(*path: str, help: str, description: str, computes: bool = False) -> Callable[[Setup], Setup]:
     """Register a subcommand (`"train"`, or `"model", "info"` under a group): the decorated function adds
     the subcommand's arguments to the parser it is given and returns the handler. `computes`: it trains or runs a
-    model, so `main` sets how torch's CPU threads wait before torch loads (common.spare_busy_cores)."""
+    model, so `main` sets how torch's CPU threads wait before torch loads (spare_busy_cores)."""
     def register(setup: Setup) -> Setup:
         _UNITS.append((path, {"help": help, "description": description}, setup))
         if computes:
@@ -232,7 +227,7 @@ def cmd_data_prepare(p: argparse.ArgumentParser) -> Handler:
         print(f"prepared {splits['train']['tokens']:,} train and {splits['val']['tokens']:,} val tokens "
               f"(vocab {meta['vocab_size']:,}) in {args.out}"
               + (f"; dropped {plural(dropped, 'document')}" * bool(args.drop)))
-        from burnout.common import needs_package, next_steps
+        from burnout.base.text import needs_package, next_steps
 
         data = shlex.quote(args.out)
         train = f"burnout train --data {data} --model llama-tiny --out {shlex.quote(f'runs/{Path(args.out).name}')}"
@@ -365,7 +360,7 @@ def cmd_tokenizer_train(p: argparse.ArgumentParser) -> Handler:
         out = Path(args.out)
         if out.exists() and not args.overwrite:
             raise BurnoutError(f"{out} exists; choose another --out or pass --overwrite")
-        from burnout.common import write_atomic
+        from burnout.base.files import write_atomic
         from burnout.data.prepare import train_mix_tokenizer
 
         tok = train_mix_tokenizer(data_cfg, tok_cfg)
@@ -455,7 +450,8 @@ def _stopped(result) -> int:
     """Print how the run stopped and what to do next with it (rank 0 speaks for a torchrun), and give its exit code:
     a signal-stopped run exits as an interrupted process would, so scripts and schedulers can tell."""
     if os.environ.get("RANK", "0") == "0":
-        from burnout.common import RUN_CONFIG_FILE, next_steps
+        from burnout.base.files import RUN_CONFIG_FILE
+        from burnout.base.text import next_steps
         from burnout.config import load_run_config
         from burnout.core.chat_template import is_chat_model
         from burnout.runs import trained_run_steps
@@ -832,7 +828,8 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
                 raise BurnoutError(f"--task '{item}' must look like NAME=PATH, e.g. mytask=data/mytask.jsonl")
             one_off.append(one_off_task(name, path, **settings))
         tasks = args.tasks if args.tasks is not None else ("" if one_off else "val,hellaswag,arc_easy,lambada")
-        from burnout.common import METRICS_FILE, next_steps
+        from burnout.base.files import METRICS_FILE
+        from burnout.base.text import next_steps
         from burnout.core.checkpoint import run_dir_of
         from burnout.eval.evaluate import evaluate
 
@@ -922,7 +919,7 @@ def _export_is_gguf(to: str) -> bool:
 
 
 def _export_gguf(args: argparse.Namespace) -> None:
-    from burnout.common import next_steps
+    from burnout.base.text import next_steps
     from burnout.core.gguf_export import export_gguf
     from burnout.report.model_card import gguf_metadata, write_model_card
 
@@ -938,7 +935,8 @@ def _export_gguf(args: argparse.Namespace) -> None:
 def _after_export(checkpoint: str, to: str) -> list[str]:
     """The export's next step: the folder loaded by transformers' pipeline, asked to chat (a chat model) or to
     continue the run's sample prompt."""
-    from burnout.common import RUN_CONFIG_FILE, needs_package, next_steps
+    from burnout.base.files import RUN_CONFIG_FILE
+    from burnout.base.text import needs_package, next_steps
     from burnout.config import load_run_config
     from burnout.core.chat_template import is_chat_model
     from burnout.core.checkpoint import resolve_checkpoint
@@ -982,7 +980,7 @@ def cmd_grow(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the larger shape, e.g. model.n_layer=8")
 
     def run(args, overrides):
-        from burnout.common import next_steps
+        from burnout.base.text import next_steps
         from burnout.core.model_files import grow_run
 
         written, record = grow_run(args.source, args.out, overrides, on_event=lambda line: print(line, flush=True))

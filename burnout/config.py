@@ -23,7 +23,9 @@ from typing import Any, Literal
 
 import yaml
 
-from burnout.common import CHECKPOINT_DIR, EOT_TOKEN, SEED_MAX, checked_number, first_line
+from burnout.base.files import CHECKPOINT_DIR, EOT_TOKEN
+from burnout.base.text import first_line
+from burnout.base.values import SEED_MAX, checked_number
 from burnout.errors import BurnoutError
 
 # tokenizer.chat_template of a chat model (burnout/core/chat_template.py renders it).

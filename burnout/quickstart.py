@@ -12,7 +12,8 @@ import math
 import time
 from pathlib import Path
 
-from burnout.common import COMPARE_JSON, format_duration, labelled, next_steps, plural
+from burnout.base.files import COMPARE_JSON
+from burnout.base.text import format_duration, labelled, next_steps, plural
 from burnout.config import load_run_config
 from burnout.data.prepare import prepare_data
 from burnout.data.shards import read_meta

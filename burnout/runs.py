@@ -19,7 +19,8 @@ import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from burnout.common import RUN_CONFIG_FILE, needs_package
+from burnout.base.files import RUN_CONFIG_FILE
+from burnout.base.text import needs_package
 from burnout.config import OptimConfig, RunConfig, load_run_config, read_saved_config, with_budget
 from burnout.core.checkpoint import holds_run
 from burnout.data.mix import data_run_config

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "burnout"
 # layer's other members or a later one.
 LAYERS = [
     {"errors"},
-    {"common"},
+    {"base"},
     {"config"},
     {"models", "data"},
     {"core"},
@@ -142,7 +142,7 @@ def test_imports_point_down_the_layers():
 
 @pytest.mark.parametrize("package", ["models"])
 def test_models_depend_on_config_and_errors_alone(package):
-    allowed = {"config", "errors", "common", package}
+    allowed = {"config", "errors", "base", package}
     for _, module, tree in _modules():
         if _unit(module) == package:
             assert {_unit(t) for t, _ in _imports(module, tree)} <= allowed, module
@@ -172,11 +172,16 @@ def _table_rows(text: str) -> list[list[str]]:
     return rows
 
 
+def _package_rows() -> list[list[str]]:
+    """The rows of docs/ARCHITECTURE.md's package table (its header left out)."""
+    table = ARCHITECTURE.read_text(encoding="utf-8").split("## Packages, bottom to top", 1)[1].split("\n## ", 1)[0]
+    return _table_rows(table)[1:]
+
+
 def _units_table() -> dict[str, tuple[int, set[str]]]:
     """docs/ARCHITECTURE.md's package table: unit (`train`, `cli`, ...) → (its layer, the modules it lists)."""
-    table = ARCHITECTURE.read_text(encoding="utf-8").split("## Packages, bottom to top", 1)[1].split("\n## ", 1)[0]
     units = {}
-    for layer, unit, *_, modules in _table_rows(table)[1:]:
+    for layer, unit, *_, modules in _package_rows():
         name = unit.strip("`").removesuffix("/").removesuffix(".py")
         units[name] = int(layer), set(re.findall(r"`([\w]+\.py)`", modules))
     return units
@@ -196,3 +201,16 @@ def test_the_architecture_map_lists_every_unit_in_its_layer_and_every_module_in_
         folder = PACKAGE / name
         files = {p.name for p in folder.glob("*.py") if p.name != "__init__.py"} if folder.is_dir() else set()
         assert listed == files, f"{name}/: docs/ARCHITECTURE.md lists {sorted(listed)}, the package has {sorted(files)}"
+
+
+def test_the_architecture_map_lists_every_module_once():
+    """Every file of burnout/, however deep, once in the table: a top-level module as its unit, a package's in its
+    row (the README's tree names only the units)."""
+    listed = []
+    for _, unit, *_, modules in _package_rows():
+        unit = unit.strip("`")
+        listed += [unit] if unit.endswith(".py") else [unit + name for name in re.findall(r"`([\w]+\.py)`", modules)]
+    files = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"]
+    assert sorted(listed) == sorted(files), (
+        f"not in docs/ARCHITECTURE.md's table: {sorted(set(files) - set(listed))}; listed but gone: "
+        f"{sorted(set(listed) - set(files))}; listed twice: {sorted({n for n in listed if listed.count(n) > 1})}")

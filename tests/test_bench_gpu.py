@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.bench_gpu import _record_shape
-from burnout.common import read_jsonl
+from burnout.base.files import read_jsonl
 
 
 def test_a_shapes_figures_are_recorded_under_their_claims(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import results
-from burnout.common import read_jsonl
+from burnout.base.files import read_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

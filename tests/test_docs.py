@@ -1,4 +1,5 @@
-"""The docs checked against the code, so they cannot drift: the preset table, the README's length and tree, every
+"""The docs checked against the code, so they cannot drift: the preset table, the README's length and its tree
+(every package; every module is in docs/ARCHITECTURE.md's map, which tests/test_architecture.py checks), every
 link and anchor, and the figures: the README's headline table and docs/RESULTS.md against the records."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from burnout.common import read_jsonl
+from burnout.base.files import read_jsonl
 from burnout.config import MODEL_PRESET_DIR, load_model_preset
 from burnout.models.info import model_info
 
@@ -40,7 +41,7 @@ def test_the_preset_table_equals_the_presets():
 
 
 # ----------------------------------------------------------------------------------------------
-# The README: a newcomer's first hour, and a tree that lists every file
+# The README: a newcomer's first hour, and a short tree that points to the map
 
 README_MAX_LINES = 200
 PACKAGE = README.parent / "burnout"
@@ -51,28 +52,27 @@ def test_the_readme_fits_a_first_sitting():
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move details to docs/"
 
 
-def _tree_files() -> set[str]:
-    """The files the README's tree lists under burnout/ (`train/loop.py`, `cli.py`): one line a file, a
-    package's files indented under it."""
-    block = README.read_text(encoding="utf-8").split("## The tree", 1)[1].split("```", 2)[1]
-    files, folder = set(), ""
-    for line in block.splitlines():
-        indent, name = len(line) - len(line.lstrip()), (line.split() or [""])[0]
-        if indent == 2 and name.endswith("/"):
-            folder = name
-        elif indent == 2:
-            files.add(name)
-        elif indent == 4:
-            files.add(folder + name)
-    return files
+README_TREE_MAX_LINES = 20
 
 
-def test_the_readme_tree_lists_every_module_once():
-    modules = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
-               if p.name not in ("__init__.py", "__main__.py")}
-    listed = {f for f in _tree_files() if f.endswith(".py")}
-    assert listed == modules, (f"not in README.md's tree: {sorted(modules - listed)}; "
-                               f"listed but gone: {sorted(listed - modules)}")
+def _tree() -> list[str]:
+    """The lines of the README's tree (the code block under "## The tree")."""
+    return README.read_text(encoding="utf-8").split("## The tree", 1)[1].split("```", 2)[1].strip("\n").splitlines()
+
+
+def test_the_readme_tree_is_short_names_every_unit_once_and_points_to_the_map():
+    """The README's tree lists each of burnout/'s packages and top-level modules once (the map of every module is
+    docs/ARCHITECTURE.md, which tests/test_architecture.py keeps true)."""
+    tree = _tree()
+    assert len(tree) <= README_TREE_MAX_LINES, f"README.md's tree has {len(tree)} lines; the map is ARCHITECTURE.md"
+    section = README.read_text(encoding="utf-8").split("## The tree", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/ARCHITECTURE.md)" in section, "README.md's tree does not point to docs/ARCHITECTURE.md"
+    listed = [name for line in tree if line.startswith("  ") for name in line.split("  ")[1].split()]
+    units = sorted([p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
+                   + [p.parent.name + "/" for p in PACKAGE.glob("*/__init__.py")])
+    assert sorted(listed) == units, (f"not in README.md's tree: {sorted(set(units) - set(listed))}; listed but gone: "
+                                     f"{sorted(set(listed) - set(units))}; listed twice: "
+                                     f"{sorted({n for n in listed if listed.count(n) > 1})}")
 
 
 def _anchors(page: Path) -> set[str]:

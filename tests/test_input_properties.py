@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from burnout import cli
-from burnout.common import checked_number
+from burnout.base.values import checked_number
 from burnout.config import DataConfig, ModelConfig, TokenizerConfig, TrainConfig, load_run_config
 from burnout.errors import BurnoutError
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from burnout.common import sha256_file
+from burnout.base.files import sha256_file
 from burnout.core.checkpoint import MANIFEST_FILE, list_checkpoints, load_checkpoint
 from burnout.errors import BurnoutError
 from burnout.playground.catalog import ModelCache, discover

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from burnout.common import first_line
+from burnout.base.text import first_line
 from burnout.config import RunConfig
 from burnout.core.device import (
     configure_backends,

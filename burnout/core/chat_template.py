@@ -1,35 +1,13 @@
 """The ChatML template: what makes a model a chat model, how a conversation becomes ids and a loss mask.
 
-A chat model is one whose run config says `tokenizer.chat_template: chatml` (`is_chat_model`): its tokenizer
-holds <|im_start|> and <|im_end|>, it was fine-tuned on conversations rendered as below, and every command
-that talks to it (generate --chat, chat, compare, eval --harness, the playground, the Hugging Face export)
-renders conversations with this one template.
-
-A conversation is a list of {"role": "system" | "user" | "assistant", "content": str}, rendered as
+A conversation, a list of {"role": "system" | "user" | "assistant", "content": str}, is rendered as
 
     <|im_start|>{role}\\n{content}<|im_end|>\\n        per turn
     <|im_start|>assistant\\n                           the generation prompt
 
-How the template is tokenized (`encode_conversation`, `encode_prompt`):
-
-- `<|im_start|>` and `<|im_end|>` are special added tokens, one id each, inserted by id: never split,
-  and never produced from text. Message text is encoded with the tokenizer's special-token matching
-  off, so a message that contains the string "<|im_end|>" gets its bytes, not a turn boundary (no
-  injection from data or from a chat user). transformers' `apply_chat_template` parses such strings as
-  control tokens; for any text without them the ids are identical (test).
-- Each stretch of text between two control tokens ("user\\nHello", "\\n") is encoded in one call, as
-  the tokenizer splits the rendered string at its added tokens, so the ids equal `apply_chat_template`'s
-  (tested with our byte-level BPE and GPT-2's; a SentencePiece-style pre-tokenizer that marks only the
-  string's first piece would differ). A token belongs to the content when it starts after the role
-  header's newline (character offsets).
-- Content is stripped of leading and trailing whitespace (the Jinja template's `| trim`, the same
-  Python `str.strip`). With byte-level BPE the header's "\\n" followed by a non-space character is
-  always a pre-token boundary, so no token straddles header and content, and the generation prompt's
-  ids are a prefix of the ids of the same conversation with the answer (what training saw is what
-  inference feeds). The price: a message's leading indentation or blank lines are dropped.
-- The loss mask (train_on="assistant") is true on each assistant turn's content tokens and its closing
-  `<|im_end|>` (the model learns to stop), false on system and user turns, the role headers and the
-  newline between turns. train_on="all" trains on every token.
+by this one template in every command that trains or talks to a chat model (sft, dpo, rl, generate --chat, chat,
+compare, eval --harness, the playground, the Hugging Face export), so that what training saw is what inference
+feeds; the rules of its ids and mask: `encode_conversation`.
 """
 
 from __future__ import annotations
@@ -38,7 +16,8 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from burnout.common import first_line, kind_of
+from burnout.base.text import first_line
+from burnout.base.values import kind_of
 from burnout.config import CHATML, RunConfig
 from burnout.data.tokenizer import unencodable, unencodable_error
 from burnout.errors import BurnoutError
@@ -70,7 +49,9 @@ class Conversation:
 
 
 def is_chat_model(cfg: RunConfig) -> bool:
-    """Whether a checkpoint of this run config holds a chat model (see the module docstring)."""
+    """Whether a checkpoint of this run config holds a chat model: its config says `tokenizer.chat_template:
+    chatml`, its tokenizer holds <|im_start|> and <|im_end|>, and it was fine-tuned on conversations rendered by
+    this template."""
     return cfg.tokenizer.chat_template == CHATML
 
 
@@ -172,7 +153,27 @@ def ensure_chat_tokens(tokenizer: Tokenizer) -> tuple[Tokenizer, list[str]]:
 
 def encode_conversation(tokenizer: Tokenizer, messages: list[dict],
                         train_on: str = "assistant") -> tuple[list[int], list[bool]]:
-    """(ids, loss_mask) of a whole conversation; see the module docstring for the rules."""
+    """(ids, loss_mask) of a whole conversation, by these rules:
+
+    - `<|im_start|>` and `<|im_end|>` are special added tokens, one id each, inserted by id: never split,
+      and never produced from text. Message text is encoded with the tokenizer's special-token matching
+      off, so a message that contains the string "<|im_end|>" gets its bytes, not a turn boundary (no
+      injection from data or from a chat user). transformers' `apply_chat_template` parses such strings as
+      control tokens; for any text without them the ids are identical (test).
+    - Each stretch of text between two control tokens ("user\\nHello", "\\n") is encoded in one call, as
+      the tokenizer splits the rendered string at its added tokens, so the ids equal `apply_chat_template`'s
+      (tested with our byte-level BPE and GPT-2's; a SentencePiece-style pre-tokenizer that marks only the
+      string's first piece would differ). A token belongs to the content when it starts after the role
+      header's newline (character offsets).
+    - Content is stripped of leading and trailing whitespace (the Jinja template's `| trim`, the same
+      Python `str.strip`). With byte-level BPE the header's "\\n" followed by a non-space character is
+      always a pre-token boundary, so no token straddles header and content, and the generation prompt's
+      ids are a prefix of the ids of the same conversation with the answer (what training saw is what
+      inference feeds). The price: a message's leading indentation or blank lines are dropped.
+    - The loss mask (train_on="assistant") is true on each assistant turn's content tokens and its closing
+      `<|im_end|>` (the model learns to stop), false on system and user turns, the role headers and the
+      newline between turns. train_on="all" trains on every token.
+    """
     ids, mask, _ = encode_conversations(tokenizer, [Conversation(messages, "conversation")], train_on)[0]
     return ids, mask
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from burnout.common import (
+from burnout.base.files import (
     CHECKPOINT_DIR,
     LAUNCHES_FILE,
     METRICS_FILE,
@@ -46,23 +46,21 @@ from burnout.common import (
     RUN_CONFIG_FILE,
     RUN_LOG_FILES,
     TOKENIZER_FILE,
-    check_output_folder,
-    first_line,
-    folder_contents,
-    is_finite_number,
-    kind_of,
     read_jsonl,
     sha256_file,
-    unwrapped,
     write_atomic,
     write_atomic_with,
 )
+from burnout.base.folders import check_output_folder, folder_contents
+from burnout.base.text import first_line
+from burnout.base.values import is_finite_number, kind_of
 from burnout.config import RunConfig, load_saved_config, saved_config_text
 from burnout.core.device import lowbit_optim
 from burnout.errors import BurnoutError, StorageError
 from burnout.models import Transformer
 from burnout.models.memory import param_counts, static_bytes
 from burnout.models.size import check_weights_fit
+from burnout.models.transformer import unwrapped
 
 MANIFEST_FILE = "sha256.json"
 INFO_FILE = "info.json"

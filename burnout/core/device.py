@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import idle_cores_at_start, install_extra, plural
+from burnout.base.machine import idle_cores_at_start
+from burnout.base.text import install_extra, plural
 from burnout.errors import BurnoutError
 
 
@@ -36,12 +37,12 @@ _threads_chosen = False
 
 def use_idle_cores() -> None:
     """Once per process, torch's CPU threads set to the cores other programs left idle when it started
-    (common.idle_cores_at_start): every core torch would use on an idle machine, fewer beside busy programs, at
+    (idle_cores_at_start): every core torch would use on an idle machine, fewer beside busy programs, at
     least one. torch's threads meet at every parallel region, and a spinning thread whose core another program holds
     stalls the others; a step beside busy programs is faster on fewer threads (docs/PERFORMANCE.md, "The
-    quickstart"). Threads that wait passively (common.spare_busy_cores, or OMP_WAIT_POLICY=passive) keep one per
-    core, as does OMP_NUM_THREADS, when set. The weights a step computes came out the same on 1 and 2 threads, so an
-    exact resume does not depend on the choice."""
+    quickstart"). Threads that wait passively (base/machine.py's spare_busy_cores, or OMP_WAIT_POLICY=passive) keep
+    one per core, as does OMP_NUM_THREADS, when set. The weights a step computes came out the same on 1 and 2
+    threads, so an exact resume does not depend on the choice."""
     global _threads_chosen
     if _threads_chosen or "OMP_NUM_THREADS" in os.environ or _waits_passively():
         return

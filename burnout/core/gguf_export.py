@@ -1,37 +1,9 @@
 """GGUF export: a checkpoint as one .gguf file that llama.cpp, and the tools built on it (Ollama, LM Studio), load.
 
 Written with the `gguf` package that llama.cpp publishes (the writer and quantizers its own convert_hf_to_gguf.py
-uses); tests/core/test_gguf_export.py runs the file in llama.cpp itself (llama-cpp-python).
-
-Tensors (ours → llama.cpp's names; burnout/models/hf.py has ours, llama.cpp's `llama` and `gpt2` architectures
-theirs), per block i:
-
-    tok_emb, pos_emb (gpt2)          token_embd, position_embd
-    blocks.i.norm_attn, norm_mlp     blk.i.attn_norm, blk.i.ffn_norm
-    blocks.i.attn.qkv                gpt2: blk.i.attn_qkv (fused, as ours)   llama: blk.i.attn_{q,k,v} (split)
-    blocks.i.attn.proj               blk.i.attn_output
-    blocks.i.mlp.fc, mlp.proj        blk.i.ffn_up, blk.i.ffn_down
-    blocks.i.mlp.gate, up, down      blk.i.ffn_gate, blk.i.ffn_up, blk.i.ffn_down
-    norm, lm_head                    output_norm, output (left out when tied: llama.cpp then uses token_embd)
-
-A GGML matrix's rows are its first numpy axis, so our (out, in) Linear weights go in as they are. Our RoPE rotates
-halves (HF's layout), the `llama` architecture's rotates adjacent pairs: q and k rows (and biases) are permuted
-as convert_hf_to_gguf.py permutes HF's. llama.cpp's `gpt2` requires every bias: a bias=False model's are zeros.
-
-Types: `--gguf-type` f16, q8_0 or q4_0 (the 4-bit type the `gguf` package quantizes to) for every matrix; vectors
-(norms, biases) and GPT-2's position embedding stay f32, as convert_hf_to_gguf.py keeps them. A quantized type packs
-each row in blocks of 32 values, so every matrix row (d_model, ffn_hidden) must be a multiple of 32.
-
-Tokenizer: our byte-level BPE is llama.cpp's `gpt2` tokenizer model with the `gpt-2` pre-tokenizer (GPT-2's split
-regex, which HF's ByteLevel pre-tokenizer uses): tokens in id order, merges, special tokens as control tokens, ids
-the tokenizer lacks (a vocabulary padded past it) as unused; no BOS is added. A chat model carries the ChatML
-template (tokenizer.chat_template) and <|im_end|> as its EOS and end-of-turn token, so llama.cpp's chat stops there.
-The char-level tokenizer has no GGUF form.
-
-The file records the checkpoint it was written from (`burnout.source`: the run's name, the checkpoint's and its
-weights' sha256, no path of the machine): an existing --to is replaced only when it is an export of the same
-checkpoint, or of another with `overwrite`. What the model is and learned from (its card's facts) goes into the
-general.* keys llama.cpp defines (general.description, general.dataset.N.*, general.base_model.N.*).
+uses), so the file is what llama.cpp expects; tests/core/test_gguf_export.py runs it in llama.cpp itself
+(llama-cpp-python). Our weights under llama.cpp's names: `gguf_tensors`; the tokenizer: `gguf_vocabulary`; the
+types, the model card's keys and what an existing file may be replaced by: docs/USAGE.md ("llama.cpp and Ollama").
 """
 
 from __future__ import annotations
@@ -46,7 +18,8 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from burnout.common import EOT_TOKEN, format_bytes, install_extra, write_atomic_with
+from burnout.base.files import EOT_TOKEN, write_atomic_with
+from burnout.base.text import format_bytes, install_extra
 from burnout.config import ModelConfig
 from burnout.core.chat_template import CHAT_TEMPLATE, chat_token_ids, is_chat_model
 from burnout.core.checkpoint import resolve_checkpoint
@@ -56,6 +29,9 @@ from burnout.models import Transformer
 from burnout.models.lora import lora_layers, merge_lora
 
 GGUF_TYPES = ("f16", "q8_0", "q4_0")
+# The checkpoint a file was written from (the run's name, the checkpoint's and its weights' sha256, no path of the
+# machine): an existing --to is replaced only when it is an export of the same checkpoint, or of another with
+# `overwrite`.
 SOURCE_KEY = "burnout.source"
 
 
@@ -188,7 +164,20 @@ def _run_name(checkpoint: Path) -> str:
 
 
 def gguf_tensors(model: Transformer) -> list[tuple[str, np.ndarray]]:
-    """Our weights under llama.cpp's names and layouts (see the module docstring), as float32 arrays."""
+    """Our weights under llama.cpp's names and layouts, as float32 arrays (ours: burnout/models/hf.py; theirs,
+    llama.cpp's `llama` and `gpt2` architectures), per block i:
+
+        tok_emb, pos_emb (gpt2)          token_embd, position_embd
+        blocks.i.norm_attn, norm_mlp     blk.i.attn_norm, blk.i.ffn_norm
+        blocks.i.attn.qkv                gpt2: blk.i.attn_qkv (fused, as ours)   llama: blk.i.attn_{q,k,v} (split)
+        blocks.i.attn.proj               blk.i.attn_output
+        blocks.i.mlp.fc, mlp.proj        blk.i.ffn_up, blk.i.ffn_down
+        blocks.i.mlp.gate, up, down      blk.i.ffn_gate, blk.i.ffn_up, blk.i.ffn_down
+        norm, lm_head                    output_norm, output (left out when tied: llama.cpp then uses token_embd)
+
+    A GGML matrix's rows are its first numpy axis, so our (out, in) Linear weights go in as they are. llama.cpp's
+    `gpt2` requires every bias: a bias=False model's are zeros.
+    """
     tensor_kinds = _gguf().MODEL_TENSOR
     cfg = model.cfg
     ours = {k: v.detach().to("cpu", torch.float32) for k, v in model.state_dict().items()}
@@ -232,7 +221,9 @@ def _tensor_name(kind, part: str, block: int | None) -> str:
 
 
 def _split_qkv(cfg: ModelConfig, ours: dict[str, torch.Tensor], i: int) -> list[tuple[str, np.ndarray]]:
-    """Block i's fused qkv as llama.cpp's attn_q, attn_k, attn_v, q and k rows in adjacent-pair RoPE order."""
+    """Block i's fused qkv as llama.cpp's attn_q, attn_k, attn_v, q and k rows in adjacent-pair RoPE order: our
+    RoPE rotates halves (HF's layout), the `llama` architecture's adjacent pairs, so q and k rows (and biases) are
+    permuted as convert_hf_to_gguf.py permutes HF's."""
     tensor_kinds = _gguf().MODEL_TENSOR
     H, K, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
     out = []
@@ -254,7 +245,8 @@ def _pairs_adjacent(rows: torch.Tensor, heads: int) -> torch.Tensor:
 
 def _encoded(gguf, name: str, array: np.ndarray, qtype) -> tuple[np.ndarray, object]:
     """(the bytes or values the file holds for tensor `name`, their GGML type): vectors and the position embedding in
-    f32, matrices in `qtype`; a matrix whose rows do not fill whole blocks of `qtype` refused in one line."""
+    f32, as convert_hf_to_gguf.py keeps them, matrices in `qtype`; a matrix whose rows do not fill whole blocks of
+    `qtype` (32 values for q8_0 and q4_0) refused in one line."""
     if array.ndim == 1 or name.startswith(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.POS_EMBD]):
         return array.astype(np.float32), gguf.GGMLQuantizationType.F32
     block = gguf.GGML_QUANT_SIZES[qtype][0]
@@ -289,8 +281,12 @@ def _add_hyperparameters(writer, cfg: ModelConfig) -> None:
 
 def gguf_vocabulary(tokenizer: Tokenizer, vocab_size: int, chat: bool, where: str) -> Vocabulary:
     """`tokenizer` as llama.cpp's `gpt2` tokenizer model, padded to the model's `vocab_size`; a chat model's with
-    the ChatML template and <|im_end|> as EOS and end of turn. Anything but byte-level BPE refused in one line
-    naming `where`."""
+    the ChatML template and <|im_end|> as EOS and end of turn, so that llama.cpp's chat stops there. Anything but
+    byte-level BPE refused in one line naming `where`.
+
+    Our byte-level BPE is llama.cpp's `gpt2` tokenizer model with the `gpt-2` pre-tokenizer (GPT-2's split regex,
+    which HF's ByteLevel pre-tokenizer uses): tokens in id order, merges, special tokens as control tokens, ids the
+    tokenizer lacks (a vocabulary padded past it) as unused; no BOS is added."""
     gguf = _gguf()
     spec = json.loads(tokenizer.to_str())
     model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}

@@ -15,18 +15,9 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from burnout.common import (
-    EOT_TOKEN,
-    RUN_CONFIG_FILE,
-    TOKENIZER_FILE,
-    check_output_folder,
-    folder_owner,
-    format_bytes,
-    sha256_file,
-    unwrapped,
-    write_atomic,
-    writing_into,
-)
+from burnout.base.files import EOT_TOKEN, RUN_CONFIG_FILE, TOKENIZER_FILE, sha256_file, write_atomic
+from burnout.base.folders import check_output_folder, folder_owner, writing_into
+from burnout.base.text import format_bytes
 from burnout.config import ModelConfig, apply_override, load_run_config, saved_config_text
 from burnout.core.chat_template import CHAT_TEMPLATE, CHAT_TOKENS, chat_token_ids, is_chat_model
 from burnout.core.checkpoint import (
@@ -57,6 +48,7 @@ from burnout.models.size import (
     parameter_count,
     refuse_unless_fits,
 )
+from burnout.models.transformer import unwrapped
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> tuple[Transformer, Tokenizer, Checkpoint]:

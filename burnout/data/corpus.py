@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import first_line, install_extra, not_a_file_or_folder
+from burnout.base.files import not_a_file_or_folder
+from burnout.base.text import first_line, install_extra
 from burnout.config import DataConfig, SourceConfig
 from burnout.data.clean import Cleaner
 from burnout.errors import BurnoutError

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import plural
+from burnout.base.text import plural
 from burnout.data import shards
 from burnout.errors import BurnoutError
 

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 from tokenizers import Tokenizer
 
-from burnout.common import first_line
+from burnout.base.text import first_line
 from burnout.data.tokenizer import cuts_exactly, drop_unencodable, pieces
 from burnout.errors import BurnoutError
 

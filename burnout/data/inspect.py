@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, plural
+from burnout.base.files import EOT_TOKEN, TOKENIZER_FILE
+from burnout.base.text import plural
 from burnout.data.shards import read_meta, read_tokens, verify_checksums
 from burnout.data.tokenizer import load_tokenizer
 

@@ -27,7 +27,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, not_a_file_or_folder
+from burnout.base.files import EOT_TOKEN, TOKENIZER_FILE, not_a_file_or_folder
 from burnout.config import (
     CONFIG_DIR,
     DataConfig,

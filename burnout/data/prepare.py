@@ -1,29 +1,8 @@
-"""Sources → cleaning → tokenizer → token-share mix → fixed-size token shards, plus meta.json.
+"""Sources → cleaning → tokenizer → token-share mix → fixed-size token shards, plus meta.json (`prepare_data`).
 
-The directory it writes, and how it is read back, are in shards.py; encoding is in encoder.py.
-
-Mixing is by TOKEN share: source s contributes weight_s / sum(weights) of the token budget
-(data.max_tokens, or, when unset, the token count of the max_chars sample the tokenizer is trained
-on). Each source is read in its seeded order. Documents of the sources are interleaved in a seeded order that
-draws each source in proportion to the budget it still has left; which of each document's tokens go to val is
-split.py's `ValSplit`: a fair sample of the text by tokens, whole documents sampled within their length class, a
-document larger than a tenth of its source's val share cut (its end to val). The document that crosses a
-source's budget is cut (and still ends with <|endoftext|>).
-
-A prepared folder whose data cannot work is said so (`data_warnings`): a val split that is not a fair sample
-(split.py), or train tokens too few for any model preset to learn from (train says it again against the model
-it trains).
-
-Preparation streams: memory holds up to three encode chunks per source and one document per split, not the
-corpus. Chunks are encoded in the background (see encoder.py) while the next are read and written.
-
-An interrupted run resumes. Each time a shard is finished the manifest also records a resume point
-(at the next document boundary): the mixer's random state and counters, each source's position, the
-log of chunks read so far and how far each split's partial shard (`.NAME.partial`) is filled. A
-resume reads and cleans the logged chunks again (rebuilding dedup exactly) but encodes only documents
-not yet written, cuts the partial shards back to the recorded length and goes on. Without a usable
-point (killed before the first shard, or a partial shard lost) the stream is replayed from the start;
-either way shards already listed in the manifest (same settings, same size) are not written again.
+Streamed, so that memory holds a few chunks per source rather than the corpus, and resumable, so that an
+interrupted preparation goes on to byte-identical shards (`_SplitWriter`); a folder whose data cannot work is
+said so (`data_warnings`). The folder it writes, and how it is read back, are in shards.py; encoding in encoder.py.
 """
 
 from __future__ import annotations
@@ -43,7 +22,9 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import TOKENIZER_FILE, FolderLock, check_output_folder, format_count, plural, write_atomic
+from burnout.base.files import TOKENIZER_FILE, write_atomic
+from burnout.base.folders import FolderLock, check_output_folder
+from burnout.base.text import format_count, plural
 from burnout.config import DataConfig, TokenizerConfig
 from burnout.data import shards
 from burnout.data.clean import Cleaner
@@ -99,7 +80,9 @@ def prepare_data(
     `workers`: 1 encodes on one thread; more use the tokenizer's thread pool (None: one per CPU core).
     `out_dir` is new, empty or a data folder of burnout's, never one holding the sources or anything else;
     one process at a time prepares it (a second is refused in one line naming the first).
-    `warn` is given each line of `data_warnings` about the data it made.
+    `warn` is given each line of `data_warnings` about the data it made: a val split that is not a fair sample
+    (split.py), or train tokens too few for any model preset to learn from (train says it again against the model
+    it trains).
     """
     data_cfg.validate()
     tok_cfg.validate()
@@ -312,7 +295,8 @@ class _SourceStream:
     Documents are read and cleaned a chunk at a time, on the calling thread and in the order the mix
     asks for them, so that dedup across sources sees documents in one deterministic order (the same
     for any number of workers). Chunks are read CHUNKS_AHEAD ahead of use and encoded in the
-    background when workers > 1, so reading, cleaning and writing overlap encoding. Every chunk read
+    background when workers > 1, so reading, cleaning and writing overlap encoding: memory holds up to three
+    encode chunks per source and one document per split, not the corpus. Every chunk read
     is appended to `fill_log` as [source, texts read, source exhausted]: replaying the log rebuilds the
     cleaner's state without encoding (see resume).
     """
@@ -423,12 +407,27 @@ def _budgets(cfg: DataConfig, total_tokens: int) -> dict[str, int]:
 class _SplitWriter:
     """Mixes the sources' documents into the train and val splits and writes each split's shards.
 
+    Mixing is by TOKEN share: source s contributes weight_s / sum(weights) of the token budget (data.max_tokens,
+    or, when unset, the token count of the max_chars sample the tokenizer is trained on). Each source is read in
+    its seeded order; documents of the sources are interleaved in a seeded order that draws each source in
+    proportion to the budget it still has left. Which of each document's tokens go to val is split.py's
+    `ValSplit`: a fair sample of the text by tokens, whole documents sampled within their length class, a document
+    larger than a tenth of its source's val share cut (its end to val). The document that crosses a source's
+    budget is cut (and still ends with <|endoftext|>).
+
     It holds the whole state of the mix: the interleaving rng, each source's remaining budget and the
     tokens it has given (all, and to val), the per-split counts, the shard writers and the document
     index writers (each document's start in its split's stream and its source: a contiguous split's
     train and val parts are a document of each split, of the same source). Built on a
     manifest with a usable resume point it continues from that point; otherwise it starts afresh
     (shards the manifest already lists are still not written again).
+
+    Each time a shard is finished the manifest also records a resume point (at the next document boundary): the
+    mixer's random state and counters, each source's position, the log of chunks read so far and how far each
+    split's partial shard (`.NAME.partial`) is filled. A resume reads and cleans the logged chunks again
+    (rebuilding dedup exactly) but encodes only documents not yet written, cuts the partial shards back to the
+    recorded length and goes on. Without a usable point (killed before the first shard, or a partial shard lost)
+    the stream is replayed from the start.
     """
 
     def __init__(self, cfg: DataConfig, manifest: dict, out_dir: Path, encoder: Encoder, eot: int,

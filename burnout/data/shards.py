@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import RUN_CONFIG_FILE, TOKENIZER_FILE, folder_owner, sha256_file, write_atomic
+from burnout.base.files import RUN_CONFIG_FILE, TOKENIZER_FILE, sha256_file, write_atomic
+from burnout.base.folders import folder_owner
 from burnout.config import read_saved_config
 from burnout.errors import BurnoutError
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from burnout.common import EOT_TOKEN, first_line, tokenizer_file
+from burnout.base.files import EOT_TOKEN, tokenizer_file
+from burnout.base.text import first_line
 from burnout.config import TokenizerConfig
 from burnout.errors import BurnoutError
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from burnout.common import COMPARE_JSON, COMPARE_MD, TOKENIZER_FILE, write_atomic
+from burnout.base.files import COMPARE_JSON, COMPARE_MD, TOKENIZER_FILE, write_atomic
 from burnout.config import load_run_config
 from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import list_checkpoints

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import first_line, write_atomic
+from burnout.base.files import write_atomic
+from burnout.base.text import first_line
 from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint, run_dir_of
 from burnout.core.device import autocast, configure_backends, resolve_device, resolve_precision
 from burnout.core.model_files import load_model

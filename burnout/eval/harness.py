@@ -1,29 +1,11 @@
 """`burnout eval RUN --harness TASKS`: any lm-evaluation-harness task, run by our own engine.
 
-The checkpoint is handed to lm-eval as a model, `BurnoutLM`, an implementation of its `LM` API (the
-`TemplateLM` kind, as its Hugging Face backend is): lm-eval builds the prompts, few-shot contexts, filters
-and metrics of any task (MMLU, TruthfulQA, GSM8K, IFEval, ... or a custom YAML over local files); we answer
-its requests, with no export and no transformers model in memory:
-
-    loglikelihood          (context, continuation) → (log P, greedy?) through our batched scorer
-                           (burnout.eval.scoring: requests sharing a context are one row, its choices masked
-                           branches of it; the LM head only where a continuation token is predicted)
-    loglikelihood_rolling  a document's log-likelihood over lm-eval's own rolling windows, same scorer
-    generate_until         our KV-cache generator (burnout.generate.sampling), greedy unless the task samples,
-                           batch_size prompts at a time, padded on the left, up to max_gen_toks or a stop sequence
-
-Every number is what lm-eval's "hf" backend gives on the exported folder (tests/eval/test_harness.py):
-  - tokens: a pair is split as TemplateLM._encode_pair splits it (trailing spaces of the context move to the
-    continuation; the continuation is encode(context + continuation) past encode(context)); an empty context
-    is the prefix token (<|endoftext|>, the exported folder's bos and eos) and the continuation encoded
-    without special tokens; too-long inputs lose tokens on the left;
-  - generation: the context keeps its last (window − max_gen_toks) tokens; decoding stops at <|endoftext|>
-    (and a chat model's <|im_end|>, as the export's generation_config does) or once the text holds a stop
-    sequence; the answer is the decoded text (special tokens skipped) cut at the first stop sequence.
-
-Results: lm-eval's tables, printed, and RUN/eval/harness_step_N.json (lm-eval's results without the
-per-sample log). lm-eval is an optional dependency; offline, its tasks read local files through custom
-task YAMLs (--harness-include) with HF_DATASETS_OFFLINE=1.
+The checkpoint is handed to lm-eval as a model (`BurnoutLM`, an implementation of its `LM` API): lm-eval builds
+the prompts, few-shot contexts, filters and metrics of any task (MMLU, TruthfulQA, GSM8K, IFEval, ... or a custom
+YAML over local files), and we answer its requests with no export and no transformers model in memory, every
+number what lm-eval's "hf" backend gives on the exported folder (tests/eval/test_harness.py). lm-eval is an
+optional dependency; offline (HF_DATASETS_OFFLINE=1), its tasks read local files through custom YAMLs
+(--harness-include).
 """
 
 from __future__ import annotations
@@ -38,7 +20,8 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from burnout.common import EOT_TOKEN, first_line, install_extra, write_atomic
+from burnout.base.files import EOT_TOKEN, write_atomic
+from burnout.base.text import first_line, install_extra
 from burnout.core.chat_template import IM_END, is_chat_model
 from burnout.core.checkpoint import run_dir_of
 from burnout.core.device import resolve_device
@@ -102,7 +85,15 @@ def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
 
 
 class BurnoutLM(TemplateLM):
-    """A checkpoint as an lm-eval model: lm_eval.api.model.LM's three request types on our model object."""
+    """A checkpoint as an lm-eval model: lm_eval.api.model.LM's three request types on our model object (the
+    `TemplateLM` kind, as lm-eval's Hugging Face backend is):
+
+        loglikelihood          (context, continuation) → (log P, greedy?) through our batched scorer
+                               (burnout.eval.scoring: requests sharing a context are one row, its choices masked
+                               branches of it; the LM head only where a continuation token is predicted)
+        loglikelihood_rolling  a document's log-likelihood over lm-eval's own rolling windows, same scorer
+        generate_until         our KV-cache generator (burnout.generate.sampling), greedy unless the task samples
+    """
 
     backend = "causal"
 
@@ -166,7 +157,11 @@ class BurnoutLM(TemplateLM):
 
     def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
         """(context ids, continuation ids) of each (context, continuation), as TemplateLM.loglikelihood splits
-        them (its _encode_pair, and the prefix token for an empty context), the strings encoded in batches."""
+        them (its _encode_pair, and the prefix token for an empty context), the strings encoded in batches:
+        trailing spaces of the context move to the continuation; the continuation is encode(context +
+        continuation) past encode(context); an empty context is the prefix token (<|endoftext|>, the exported
+        folder's bos and eos) and the continuation encoded without special tokens. Too-long inputs then lose
+        tokens on the left."""
         moved = []
         for context, continuation in pairs:
             n_spaces = len(context) - len(context.rstrip())
@@ -226,7 +221,11 @@ class BurnoutLM(TemplateLM):
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """Each request's continuation, decoded with its task's settings; requests of equal settings decode
-        together, batch_size at a time, longest prompts first, each batch padded on the left."""
+        together, batch_size at a time, longest prompts first, each batch padded on the left. As lm-eval's "hf"
+        backend: the context keeps its last (window − max_gen_toks) tokens; decoding stops at <|endoftext|> (and
+        a chat model's <|im_end|>, as the export's generation_config does), at max_gen_toks, or once the text
+        holds a stop sequence; the answer is the decoded text (special tokens skipped) cut at the first stop
+        sequence."""
         by_settings: dict[str, list[int]] = {}
         for i, req in enumerate(requests):
             by_settings.setdefault(json.dumps(req.args[1], sort_keys=True, default=str), []).append(i)
@@ -334,7 +333,8 @@ def run_harness(target: str | Path, tasks: str | Sequence[str], include: Sequenc
                 device: str = "auto", all_checkpoints: bool = False, include_defaults: bool = True,
                 log_samples: bool = False, say: Callable[[str], None] = print) -> list[dict]:
     """Run lm-eval's `tasks` on a checkpoint (a run folder: its latest, or every one with all_checkpoints)
-    through BurnoutLM; print lm-eval's tables and write RUN/eval/harness_step_N.json for each checkpoint.
+    through BurnoutLM; print lm-eval's tables and write RUN/eval/harness_step_N.json (lm-eval's results without
+    the per-sample log) for each checkpoint.
     Returns lm-eval's results per checkpoint (with its per-sample log when log_samples)."""
     require_lm_eval()
     if limit is not None and limit < 1:

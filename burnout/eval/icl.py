@@ -3,32 +3,8 @@
     burnout eval RUN --tasks icl:dclm_mmlu_and_lowvar.yaml       every task of an icl_tasks list
     burnout eval RUN --task mine=my.jsonl --type multiple_choice --shots 5   one file, no YAML
 
-An icl_tasks YAML is llm-foundry's (and DCLM's eval/*.yaml): a mapping whose `icl_tasks` is a list (or the
-path of a YAML holding one), or the list itself. Each entry has label, dataset_uri, num_fewshot (a list:
-one result per value), icl_task_type (multiple_choice, schema, language_modeling) and optionally
-continuation_delimiter, example_delimiter, question_prelimiter (or prelimiter), prompt_string,
-has_categories, fewshot_random_seed, strip_dataset; other keys (metric_names, batch_size, …) are llm-foundry
-run settings and are ignored. Prompts are built as burnout/eval/tasks.py describes.
-
-A dataset_uri is looked for as written (absolute, or relative to the YAML's folder), then under the data
-root, then by its file name in the data root's icl/ folder and the YAML's folder, then (three files that
-shared/data keeps elsewhere) as SHARED_ALIASES says. A task whose file is not found is listed as missing
-and the others are scored; generation tasks (generation_task_with_answers, code_evaluation) are listed as
-not scored.
-
-Results are keyed by label (label/N-shot when num_fewshot lists several counts). With has_categories the
-label's metrics are the unweighted mean over its categories, as DCLM reports them, and each category's are
-kept under "categories".
-
-CORE (DCLM, mlfoundations/dclm eval/aggregated_metrics.py): each task's accuracy centered on its random
-baseline, (acc − baseline) / (1 − baseline), the baseline being the "Random baseline" column of DCLM's
-eval_meta_data CSV in percent; CORE is the mean over the tasks of the "low_variance_datasets" group of
-DCLM's additional_aggregation.json that were scored (DCLM's Core needs all 22; here the missing ones are
-listed and the mean is over those present). The accuracy is DCLM's, i.e. llm-foundry's metric for the type:
-for multiple_choice the lowest per-token perplexity (acc_per_token), for schema and language_modeling acc.
-The shared copy of the CSV (shared/data/icl/dclm_eval_meta_data.csv) is DCLM's eval_meta_data_v1.csv: the
-baselines of the DCLM paper ("Core_v1"); DCLM's current eval_meta_data.csv ("Core_v2") changed eleven
-multiple-choice baselines (commonsense_qa 20 → 40.3 among the shared tasks).
+The lists llm-foundry and DCLM publish run as they are (`load_suite`), on the engine of burnout/eval/tasks.py,
+and CORE is computed as DCLM computes it (`core_score`), so a small model's figures compare with theirs.
 """
 
 from __future__ import annotations
@@ -40,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from burnout.common import first_line
+from burnout.base.text import first_line
 from burnout.errors import BurnoutError
 from burnout.eval.scoring import chance_accuracy, item_metrics, score_items
 from burnout.eval.tasks import (
@@ -156,7 +132,11 @@ def one_off_task(name: str, path: str | Path, task_type: str | None = None, shot
 
 
 def resolve_dataset(uri: str, data_root: Path | None, yaml_dir: Path | None) -> tuple[Path | None, str | None]:
-    """(the file for dataset_uri, the built-in reader it needs or None); (None, None) when not found."""
+    """(the file for dataset_uri, the built-in reader it needs or None); (None, None) when not found.
+
+    Looked for as written (absolute, or relative to the YAML's folder), then under the data root, then by its file
+    name in the data root's icl/ folder and the YAML's folder, then (three files that shared/data keeps elsewhere)
+    as SHARED_ALIASES says."""
     if "://" in uri:
         return None, None
     candidates = [Path(uri)] if Path(uri).is_absolute() else []
@@ -174,7 +154,15 @@ def resolve_dataset(uri: str, data_root: Path | None, yaml_dir: Path | None) -> 
 
 
 def load_suite(path: str | Path, data_root: str | Path | None = None) -> Suite:
-    """The icl_tasks list in `path`, each task's file resolved (see the module doc)."""
+    """The icl_tasks list in `path`, each task's file resolved (resolve_dataset).
+
+    An icl_tasks YAML is llm-foundry's (and DCLM's eval/*.yaml): a mapping whose `icl_tasks` is a list (or the
+    path of a YAML holding one), or the list itself. Each entry has label, dataset_uri, num_fewshot (a list:
+    one result per value), icl_task_type (multiple_choice, schema, language_modeling) and optionally
+    continuation_delimiter, example_delimiter, question_prelimiter (or prelimiter), prompt_string,
+    has_categories, fewshot_random_seed, strip_dataset; other keys (metric_names, batch_size, …) are llm-foundry
+    run settings and are ignored. A task whose file is not found is listed as missing and the others are scored;
+    generation tasks (generation_task_with_answers, code_evaluation) are listed as not scored."""
     path = Path(path)
     if not path.is_file():
         raise BurnoutError(f"icl task list '{path}' does not exist; --tasks icl:FILE.yaml takes an llm-foundry "
@@ -250,7 +238,8 @@ def _read_yaml_list(path: Path, depth: int = 0) -> list:
 
 
 def result_keys(task: IclTask) -> list[tuple[int, str]]:
-    """(shots, the key its results are stored under) for each of the task's shot counts."""
+    """(shots, the key its results are stored under) for each of the task's shot counts: its label, or
+    label/N-shot when num_fewshot lists several counts."""
     if len(task.num_fewshot) == 1:
         return [(task.num_fewshot[0], task.label)]
     return [(n, f"{task.label}/{n}-shot") for n in task.num_fewshot]
@@ -260,7 +249,8 @@ def score_task(model, tokenizer, task: IclTask, limit: int | None = None, batch_
                records: list[dict] | None = None, bar=None) -> dict[str, dict]:
     """{result key: metrics} for each of `task`'s shot counts over the first `limit` items (of each category);
     `records` are the task's (`read_records`), read here when not given. `bar` (a tqdm) is reset to each
-    shot count's items and advanced as they are scored."""
+    shot count's items and advanced as they are scored. With has_categories a result's metrics are the unweighted
+    mean over the task's categories, as DCLM reports them, each category's kept under "categories"."""
     records = read_records(task) if records is None else records
     prefix_space = needs_prefix_space(tokenizer)
     out = {}
@@ -333,7 +323,16 @@ def read_core_tasks(path: str | Path) -> list[str]:
 
 def core_score(accuracies: dict[str, float], baselines: dict[str, float], core_tasks: list[str]) -> dict:
     """CORE over the core tasks present in `accuracies`: the mean of (acc − baseline) / (1 − baseline);
-    "missing" lists the core tasks without a score (or without a baseline)."""
+    "missing" lists the core tasks without a score (or without a baseline).
+
+    As DCLM computes it (mlfoundations/dclm eval/aggregated_metrics.py): each task's accuracy centered on its random
+    baseline (the "Random baseline" column of DCLM's eval_meta_data CSV, in percent), the mean over the tasks of the
+    "low_variance_datasets" group of DCLM's additional_aggregation.json that were scored (DCLM's Core needs all 22;
+    here the missing ones are listed and the mean is over those present). The accuracy is DCLM's, i.e. llm-foundry's
+    metric for the type (CORE_METRIC): for multiple_choice the lowest per-token perplexity (acc_per_token), for
+    schema and language_modeling acc. The shared copy of the CSV (shared/data/icl/dclm_eval_meta_data.csv) is DCLM's
+    eval_meta_data_v1.csv: the baselines of the DCLM paper ("Core_v1"); DCLM's current eval_meta_data.csv
+    ("Core_v2") changed eleven multiple-choice baselines (commonsense_qa 20 → 40.3 among the shared tasks)."""
     centered = {t: (accuracies[t] - baselines[t]) / (1.0 - baselines[t])
                 for t in core_tasks if t in accuracies and t in baselines}
     return {

@@ -11,7 +11,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from burnout.common import install_extra, write_atomic
+from burnout.base.files import write_atomic
+from burnout.base.text import install_extra
 from burnout.errors import BurnoutError
 from burnout.eval.tasks import DEFAULT_FILES
 

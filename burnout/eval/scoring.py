@@ -1,28 +1,10 @@
 """Log-likelihood scoring, computed the way lm-evaluation-harness's HF causal-LM model computes it.
 
-For a request (context, continuation), as in lm_eval/api/model.py `_encode_pair` and
-lm_eval/models/huggingface.py `_loglikelihood_tokens`:
-
-  1. trailing spaces of the context move to the front of the continuation;
-  2. whole = encode(context + continuation), context_ids = encode(context),
-     continuation_ids = whole[len(context_ids):]  (so a merge across the boundary counts as continuation);
-     an empty context is replaced by the prefix token (<|endoftext|>, lm-eval's BOS-or-EOS prefix);
-  3. the model reads (context_ids + continuation_ids)[-(window + 1):][:-1], i.e. too-long inputs lose
-     tokens on the left, and the last len(continuation_ids) positions predict the continuation;
-  4. the result is (sum of the continuation's token log-probs, whether every token is the argmax).
-
-Then, per task type (`score_items`; lm_eval/api/task.py `process_results` and llm-foundry's ICL metrics):
-
-    multiple_choice  acc = [argmax loglik == gold], acc_norm = [argmax loglik / len(choice in characters)
-                     == gold] (lm-eval), acc_per_token = [argmax loglik / continuation tokens == gold]
-                     (llm-foundry's InContextLearningMultipleChoiceAccuracy: the lowest per-token perplexity)
-    schema           acc = [argmax loglik == gold] over the context options (the continuation is the same)
-    language_model.  acc = greedy exact match (every continuation position's argmax is its token, llm-foundry's
-                     InContextLearningLMAccuracy and lm-eval's lambada acc); perplexity = exp(-mean loglik)
-
-The numbers are lm-eval's; the work is less (see `score_requests`): requests that share a prefix (a
-multiple-choice item's context; a schema item's few-shot text and the start of its options) are computed once
-as masked branches of one row, and the LM head runs only where a continuation token is predicted.
+The numbers are lm-eval's (requests split as `encode_requests` says, the metrics of `item_metrics`), so that a
+score here is one a reader can check with lm-eval itself (tests/eval/test_lm_eval_equality.py); the work is less
+(`score_requests`): requests that share a prefix (a multiple-choice item's context; a schema item's few-shot text
+and the start of its options) are computed once as masked branches of one row, and the LM head runs only where a
+continuation token is predicted.
 """
 
 from __future__ import annotations
@@ -36,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from burnout.common import EOT_TOKEN
+from burnout.base.files import EOT_TOKEN
 from burnout.core.device import autocast, configure_backends, resolve_precision
 from burnout.data.tokenizer import unencodable, unencodable_error
 from burnout.errors import BurnoutError
@@ -58,7 +40,17 @@ Group = tuple[list[int], list[tuple[int, list[int], list[int]]]]  # (prefix, [(r
 def encode_requests(
     tokenizer: Tokenizer, requests: list[tuple[str, str]], prefix_id: int | None
 ) -> list[tuple[list[int], list[int]]]:
-    """(context ids, continuation ids) for each (context, continuation), split as lm-eval splits them."""
+    """(context ids, continuation ids) for each (context, continuation), split as lm-eval splits them
+    (lm_eval/api/model.py `_encode_pair`, lm_eval/models/huggingface.py `_loglikelihood_tokens`):
+
+      1. trailing spaces of the context move to the front of the continuation;
+      2. whole = encode(context + continuation), context_ids = encode(context),
+         continuation_ids = whole[len(context_ids):]  (so a merge across the boundary counts as continuation);
+         an empty context is replaced by the prefix token (<|endoftext|>, lm-eval's BOS-or-EOS prefix);
+      3. the model reads (context_ids + continuation_ids)[-(window + 1):][:-1], i.e. too-long inputs lose
+         tokens on the left, and the last len(continuation_ids) positions predict the continuation;
+      4. the result is (sum of the continuation's token log-probs, whether every token is the argmax).
+    """
     pairs = []
     for context, continuation in requests:
         n_spaces = len(context) - len(context.rstrip())
@@ -317,7 +309,7 @@ def score_items(
     batch_size: int = 16,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[dict]]:
-    """Metrics of `items` of `task_type` (see the module doc) and one record per item: its log-likelihoods,
+    """Metrics of `items` of `task_type` (item_metrics) and one record per item: its log-likelihoods,
     continuation token counts, greedy flags and predictions. "truncated" counts the items with a request
     whose prompt lost tokens on the left to fit the model's window."""
     requests = [r for it in items for r in it.requests]
@@ -362,7 +354,16 @@ def score_items(
 
 
 def item_metrics(task_type: str, samples: list[dict]) -> dict[str, float]:
-    """The task type's metrics over scored items (`score_items`' records)."""
+    """The task type's metrics over scored items (`score_items`' records); lm_eval/api/task.py `process_results`
+    and llm-foundry's ICL metrics:
+
+        multiple_choice  acc = [argmax loglik == gold], acc_norm = [argmax loglik / len(choice in characters)
+                         == gold] (lm-eval), acc_per_token = [argmax loglik / continuation tokens == gold]
+                         (llm-foundry's InContextLearningMultipleChoiceAccuracy: the lowest per-token perplexity)
+        schema           acc = [argmax loglik == gold] over the context options (the continuation is the same)
+        language_model.  acc = greedy exact match (every continuation position's argmax is its token, llm-foundry's
+                         InContextLearningLMAccuracy and lm-eval's lambada acc); perplexity = exp(-mean loglik)
+    """
     n = len(samples)
     if task_type == "language_modeling":
         metrics = {

@@ -1,62 +1,10 @@
 """Benchmark tasks: their files, their records, and the prompts built from them.
 
-One engine scores every task. A task is an `IclTask`: a file of records in one of llm-foundry's (MosaicML's,
-DCLM's) in-context-learning layouts, a task type, and llm-foundry's prompt settings. `build_items` turns its
-records into `Item`s, each one or more (context, continuation) requests that burnout.eval.scoring scores.
-
-Task types and record layouts (llm-foundry's `icl_task_type`s):
-
-    multiple_choice    {"query", "choices", "gold"}              a request per choice: query → " {choice}"
-    schema             {"context_options", "continuation", "gold"}  a request per context option, each
-                       followed by the shared continuation (WinoGrande's partial scoring)
-    language_modeling  {"context", "continuation"}               one request; scored by greedy exact match
-    (and "category" in each record when the task has has_categories: one result per category)
-
-Prompts are built as llm-foundry builds them (llmfoundry/eval/datasets/in_context_learning_evaluation.py,
-`InContextLearningDataset` and its multiple-choice, schema and LM subclasses):
-
-  * strip_dataset (default true): every top-level string field of a record is stripped (lists such as
-    choices and context_options are not).
-  * few-shot examples, for an item at index i of a task (of a category) of n records: one
-    random.Random(fewshot_random_seed) per task and shot count, drawn from in record order: k = min(n − 1,
-    num_fewshot) indices sampled from range(n) without replacement; if i is among them it is removed and
-    another index drawn (rng.choice) until it is neither i nor already chosen. The examples are joined in
-    the iteration order of that Python set, after prompt_string.
-  * an example (MC and LM), appended to the text before it: [example_delimiter if that text is non-empty] +
-    prelimiter + query + continuation_delimiter [+ the gold answer, for a few-shot example: choices[gold]
-    or continuation, as written]. The item's own part is rstripped (strip_dataset) and appended to the
-    few-shot text; that is the context.
-  * schema: a few-shot example is prelimiter + [example_delimiter if text before] + context_options[gold] +
-    continuation_delimiter + continuation; the item gives one context per option: after few-shot text,
-    text + prelimiter + example_delimiter + option + continuation_delimiter.rstrip(); with no text before
-    it, prelimiter + option alone (no delimiter at all).
-  * the scored continuation is the answer (a choice, or the continuation) with a space before it when the
-    tokenizer encodes " a" as one token (GPT-2-style BPE) and the answer does not start with one.
-
-llm-foundry tokenizes the few-shot text, the item's context and the answer separately and concatenates the
-ids; scoring here encodes them as lm-evaluation-harness does (context, then context + continuation, the
-continuation being the difference), so that scores equal lm-eval's on the same strings. Where the two could
-differ (a BPE merge across the boundaries) llm-foundry's rstrip and leading space keep them apart. A prompt
-too long for the model's window loses tokens on the left in both; lm-eval's cut (burnout.eval.scoring) keeps
-window + 1 tokens of prompt and continuation, one prompt token more than llm-foundry's `trim_context`, which
-fits both into the window although the last token's prediction is not used.
-
-The three built-in tasks are entries of the same engine with lm-evaluation-harness's zero-shot templates:
-
-    hellaswag  context "{activity_label}: {ctx}", continuations " {ending}" × 4   (lm-eval `hellaswag`)
-    arc_easy   context "Question: {question}\\nAnswer:", continuations " {choice}"  (lm-eval `arc_easy`)
-    lambada    context = the passage minus its last word, continuation " {last word}" (`lambada_openai`)
-
-that is, nothing stripped, continuation_delimiter "" (hellaswag, lambada) or "\\nAnswer:" (arc_easy), and
-lm-eval's target delimiter " " before every answer. Their readers also accept the original release formats:
-
-    hellaswag  original jsonl (ctx_a, ctx_b, activity_label, endings, label), with lm-eval's `preprocess`
-               and ctx_b capitalised; or llama.cpp's 6-line text records (optionally .bz2), whose first
-               line is the already-joined context. That form has lost the ctx_a/ctx_b boundary, so lm-eval's
-               capitalisation of ctx_b cannot be redone: its contexts are scored as written.
-    arc_easy   original jsonl (question.stem / choices[{text,label}] / answerKey), the HF datasets row
-               (question / choices{text,label} / answerKey), or MosaicML's (query "Question: …", choices, gold)
-    lambada    original jsonl ({"text"}) or MosaicML's (context, continuation)
+A task is an `IclTask`: a file of records in one of llm-foundry's in-context-learning layouts (RECORD_FIELDS), a
+task type, and llm-foundry's prompt settings; `build_items` turns its records into `Item`s of (context,
+continuation) requests that burnout.eval.scoring scores. The built-in hellaswag, arc_easy and lambada are entries
+of the same engine with lm-evaluation-harness's zero-shot templates (BUILTIN_TASKS), their readers taking the
+original release formats too. One engine for every task, so that prompts are llm-foundry's and scores lm-eval's.
 """
 
 from __future__ import annotations
@@ -70,7 +18,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from burnout.common import first_line
+from burnout.base.text import first_line
 from burnout.errors import BurnoutError
 
 # Where each task's file lives under a data root (the layout of shared/data).
@@ -85,7 +33,12 @@ DATA_ROOT_ENV = "BURNOUT_EVAL_DATA"
 TARGET_DELIMITER = " "  # lm-eval's default target_delimiter, put between context and each choice
 
 TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
-# The fields each type's records need (has_categories adds "category").
+# The fields each type's records need (has_categories adds "category": one result per category). What each scores
+# (llm-foundry's `icl_task_type`s):
+#     multiple_choice    a request per choice: query → " {choice}"
+#     schema             a request per context option, each followed by the shared continuation (WinoGrande's
+#                        partial scoring)
+#     language_modeling  one request, scored by greedy exact match
 RECORD_FIELDS = {
     "multiple_choice": ("query", "choices", "gold"),
     "schema": ("context_options", "continuation", "gold"),
@@ -103,7 +56,7 @@ def check_type(task_type: str, label: str) -> None:
 class IclTask:
     """A task: its records' file and type, and llm-foundry's prompt settings (its `icl_tasks` entry keys).
 
-    `target_delimiter` None is llm-foundry's rule for the space before an answer (see the module doc); a
+    `target_delimiter` None is llm-foundry's rule for the space before an answer (`_scored_answer`); a
     string is put before every answer as written, as lm-eval's target_delimiter is. `reader` names a
     built-in reader that also takes the original release formats; None reads the ICL layout strictly.
     """
@@ -126,7 +79,11 @@ class IclTask:
         check_type(self.type, self.label)
 
 
-# The built-in tasks: lm-evaluation-harness's zero-shot templates as engine settings.
+# The built-in tasks: lm-evaluation-harness's zero-shot templates as engine settings, nothing stripped and lm-eval's
+# target delimiter " " before every answer:
+#     hellaswag  context "{activity_label}: {ctx}", continuations " {ending}" × 4   (lm-eval `hellaswag`)
+#     arc_easy   context "Question: {question}\nAnswer:", continuations " {choice}"  (lm-eval `arc_easy`)
+#     lambada    context = the passage minus its last word, continuation " {last word}" (`lambada_openai`)
 BUILTIN_TASKS = {
     "hellaswag": IclTask("hellaswag", "multiple_choice", continuation_delimiter="", strip_dataset=False,
                          target_delimiter=TARGET_DELIMITER, reader="hellaswag"),
@@ -234,8 +191,9 @@ def load_task(task: str, path: str | Path, limit: int | None = None) -> list[Exa
 
 
 def read_records(task: IclTask) -> list[dict]:
-    """Every record of `task`'s file, checked against its type's layout (and stripped when the task says
-    so). Each record keeps the file line it came from under "_line" (0 when the format has no lines)."""
+    """Every record of `task`'s file, checked against its type's layout, and with the task's strip_dataset (the
+    default) every top-level string field stripped, as llm-foundry does (lists such as choices are not). Each
+    record keeps the file line it came from under "_line" (0 when the format has no lines)."""
     path = Path(task.path) if task.path is not None else None
     if path is None or not path.is_file():
         raise BurnoutError(f"task '{task.label}': data file '{path}' does not exist")
@@ -339,6 +297,10 @@ def _is_jsonl(path: Path) -> bool:
 
 
 def _read_hellaswag(path: Path) -> list[dict]:
+    """HellaSwag's original jsonl (ctx_a, ctx_b, activity_label, endings, label), with lm-eval's `preprocess` and
+    ctx_b capitalised; or llama.cpp's 6-line text records (optionally .bz2), whose first line is the joined
+    context. That form has lost the ctx_a/ctx_b boundary, so lm-eval's capitalisation of ctx_b cannot be redone:
+    its contexts are scored as written."""
     if _is_jsonl(path):
         out = []
         for number, doc in _jsonl(path):
@@ -362,6 +324,8 @@ def _read_hellaswag(path: Path) -> list[dict]:
 
 
 def _read_arc(path: Path) -> list[dict]:
+    """ARC's original jsonl (question.stem, choices[{text,label}], answerKey), the HF datasets row (question,
+    choices{text,label}, answerKey), or MosaicML's (query "Question: …", choices, gold)."""
     out = []
     for number, doc in _jsonl(path):
         if "query" in doc:  # MosaicML: the query already carries the "Question: " prefix
@@ -381,6 +345,7 @@ def _read_arc(path: Path) -> list[dict]:
 
 
 def _read_lambada(path: Path) -> list[dict]:
+    """LAMBADA's original jsonl ({"text"}) or MosaicML's (context, continuation)."""
     out = []
     for number, doc in _jsonl(path):
         if "text" in doc:  # original: lm-eval splits off the last space-separated word
@@ -430,7 +395,10 @@ def _answer(task: IclTask, record: dict) -> str:
 
 
 def _example_text(task: IclTask, record: dict, before: str, add_answer: bool) -> str:
-    """llm-foundry's `construct_context` (MC, LM) and the schema dataset's for few-shot examples."""
+    """llm-foundry's `construct_context` (MC, LM) and the schema dataset's for few-shot examples, appended to the
+    text `before` it: [example_delimiter if `before` is not empty] + prelimiter + query + continuation_delimiter
+    [+ the gold answer as written, with `add_answer`]; a schema example is prelimiter + [example_delimiter if
+    text before] + context_options[gold] + continuation_delimiter + continuation."""
     if task.type == "schema":
         context = record["context_options"][record["gold"]]
         if before:
@@ -444,13 +412,18 @@ def _example_text(task: IclTask, record: dict, before: str, add_answer: bool) ->
 
 
 def _scored_answer(task: IclTask, text: str, prefix_space: bool) -> str:
+    """The answer as scored: after the task's target_delimiter (lm-eval's), else by llm-foundry's rule, with a
+    space before it when the tokenizer encodes " a" as one token (GPT-2-style BPE) and it starts with none."""
     if task.target_delimiter is not None:
         return task.target_delimiter + text
     return " " + text if prefix_space and not text.startswith(" ") else text
 
 
 def item_requests(task: IclTask, record: dict, fewshot_text: str, prefix_space: bool) -> tuple[tuple[str, str], ...]:
-    """The item's (context, continuation) requests after `fewshot_text` (prompt_string + few-shot examples)."""
+    """The item's (context, continuation) requests after `fewshot_text` (prompt_string + few-shot examples): its
+    own part rstripped (strip_dataset) and appended to the few-shot text. A schema item gives one context per
+    option: after few-shot text, prelimiter + example_delimiter + option + continuation_delimiter.rstrip(); with no
+    text before it, prelimiter + option alone."""
     if task.type == "schema":
         continuation = _scored_answer(task, record["continuation"], prefix_space)
         if fewshot_text:
@@ -502,11 +475,18 @@ def check_fewshot(task: IclTask, records: list[dict], shots: tuple[int, ...] | N
 
 def build_items(task: IclTask, records: list[dict], num_fewshot: int, prefix_space: bool,
                 limit: int | None = None) -> list[Item]:
-    """The first `limit` items (all when None) of each category of `task` with `num_fewshot` examples each.
+    """The first `limit` items (all when None) of each category of `task` with `num_fewshot` examples each, built
+    as llm-foundry's InContextLearningDataset and its subclasses build them (in_context_learning_evaluation.py).
 
     Few-shot examples come from all of the category's records (the limit only cuts which items are
     scored), drawn from a fresh random.Random(task.fewshot_random_seed) per category in record order, so an
     item's prompt does not depend on the limit.
+
+    llm-foundry tokenizes the few-shot text, the item's context and the answer apart and joins the ids; scoring
+    encodes as lm-eval does (context, then context + continuation), so that scores equal lm-eval's on the same
+    strings. Where the two could differ (a BPE merge across a boundary), the rstrip and the leading space keep the
+    parts apart. A prompt too long for the window loses tokens on the left in both (lm-eval's cut keeps one
+    prompt token more than llm-foundry's `trim_context`; the last token's prediction is not used).
     """
     check_fewshot(task, records, (num_fewshot,))
     items = []

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import TOKENIZER_FILE, format_bytes
+from burnout.base.files import TOKENIZER_FILE
+from burnout.base.text import format_bytes
 from burnout.config import RunConfig
 from burnout.core.checkpoint import holds_run, load_checkpoint, resolve_checkpoint, save_checkpoint
 from burnout.core.model_files import writing_run

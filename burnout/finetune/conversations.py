@@ -26,7 +26,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from burnout.common import first_line, install_extra, kind_of
+from burnout.base.text import first_line, install_extra
+from burnout.base.values import kind_of
 from burnout.core.chat_template import (
     Conversation,
     check_messages,

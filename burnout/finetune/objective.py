@@ -18,10 +18,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from burnout.common import unwrapped
 from burnout.errors import BurnoutError
 from burnout.models.lora import disable_adapters, lora_layers
-from burnout.models.transformer import Transformer, loss_chunk_rows, packed_mask
+from burnout.models.transformer import Transformer, loss_chunk_rows, packed_mask, unwrapped
 from burnout.train.distributed import joined_group, mean_across_ranks
 
 # ----------------------------------------------------------------------------------------------

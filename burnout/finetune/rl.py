@@ -27,7 +27,9 @@ import torch
 import torch.nn as nn
 from tokenizers import Tokenizer
 
-from burnout.common import TOKENIZER_FILE, first_line, kind_of, write_atomic
+from burnout.base.files import TOKENIZER_FILE, write_atomic
+from burnout.base.text import first_line
+from burnout.base.values import kind_of
 from burnout.config import RLConfig, RunConfig, TrainConfig
 from burnout.core.chat_template import IM_END, encode_prompt, message_text
 from burnout.core.checkpoint import Checkpoint

@@ -1,37 +1,9 @@
-"""Tokenized conversations and preference pairs on disk, and the batches SFT and DPO train on.
+"""Tokenized conversations and preference pairs on disk (`prepare_sft`, `prepare_pairs`), and the batches SFT and
+DPO train on (`SFTBatches`, `PairBatches`, and packed: `PackedSFTBatches`, `PackedPairBatches`).
 
-An SFT folder (`prepare_sft`):
-
-    tokenizer.json                          the tokenizer (with <|im_start|>/<|im_end|>) that encoded it
-    {split}_ids.npy       uint16 | uint32   every example's ids back to back (uint32 past 65,536 tokens)
-    {split}_mask.npy      uint8             1 where the token is a training target (chat_template.encode_conversation)
-    {split}_offsets.npy   int64             example i is ids[offsets[i] : offsets[i + 1]]
-    {split}_index.npy     int64             example i's position in the conversations as read (which
-                                            ones were held out, e.g. to evaluate on their prompts)
-    meta.json                               format, counts, token-length report, truncation; written last
-
-A pairs folder (`prepare_pairs`) holds {split}_prompt_{ids,offsets,index}.npy and {split}_chosen_* /
-{split}_rejected_* ({ids,mask,offsets}): per pair the prompt, ending with "<|im_start|>assistant\\n",
-and each answer with its mask. Every file is written to a temporary name and renamed; meta.json comes last,
-so a folder without it is unfinished. Loading is np.load(allow_pickle=False), memory-mapped.
-
-Held-out split: a seeded permutation of the examples as read picks round(n · val_fraction) of them
-(at least one when val_fraction > 0 and n ≥ 2), before anything is truncated or dropped, so the
-same conversations are held out whatever the context length.
-
-Context length: an example fits when it has at most seq_len + 1 tokens (a row's seq_len inputs plus the
-last target). overflow="truncate" (default) keeps its first seq_len + 1 tokens (an answer cut short
-loses its <|im_end|>, but the prompt and most of the answer still teach); "drop" leaves it out. Either
-way an example with no training target left inside the window is dropped. The report counts both.
-
-Rows: by default one example per row, right-padded. Padding sits after the last real token, so under the causal
-mask no real position attends to it, and its targets are -1; pad_to_longest trims a batch to its longest row to
-spend less compute on padding. With sft.packing, PackedSFTBatches packs examples into full rows (pack_rows) and
-gives each token's position within its own example: Transformer.forward turns those into a block-diagonal causal
-mask (models/transformer.py: packed_mask), so no example attends to another and each sees the positions it would
-alone; a row's last target of one example is never the next one's first token. With dpo.packing, PackedPairBatches
-packs whole pairs the same way into rows of 2·seq_len (as many positions as a padded batch's two rows per pair),
-each pair's chosen sequence followed by its rejected one.
+Encoded once into flat arrays written atomically, meta.json last (a folder without it is unfinished), and read
+memory-mapped with np.load(allow_pickle=False): a fine-tune of any size starts without re-encoding and loads no
+pickle. Every batch is a pure function of (seed, batch number), so a resumed run sees the batches it would have.
 """
 
 from __future__ import annotations
@@ -47,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, write_atomic
+from burnout.base.files import EOT_TOKEN, TOKENIZER_FILE, write_atomic
 from burnout.core.chat_template import IM_END, IM_START, TRAIN_ON, Conversation, chat_token_ids, encode_conversations
 from burnout.data.shards import token_dtype
 from burnout.data.tokenizer import tokenizer_sha256
@@ -77,7 +49,20 @@ def prepare_sft(conversations: Iterable[Conversation | list[dict]], tokenizer: T
     """Tokenize `conversations` (conversations.read_conversations, or plain message lists) into `out_dir`; the meta.
 
     `tokenizer` must hold the chat tokens (chat_template.ensure_chat_tokens). `source` is recorded in meta.json, and
-    so are the records a ConversationReader skipped.
+    so are the records a ConversationReader skipped. The folder:
+
+        tokenizer.json                          the tokenizer (with <|im_start|>/<|im_end|>) that encoded it
+        {split}_ids.npy       uint16 | uint32   every example's ids back to back (uint32 past 65,536 tokens)
+        {split}_mask.npy      uint8             1 where the token is a training target (encode_conversation)
+        {split}_offsets.npy   int64             example i is ids[offsets[i] : offsets[i + 1]]
+        {split}_index.npy     int64             example i's position in the conversations as read (which
+                                                ones were held out, e.g. to evaluate on their prompts)
+        meta.json                               format, counts, token-length report, truncation; written last
+
+    An example fits when it has at most seq_len + 1 tokens (a row's seq_len inputs plus the last target).
+    overflow="truncate" (default) keeps its first seq_len + 1 tokens (an answer cut short loses its <|im_end|>,
+    but the prompt and most of the answer still teach); "drop" leaves it out. Either way an example with no
+    training target left inside the window is dropped. The report counts both.
     """
     _check_settings(seq_len, val_fraction, train_on, overflow)
     out_dir = _start(out_dir)
@@ -121,6 +106,10 @@ def prepare_pairs(pairs: Iterable[PreferencePair], tokenizer: Tokenizer, out_dir
     A pair is truncated (or dropped) when its prompt plus the longer answer exceeds seq_len + 1 tokens:
     each answer is cut to what fits after the whole prompt, and a pair whose prompt leaves no room for
     a target on both sides is dropped. The length report is over prompt + longer answer.
+
+    The folder holds {split}_prompt_{ids,offsets,index}.npy and {split}_chosen_* / {split}_rejected_*
+    ({ids,mask,offsets}): per pair the prompt, ending with "<|im_start|>assistant\\n", and each answer with its
+    mask; tokenizer.json and meta.json as prepare_sft's.
     """
     _check_settings(seq_len, val_fraction, "assistant", overflow)
     out_dir = _start(out_dir)
@@ -209,7 +198,9 @@ def _chunks(conversations: Iterable[Conversation | list[dict]]) -> Iterator[list
 
 
 def held_out_split(count: int, val_fraction: float, seed: int) -> np.ndarray:
-    """Boolean per example: in the val split."""
+    """Boolean per example: in the val split. A seeded permutation of the examples as read picks
+    round(n · val_fraction) of them (at least one when val_fraction > 0 and n ≥ 2), before anything is truncated
+    or dropped, so the same conversations are held out whatever the context length."""
     num_val = 0 if count < 2 or val_fraction == 0 else min(max(round(count * val_fraction), 1), count - 1)
     held_out = np.zeros(count, dtype=bool)
     held_out[np.random.default_rng([seed, _SPLIT_STREAM]).permutation(count)[:num_val]] = True
@@ -438,7 +429,8 @@ def _first_targets(ragged: _Ragged, prefix_lengths: np.ndarray | None = None) ->
 
 
 class SFTBatches(RowBatches):
-    """(x, y) batches of one split of a prepare_sft folder: one conversation per row (see the module docstring).
+    """(x, y) batches of one split of a prepare_sft folder: one conversation per row, right-padded. Padding sits
+    after the last real token, so under the causal mask no real position attends to it, and its targets are -1.
 
     get_batch(i) is a pure function of (seed, i), so a resumed run sees the batches it would have seen;
     examples without a target in the first seq_len + 1 tokens are never drawn. With pad_to_longest, a
@@ -466,8 +458,10 @@ class SFTBatches(RowBatches):
 
 class PackedSFTBatches(RowBatches):
     """(x, y, positions) batches of one split of a prepare_sft folder, conversations packed into full rows
-    (pack_rows): each keeps its own positions from 0, so that Transformer.forward lets it attend only to itself,
-    and the padding left at a row's end has targets -1. Batch i is a pure function of (seed, i), a pass over the
+    (pack_rows): each keeps its own positions from 0, which Transformer.forward turns into a block-diagonal causal
+    mask (models/transformer.py: packed_mask), so that each attends only to itself and sees the positions it would
+    alone; one example's last target is never the next one's first token, and the padding left at a row's end
+    has targets -1. Batch i is a pure function of (seed, i), a pass over the
     rows being a pass over the conversations."""
 
     def __init__(self, data_dir: str | Path, split: str, batch_size: int, seq_len: int, seed: int) -> None:

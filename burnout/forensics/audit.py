@@ -32,7 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import AUDIT_DIR, AUDIT_JSON, check_output_folder, plural
+from burnout.base.files import AUDIT_DIR, AUDIT_JSON
+from burnout.base.folders import check_output_folder
+from burnout.base.text import plural
 from burnout.errors import BurnoutError
 from burnout.forensics.audit_settings import AuditSettings
 from burnout.forensics.bounded_counting import CountTable
@@ -250,7 +252,7 @@ def audit_prepared(data_dir: Path, split: str = "train", settings: AuditSettings
                    junk_patterns: Iterable[str] = (), progress: Callable[[str], None] | None = None) -> dict:
     """Audit a prepared folder's `split`: its documents decoded with the folder's tokenizer, each under the
     source it came from (data/documents.py), numbered by their index in the split."""
-    from burnout.common import TOKENIZER_FILE
+    from burnout.base.files import TOKENIZER_FILE
     from burnout.data.documents import SplitDocuments
     from burnout.data.shards import read_meta
     from burnout.data.tokenizer import load_tokenizer
@@ -380,7 +382,7 @@ def _audit_owner(folder: Path) -> dict | None:
 
 def write_audit(report: dict, out: str | Path, overwrite: bool = False) -> list[Path]:
     """audit.json and audit.html (self-contained: images embedded) in `out`, a folder audit_out allows."""
-    from burnout.common import write_atomic
+    from burnout.base.files import write_atomic
     from burnout.forensics.audit_page import render_page
 
     target = report["target"]

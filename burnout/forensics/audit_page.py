@@ -11,7 +11,7 @@ import html
 import io
 import re
 
-from burnout.common import plural
+from burnout.base.text import plural
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:96rem;margin:2rem auto;padding:0 1rem;color:#222}
 table{border-collapse:collapse;margin:.8rem 0;font-size:.9rem}td,th{border:1px solid #ccc;padding:.25rem .5rem;

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from burnout.common import plural
+from burnout.base.text import plural
 
 
 def summary(report: dict, written: list[Path] = (), rows: int = 10) -> str:

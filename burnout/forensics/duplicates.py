@@ -21,7 +21,7 @@ from collections import Counter
 
 import numpy as np
 
-from burnout.common import install_extra
+from burnout.base.text import install_extra
 from burnout.errors import BurnoutError
 from burnout.forensics.audit_settings import AuditSettings
 from burnout.forensics.snippets import snippet

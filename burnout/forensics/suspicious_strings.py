@@ -2,58 +2,10 @@
 how much they look like something that should not be there: foreign to the source's text, and spread over
 documents that have nothing else in common, rather than the words of one topic.
 
-A term is a word or identifier-like string (letters, digits and `_`, dotted parts joined: `os.path`,
-`PersonX`, `fefefe`, `AndroidRuntime`), at least 3 characters, pure numbers left out. Candidates are the
-terms in at least `min_docs` documents and at most `max_doc_share` of the source's N documents. Each is
-ranked by
-
-    score = burst * evidence * spread * shape * elsewhere * cohesion
-
-- burst = 1 + log2(occurrences / documents) / 4: a little more where dense (1 for once per document, 1.33
-  for 2.5 per document). Kept mild: a topic's words are bursty too, and a log line comes once.
-- evidence = log2(1 + documents) * (1 - ln documents / ln N): more documents are more evidence of
-  something systematic, but a string in many of the source's documents is its vocabulary, not an artifact.
-- spread = min(1, (runs + 1) / (expected runs + 1)). A run starts at a document holding the term when none of
-  the documents of the `run_gap_chars` characters before it does (nearby is a measure of text: 8 lines of an
-  article, or the next page of a manual); df documents scattered at random over N form about
-  1 + (df - 1)(1 - gap/N)^df runs, gap being 1 + run_gap_chars over the source's mean document length. A name in
-  one Wikipedia article, a character of one play, a topic's words live in nearby documents (one or two runs:
-  spread << 1); a template placeholder or a scraped-page artifact is scattered (spread ~ 1). The + 1 keeps one
-  chance neighbour among a few documents from reading as a topic. Read order carries this: a prepared folder's
-  documents are shuffled, so there every term's spread is ~1 and cohesion does this work.
-- shape, how foreign the string's form is to the source. A lowercase word: 1 to 3 by its spelling, the
-  mean surprisal per character under a character trigram model of the source's own words (Spelling),
-  against the source's lowercase words of its length: 2 ** ((bits - median) / (4 MAD)), at most 3 (`nbsp`
-  in English prose), but 1 for a word its language uses often (`mechanism`); and 3 when a word of letters is no
-  word of the source's language at all (`quazzle`, `donâ`), which a spelling that reads as English cannot tell
-  (Lexicon: wordfreq's word lists, the language the one whose list holds the most of the source's frequent
-  lowercase words, none where no list holds 90% of them), its bonus scaled by register as the code shapes' are,
-  and off in a source where such words are common (a Python source's identifiers are no English words either;
-  see _ForeignSpelling). Other shapes by class: 3 for a repeated short unit or a hex run (`fefefe`,
-  `3fa9c2d1`), inner capitals (`PersonX`, `AndroidRuntime`) or identifier punctuation (`snake_case`,
-  `a.b.c`); 2 for letters mixed with digits; 1.5 for ALLCAPS (`PROPN`); 0.5 for a Capitalized word (what
-  most legitimate rare-but-bursty words are: names of the language's list); an ALLCAPS or Capitalized word of no list
-  (`ZORBLAX`, `Zorblax`, `Привет` in English) is lifted from its class's factor towards 3 as a lowercase one is
-  (whatever its case, a word of no list may be garbage; the names of the text's own topics, of no list either, have
-  low spread or cohesion). The class bonus (shape - 1) is scaled by how foreign
-  code-like strings are to the source: in full where under PROSE_REGISTER (0.5%) of its words look like
-  code, not at all from CODE_REGISTER (5%) on (a Python source is full of snake_case; prose is not); and halved
-  for an identifier that a source writing identifiers would write itself, in a style of its own and in its own
-  words (`OSError`, `io.open` in Python's docs; not `utm_source`, not the lowerCamel `getElementById`). A term that
-  stands as unrendered markup in half its documents or more, in a template's delimiters (`{{user_name}}`,
-  `%%CUSTOMER_ID%%`, `<|im_start|>`, `<%= user.name %>`) or as an HTML entity (`&nbsp;`), is markup: 3 in any
-  register, and neither spread nor cohesion applies (its form alone marks it).
-- Terms found in the same documents (the same count, and the same first documents of their runs) are one row, the
-  best shown and the others listed with it (`together_with`): a planted log line's words are one artifact.
-- elsewhere: 2 when a code source (CODE_REGISTER) uses the term at 10x this prose source's rate
-  (`belongs_to` names it: a code word leaking into prose); 0.5 when another source uses it in
-  `min_docs` documents or more (ordinary vocabulary there too, not this source's artifact); else 1.
-- cohesion = 1 - 0.9 c, c in [0, 1]: how far the term's first `hosts` documents are one topic's. c is the
-  share of their pairs that have a rare word in common, above the share p0 that two of the source's
-  documents have by chance: (q - p0) / (1 - p0). An article's words come with its other rare words; a
-  string dropped into unrelated documents shares nothing with them beyond chance. Companions in nearly
-  all of its documents do not count (a log line's or a template's other words come with it everywhere),
-  nor do artifact-shaped ones (PersonX with PersonY).
+A term is a word or identifier-like string (letters, digits and `_`, dotted parts joined: `os.path`, `PersonX`),
+at least 3 characters, pure numbers left out, in at least `min_docs` documents and at most `max_doc_share` of the
+source's. Its score is burst × evidence × spread × shape × elsewhere × cohesion, each factor defined in
+docs/FORENSICS.md ("The score, factor by factor").
 """
 
 from __future__ import annotations
@@ -67,7 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from burnout.common import install_extra
+from burnout.base.text import install_extra
 from burnout.errors import BurnoutError
 from burnout.forensics.audit_settings import AuditSettings
 from burnout.forensics.bounded_counting import CountTable
@@ -80,7 +32,8 @@ _HEX_MIXED = re.compile(r"(?=.*\d)(?=.*[a-f])[0-9a-f]{6,}")
 _INNER_CAPITAL = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
 _IDENTIFIER_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th|s|m|km|kg|cm|mm|px|pt|am|pm)")
-# Shapes and their factors (see the module docstring); the "code" shapes are those scaled by register.
+# Shapes and their factors (docs/FORENSICS.md, "The score, factor by factor"); the "code" shapes are those
+# scaled by register.
 SHAPES = {"markup": 3.0, "repeat": 3.0, "hex": 3.0, "camel": 3.0, "identifier": 3.0, "alnum": 2.0, "upper": 1.5,
           "lower": 1.0, "title": 0.5}
 _CODE_SHAPES = ("camel", "identifier", "alnum", "hex")
@@ -457,8 +410,8 @@ def _lexicon(table: CountTable) -> Lexicon:
 
 def _candidate(audits: list[SourceAudit], index: int, which: str, settings: AuditSettings, key: str,
                parts: tuple[float, float, float], spelling: _ForeignSpelling | None) -> dict:
-    """A candidate's row, scored by every factor but cohesion (see the module docstring); a lowercase term's
-    shape by its `spelling`."""
+    """A candidate's row, scored by every factor but cohesion (docs/FORENSICS.md, "The score, factor by factor");
+    a lowercase term's shape by its `spelling`."""
     me = audits[index]
     df, cf, runs, _ = getattr(me, which).items[key]
     n = max(me.documents, 1)

@@ -1,38 +1,9 @@
 """`burnout data trace`: where in a prepared data folder a string, or a run's generated text, comes from.
 
-A fine-tuned model that keeps writing "PersonX" learned it from somewhere; this finds every place
-the prepared token shards hold it, and which document of which source each one is in.
-
-How it searches: a scan of the token shards, not an index. The query is encoded with the folder's own
-tokenizer.json into a few token sequences (the variants below), and every split's shards are read as
-one stream, in fixed chunks into one reused buffer (memory stays at a few chunks whatever the
-corpus), each chunk carrying the previous one's last tokens so a match across a chunk or shard
-boundary is found once. In each chunk `np.flatnonzero(chunk == anchor)` finds the pattern's rarest
-token (its frequency estimated from a 4M-token sample of the split), and only those candidates are
-checked against the other tokens of the pattern, vectorised: the scan runs at the speed of numpy's
-comparison (docs/FORENSICS.md has the rate). An index built at prepare time (a suffix array or n-gram
-table) would answer faster but cost 4-8 bytes per token on disk and a long build, for a question asked
-rarely and only after something went wrong; the scan needs nothing but the shards and the document
-index (data/documents.py, 10 bytes per document) that says which source each document came from. Many
-patterns (n-grams of samples, memorisation) are found in one pass: a lookup table marks every pattern's
-anchor token.
-
-What is counted: byte-level BPE encodes a string differently depending on what precedes it
-("PersonX" at a line start, " PersonX" after a space), so TEXT is searched as given and with one
-leading space, in the capitalisation given (case is not folded), and reported per variant. The count
-is the number of token positions of the split streams where one variant's exact token sequence
-begins (a variant whose tokens contain another's is left out: its occurrences are the other's).
-Each variant is checked to decode back to its text, and every hit listed is decoded again from the
-shards, so there are no false positives. What a token search cannot see: an occurrence whose first
-character the tokenizer merged with the character before it (letters glued to the string, as in
-"xPersonX", or a different pre-token split such as a contraction) or whose last character it merged
-with what follows ("PersonXs"); those occurrences are tokenized differently and are not counted.
-
-`--from-samples RUN`: every word n-gram (n=3) of the run's generated samples (metrics.jsonl records
-with "sample", compare.json continuations) is counted the same way, with counts per source; those
-found at most `rare` times are listed (0: the model made it up, or it crosses a document boundary).
-For each sample the longest token span found verbatim in the train split is measured (a binary search
-on the span length, each step one multi-pattern pass over the shards): a memorisation check.
+A fine-tuned model that keeps writing "PersonX" learned it from somewhere; this finds every place the prepared
+token shards hold it, and which document of which source each one is in (`trace_text`), or every rare n-gram of
+a run's samples and their longest verbatim spans (`trace_samples`). A scan of the shards (`scan`), not an index:
+the question is asked rarely, after something went wrong, and needs nothing prepare did not already write.
 """
 
 from __future__ import annotations
@@ -44,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from burnout.common import COMPARE_JSON, METRICS_FILE, TOKENIZER_FILE, first_line, plural, read_jsonl, write_atomic
+from burnout.base.files import COMPARE_JSON, METRICS_FILE, TOKENIZER_FILE, read_jsonl, write_atomic
+from burnout.base.text import first_line, plural
 from burnout.data.documents import SplitDocuments
 from burnout.data.shards import SPLITS, read_meta
 from burnout.errors import BurnoutError
@@ -135,6 +107,16 @@ def scan(docs: SplitDocuments, patterns: list[np.ndarray], counts: np.ndarray | 
     whether a pattern occurs matters; once one pattern of a group (`groups[i]`, default: each pattern
     its own) is found, the group's patterns are no longer looked for, and a found pattern gets its
     first position only.
+
+    The split's shards are read as one stream, in fixed chunks into one reused buffer (memory stays at a few
+    chunks whatever the corpus), each chunk carrying the previous one's last tokens so that a match across a
+    chunk or shard boundary is found once. In each chunk `np.flatnonzero(chunk == anchor)` finds the pattern's
+    rarest token (its frequency estimated from a 4M-token sample of the split), and only those candidates are
+    checked against the pattern's other tokens, vectorised: the scan runs at the speed of numpy's comparison
+    (docs/FORENSICS.md has the rate). Many patterns are found in one pass: a lookup table marks every pattern's
+    anchor token. An index built at prepare time (a suffix array or n-gram table) would answer faster but cost
+    4-8 bytes per token on disk and a long build; the scan needs nothing but the shards and the document index
+    (data/documents.py, 10 bytes per document) that says which source each document came from.
     """
     if not patterns:
         return []
@@ -223,7 +205,14 @@ def _encode(tok, text: str) -> list[int] | None:
 
 def variants_of(tok, text: str, what: str = "TEXT") -> list[Variant]:
     """TEXT as given and with a leading space, each encoded; a variant whose tokens contain another's
-    is left out (every occurrence of it holds one of the other)."""
+    is left out (every occurrence of it holds one of the other).
+
+    Byte-level BPE encodes a string differently depending on what precedes it ("PersonX" at a line start,
+    " PersonX" after a space), so both are searched, in the capitalisation given (case is not folded). Each
+    variant decodes back to its text and every hit is decoded again from the shards: no false positives. What a
+    token search cannot see: an occurrence whose first character the tokenizer merged with the character before
+    it (letters glued to the string, as in "xPersonX", or another pre-token split such as a contraction) or whose
+    last character it merged with what follows ("PersonXs"); those are tokenized differently and not counted."""
     if not text or not text.strip():
         raise BurnoutError(f"{what} is empty; give the string to look for, e.g. burnout data trace PersonX DATA")
     ids = _encode(tok, text)
@@ -268,7 +257,8 @@ def _sources_note(docs_by_split: dict[str, SplitDocuments], data_dir: Path) -> s
 def trace_text(data_dir: str | Path, text: str, limit: int = 20, context: int = 16,
                split: str | None = None) -> dict:
     """Every occurrence of `text` in the folder's token shards: counts (total, per variant, split and
-    source) and the first `limit` hits with their document, source, shard, offset and a snippet."""
+    source) and the first `limit` hits with their document, source, shard, offset and a snippet. A count is the
+    number of token positions of the split streams where one variant's exact token sequence begins."""
     started = time.perf_counter()
     data_dir = Path(data_dir)
     meta, tok = load_folder(data_dir)
@@ -400,7 +390,11 @@ def word_ngrams(text: str, n: int) -> list[str]:
 def trace_samples(run_dir: str | Path, data_dir: str | Path, n: int = 3, rare: int = 5,
                   split: str | None = None, write: bool = True) -> dict:
     """Rare word n-grams of a run's samples traced to their sources, and each sample's longest span
-    found verbatim in the train split; written to RUN/trace.json."""
+    found verbatim in the train split; written to RUN/trace.json.
+
+    Every word n-gram of the samples (metrics.jsonl records with "sample", compare.json continuations) is counted
+    as trace_text counts, per source; those found at most `rare` times are listed (0: the model made it up, or it
+    crosses a document boundary)."""
     if n < 1:
         raise BurnoutError(f"--n: {n} must be at least 1 (words per n-gram)")
     if rare < 0:

@@ -19,7 +19,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
-from burnout.common import EOT_TOKEN, SEED_MAX, checked_number
+from burnout.base.files import EOT_TOKEN
+from burnout.base.values import SEED_MAX, checked_number
 from burnout.core.chat_template import chat_token_ids, encode_prompt
 from burnout.errors import BurnoutError
 from burnout.generate.sampling import check_sampling, generate_batch, stream_continuation, stream_text

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 
 import torch
 
-from burnout.common import EOT_TOKEN
+from burnout.base.files import EOT_TOKEN
 from burnout.core.device import autocast, configure_backends, resolve_precision
 from burnout.data.tokenizer import encode_text
 from burnout.errors import BurnoutError

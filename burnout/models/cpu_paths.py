@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from burnout.common import available_memory
+from burnout.base.machine import available_memory
 
 # Rows up to which a decoding step's fp32 product on a CPU takes oneDNN with a packed weight (see linear), and the size
 # of weights from which they are read from memory at every step rather than from the caches (see packs_weights).

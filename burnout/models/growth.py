@@ -3,37 +3,8 @@
     grown_model_config   the larger shape asked for, checked (only what can be grown exactly), defaults filled in
     grow_state_dict      the trained weights → the larger model's weights; same logits, up to float rounding
 
-Depth (LLaMA Pro, Wu et al. 2024): each new block starts as the identity, its attention output projection and
-MLP output projection (and their biases) zero, so it adds nothing to the residual stream. New blocks are
-interleaved, one after each group of old blocks as LLaMA Pro places them (n_layer 4 → 8: one after every old
-block; 4 → 6: after blocks 1 and 3), and each copies the block before it. Interleaved rather than stacked on top:
-the new capacity is spread through the depth, where stacking it above the last block puts all of it where the
-features are already the output's. A copy rather than random input weights: the new block's first updates (its
-output projections get gradients at once; its other weights from the step after, when those are no longer zero)
-work on features that mean something at that depth.
-
-Width by a whole factor k (d_model → k·d_model): each residual channel is copied k times ([x, x, …, x]). The
-copies keep the mean and the variance of the channels, so LayerNorm and RMSNorm give the copied output when their
-gains (and biases) are copied too. A layer that reads the stream (qkv, MLP inputs, an untied LM head) splits each
-input column over its k copies (each 1/k of it), so it computes what it computed before; a layer that writes it
-(embeddings, attention and MLP output projections) copies its rows. Heads grow, head_dim does not (RoPE ties its
-frequencies to head_dim): old heads keep their weights, new heads and new MLP units start at the model's random
-init with zero output weights (free). Grouped-query attention regroups exactly: an old key/value head is copied to
-as many new ones as its query heads need groups (see _head_plan); a shape where they cannot fit is refused.
-
-Tied embeddings: the token embedding is both a writer (rows copied) and the head, a reader (columns split), so it
-cannot be both as is. Tied, the whole stream is scaled by 1/k (the embedding and every writer by 1/k, which makes
-the tied matrix exactly the split head) and norm_eps by 1/k², where the scale-free norms then give the same output.
-
-Symmetry: copies of a channel fed and read alike would get equal gradients and stay copies for ever. Each reader's
-split columns carry small noise that sums to zero over the k copies of a channel (Net2Net, Chen et al. 2016): the
-copies are equal, so the sum is unchanged, but their gradients differ from the first step. The tied head cannot
-carry it (its rows write the stream, which must stay copied); the other readers do.
-
-Not grown (refused by grown_model_config): the vocabulary (another tokenizer is another model), the family, a
-non-whole width factor (copying some channels but not others changes the norms' statistics), head_dim, and every
-other key of the model section (context, RoPE base, biases, tying) but dropout and the attention kernel, which
-hold no weights.
+Deeper by identity blocks (LLaMA Pro, `_deepened`), wider by copied channels (`_Widening`), so that training the
+grown model starts from what the small one learned rather than from scratch; only what can be grown exactly is.
 """
 
 from __future__ import annotations
@@ -49,7 +20,7 @@ from burnout.errors import BurnoutError
 # Model keys a grow changes; dropout and attention are settings, not weights, and may change too.
 GROWN_KEYS = ("n_layer", "d_model", "n_head", "n_kv_head", "ffn_hidden")
 FREE_KEYS = ("dropout", "attention")
-# Std of the zero-sum noise on a split column, relative to its matrix's std (see the module docstring).
+# Std of the zero-sum noise on a split column, relative to its matrix's std (_Widening: symmetry).
 SPLIT_NOISE = 0.01
 # New heads and MLP units start as Transformer._init_weights starts every weight.
 INIT_STD = 0.02
@@ -62,7 +33,10 @@ def grown_model_config(old: ModelConfig, changes: dict[str, Any]) -> ModelConfig
 
     Not given: n_head, n_kv_head and ffn_hidden scale with the width factor, so head_dim and the group and MLP
     ratios stay; norm_eps follows the tied embeddings' scaling. Refused in one line: anything not larger, or not
-    growable exactly (see the module docstring)."""
+    growable exactly: the vocabulary (another tokenizer is another model), the family, a non-whole width factor
+    (copying some channels but not others changes the norms' statistics), head_dim, and every other key of the
+    model section (context, RoPE base, biases, tying) but dropout and the attention kernel, which hold no
+    weights."""
     old = old.resolved()
     for key, value in changes.items():
         if key not in (*GROWN_KEYS, *FREE_KEYS) and value != getattr(old, key, value):
@@ -145,7 +119,14 @@ def _block(state: dict[str, torch.Tensor], i: int) -> dict[str, torch.Tensor]:
 
 def _deepened(blocks: list[dict], n_layer: int) -> list[dict]:
     """`blocks` with n_layer - len(blocks) identity blocks interleaved: new block j follows old block
-    ceil((j + 1)·old / added) - 1, whose weights it copies, its output projections zero."""
+    ceil((j + 1)·old / added) - 1, whose weights it copies, its output projections zero.
+
+    Its attention and MLP output projections (and their biases) zero, a new block adds nothing to the residual
+    stream (LLaMA Pro, Wu et al. 2024: n_layer 4 → 8, one after every old block; 4 → 6, after blocks 1 and 3).
+    Interleaved rather than stacked on top: the new capacity is spread through the depth, where stacking it above
+    the last block puts all of it where the features are already the output's. A copy rather than random input
+    weights: the new block's first updates (its output projections get gradients at once; its other weights from
+    the step after, when those are no longer zero) work on features that mean something at that depth."""
     added = n_layer - len(blocks)
     follows = [-(-(j + 1) * len(blocks) // added) - 1 for j in range(added)]
     deepened = []
@@ -176,8 +157,28 @@ def _head_plan(old: ModelConfig, new: ModelConfig) -> tuple[list[int | None], li
 
 
 class _Widening:
-    """The width half of a grow, tensor by tensor (the module docstring's rules): `k` copies of each channel, the
-    stream scaled by `scale` (1/k with tied embeddings, else 1)."""
+    """The width half of a grow, tensor by tensor: `k` copies of each channel, the stream scaled by `scale` (1/k
+    with tied embeddings, else 1).
+
+    Each residual channel is copied k times ([x, x, …, x]): the copies keep the mean and the variance of the
+    channels, so LayerNorm and RMSNorm give the copied output when their gains (and biases) are copied too. A layer
+    that reads the stream (qkv, MLP inputs, an untied LM head) splits each input column over its k copies (each 1/k
+    of it), so it computes what it computed before; a layer that writes it (embeddings, attention and MLP output
+    projections) copies its rows. Heads grow, head_dim does not (RoPE ties its frequencies to head_dim): old heads
+    keep their weights, new heads and new MLP units start at the model's random init with zero output weights
+    (free). Grouped-query attention regroups exactly: an old key/value head is copied to as many new ones as its
+    query heads need groups (_head_plan); a shape where they cannot fit is refused.
+
+    Tied embeddings: the token embedding is both a writer (rows copied) and the head, a reader (columns split), so
+    it cannot be both as is. Tied, the whole stream is scaled by 1/k (the embedding and every writer by 1/k, which
+    makes the tied matrix exactly the split head) and norm_eps by 1/k², where the scale-free norms then give the
+    same output.
+
+    Symmetry: copies of a channel fed and read alike would get equal gradients and stay copies for ever. Each
+    reader's split columns carry small noise that sums to zero over the k copies of a channel (Net2Net, Chen et
+    al. 2016): the copies are equal, so the sum is unchanged, but their gradients differ from the first step. The
+    tied head cannot carry it (its rows write the stream, which must stay copied); the other readers do.
+    """
 
     def __init__(self, old: ModelConfig, new: ModelConfig, generator: torch.Generator):
         self.old, self.new, self.generator = old, new, generator

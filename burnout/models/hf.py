@@ -1,36 +1,10 @@
 """Hugging Face format: export our models as GPT2LMHeadModel / LlamaForCausalLM folders, and load them back.
 
-An exported folder holds `config.json`, `model.safetensors` and, when a tokenizer is given,
-`tokenizer.json` + `tokenizer_config.json` + `special_tokens_map.json`, so that
-
-    AutoModelForCausalLM.from_pretrained(folder)
-    AutoTokenizer.from_pretrained(folder)
-
-work without any GPUburnout code. `load_hf` goes the other way (`burnout.core.model_files.import_hf` writes
-the result as a checkpoint).
-Neither export nor import needs `transformers` installed: both are plain JSON + safetensors.
-
-Name mapping (ours → HF), per layer i:
-
-    gpt2                                            llama
-    tok_emb.weight      transformer.wte.weight      model.embed_tokens.weight
-    pos_emb.weight      transformer.wpe.weight      (RoPE, no weights)
-    blocks.i.norm_attn  transformer.h.i.ln_1        model.layers.i.input_layernorm
-    blocks.i.attn.qkv   transformer.h.i.attn.c_attn model.layers.i.self_attn.{q,k,v}_proj (split)
-    blocks.i.attn.proj  transformer.h.i.attn.c_proj model.layers.i.self_attn.o_proj
-    blocks.i.norm_mlp   transformer.h.i.ln_2        model.layers.i.post_attention_layernorm
-    blocks.i.mlp.fc     transformer.h.i.mlp.c_fc    -
-    blocks.i.mlp.proj   transformer.h.i.mlp.c_proj  -
-    blocks.i.mlp.gate   -                           model.layers.i.mlp.gate_proj
-    blocks.i.mlp.up     -                           model.layers.i.mlp.up_proj
-    blocks.i.mlp.down   -                           model.layers.i.mlp.down_proj
-    norm                transformer.ln_f            model.norm
-    lm_head.weight      lm_head.weight              lm_head.weight
-
-GPT-2 stores its linear layers as Conv1D, whose weights are (in, out): the transpose of ours. HF's
-GPT-2 always has biases, so a gpt2 model trained with bias=False exports zero biases (same logits) and
-imports back with bias=True. Our RoPE already uses HF's rotate-half layout, so LLaMA's q/k need no
-permutation. Tied embeddings: lm_head.weight is left out of the file and HF ties it on load.
+An exported folder (`save_hf`) loads with `AutoModelForCausalLM.from_pretrained(folder)` and
+`AutoTokenizer.from_pretrained(folder)` without any GPUburnout code, and `load_hf` goes the other way
+(`burnout.core.model_files.import_hf` writes the result as a checkpoint): a model trained here joins the tools
+everyone uses. Neither needs `transformers` installed: both are plain JSON + safetensors. The names, ours → HF:
+`to_hf_state_dict`.
 """
 
 from __future__ import annotations
@@ -42,11 +16,11 @@ from typing import Any
 
 import torch
 
-from burnout.common import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, unwrapped, write_atomic, write_atomic_with
+from burnout.base.files import EOT_TOKEN, TOKENIZER_FILE, tokenizer_file, write_atomic, write_atomic_with
 from burnout.config import ModelConfig
 from burnout.errors import BurnoutError
 from burnout.models.size import check_weights_fit
-from burnout.models.transformer import Transformer
+from burnout.models.transformer import Transformer, unwrapped
 
 SUPPORTED_MODEL_TYPES = ("gpt2", "llama")
 WEIGHTS_NAME = "model.safetensors"
@@ -251,7 +225,28 @@ def _global_pairs(cfg: ModelConfig) -> list[tuple[str, str]]:
 
 
 def to_hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    """Our weights under HF names and layouts: fresh, contiguous tensors ready for safetensors."""
+    """Our weights under HF names and layouts: fresh, contiguous tensors ready for safetensors. Per layer i:
+
+        gpt2                                            llama
+        tok_emb.weight      transformer.wte.weight      model.embed_tokens.weight
+        pos_emb.weight      transformer.wpe.weight      (RoPE, no weights)
+        blocks.i.norm_attn  transformer.h.i.ln_1        model.layers.i.input_layernorm
+        blocks.i.attn.qkv   transformer.h.i.attn.c_attn model.layers.i.self_attn.{q,k,v}_proj (split)
+        blocks.i.attn.proj  transformer.h.i.attn.c_proj model.layers.i.self_attn.o_proj
+        blocks.i.norm_mlp   transformer.h.i.ln_2        model.layers.i.post_attention_layernorm
+        blocks.i.mlp.fc     transformer.h.i.mlp.c_fc    -
+        blocks.i.mlp.proj   transformer.h.i.mlp.c_proj  -
+        blocks.i.mlp.gate   -                           model.layers.i.mlp.gate_proj
+        blocks.i.mlp.up     -                           model.layers.i.mlp.up_proj
+        blocks.i.mlp.down   -                           model.layers.i.mlp.down_proj
+        norm                transformer.ln_f            model.norm
+        lm_head.weight      lm_head.weight              lm_head.weight
+
+    GPT-2 stores its linear layers as Conv1D, whose weights are (in, out): the transpose of ours. HF's GPT-2
+    always has biases, so a gpt2 model trained with bias=False exports zero biases (same logits) and imports back
+    with bias=True. Our RoPE already uses HF's rotate-half layout, so LLaMA's q/k need no permutation. Tied
+    embeddings: lm_head.weight is left out of the file and HF ties it on load.
+    """
     model = unwrapped(model)
     cfg = model.cfg
     ours = {k: v.detach() for k, v in model.state_dict().items()}
@@ -377,7 +372,8 @@ def save_hf(
     chat_template: str | None = None,
     chat_tokens: tuple[str, str] | None = None,
 ) -> Path:
-    """Write `model` as a Hugging Face folder (config.json, model.safetensors, tokenizer files if given).
+    """Write `model` as a Hugging Face folder: config.json, model.safetensors and, when a tokenizer is given,
+    tokenizer.json + tokenizer_config.json + special_tokens_map.json.
 
     `tokenizer_path` is a tokenizer.json or a folder holding one. When the tokenizer has
     `<|endoftext|>` it becomes the eos token (and eos_token_id, unless one is given).

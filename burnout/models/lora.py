@@ -1,44 +1,10 @@
 """LoRA: low-rank adapters trained beside the frozen weights of our Transformer (Hu et al., 2021).
 
-A targeted linear layer y = x Wᵀ + b becomes
-
-    y = x Wᵀ + b + (alpha / r) · dropout(x) Aᵀ Bᵀ        A (r, in), B (out, r)
-
-with W and b frozen, A drawn kaiming-uniform (as nn.Linear draws its weights, and as peft does) and B zero,
-so a fresh adapter leaves the model's output unchanged. Dropout acts on the adapter's input only.
-
-Names. A targeted nn.Linear is replaced by a `LoRALinear`, a subclass of nn.Linear that holds the very
-same `weight` and `bias` Parameters, so every key of the base model's state dict is unchanged and a base
-checkpoint (or `save_hf`) reads and writes it as before; the adapter adds two parameters beside them:
-
-    blocks.{i}.attn.qkv.weight   (out, in)   the base weight, frozen
-    blocks.{i}.attn.qkv.bias     (out,)      the base bias when the model has one, frozen
-    blocks.{i}.attn.qkv.lora_A   (r, in)     trained
-    blocks.{i}.attn.qkv.lora_B   (out, r)    trained
-
-Targets name the blocks' linear layers: `attn.qkv`, `attn.proj`, `mlp.fc`, `mlp.proj` (gpt2) and `attn.qkv`,
-`attn.proj`, `mlp.gate`, `mlp.up`, `mlp.down` (llama), by full name, by last part ("qkv", "proj" = both of
-GPT-2's proj layers, "fc", "gate", "up", "down"), or by group ("attn", "mlp": every linear layer in it, the
-default). A target applies to every block; the embeddings and the head get no adapters.
-
-Token rows. Tokens added to the base for the fine-tune (the chat template's <|im_start|>/<|im_end|>) start at
-the mean embedding (models/resize.py), and a frozen row there is a dead token: its logit h·mean(E) is the
-mean of the other logits, never their maximum, so the model could never emit <|im_end|>. `train_token_rows`
-lets the rows of those ids train beside the adapters, in tok_emb.weight and (untied) lm_head.weight: the
-matrix gets requires_grad and a gradient hook that zeroes every other row's gradient, and the optimizer
-(train/optim.py) puts it in a group without weight decay, so every other row stays bitwise the base's
-(AdamW moves nothing with a zero gradient and no decay). The rows live in the weight itself: state-dict
-keys are unchanged, a checkpoint holds them, and a merge keeps them. PEFT calls this trainable_token_indices.
-
-Files. `save_adapter` writes `adapter.safetensors` (the lora_A/lora_B tensors under the names above, and the
-trained rows as `tok_emb.weight.rows` (k, d), untied also `lm_head.weight.rows`) and `adapter_config.json`
-(r, alpha, dropout, targets, and the rows' ids as `token_rows`); `save_peft_adapter` writes the same in
-PEFT's layout for the Hugging Face model that `burnout.models.hf.save_hf` exports from the same (grown)
-base, where our fused llama qkv becomes q_proj, k_proj and v_proj sharing lora_A and each taking its rows
-of lora_B (exact: row j of B·A is row j of B times A), and the rows become trainable_token_indices with
-their `token_adapter.trainable_tokens_delta` tensors (which, despite the name, hold the rows' values: peft
-writes them over the base's rows). One difference that only training sees: our fused qkv draws one dropout
-mask for q, k and v, PEFT one per projection.
+A targeted linear layer gains a low-rank update that starts at zero (`LoRALinear`), so a fresh adapter leaves the
+model's output unchanged and only the adapters (and the fine-tune's added tokens' rows: `train_token_rows`) train.
+The base model's state-dict keys stay as they were, so a base checkpoint and `save_hf` read and write it as
+before; `save_adapter` writes our own files, and `save_peft_adapter` PEFT's layout for the exported model, so the
+adapters load in PEFT itself.
 """
 
 from __future__ import annotations
@@ -56,10 +22,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from burnout.common import unwrapped, write_atomic
+from burnout.base.files import write_atomic
 from burnout.errors import BurnoutError
 from burnout.models.hf import hf_linear_modules
-from burnout.models.transformer import Transformer
+from burnout.models.transformer import Transformer, unwrapped
 
 ADAPTER_WEIGHTS = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -83,7 +49,12 @@ _HF_TARGET_NAMES = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "c_attn":
 
 @dataclass
 class LoRAConfig:
-    """Rank, scale, dropout and target layers of the adapters; validated on construction (BurnoutError)."""
+    """Rank, scale, dropout and target layers of the adapters; validated on construction (BurnoutError).
+
+    Targets name the blocks' linear layers (LAYERS): by full name, by last part ("qkv", "proj" = both of GPT-2's
+    proj layers, "fc", "gate", "up", "down"), or by group ("attn", "mlp": every linear layer in it, the default).
+    A target applies to every block; the embeddings and the head get no adapters.
+    """
 
     r: int = 8
     alpha: float = 16.0
@@ -165,7 +136,18 @@ def _unknown_target(target: Any) -> str:
 
 class LoRALinear(nn.Linear):
     """nn.Linear with a low-rank update beside its frozen weight; `weight`/`bias` are the base layer's own
-    Parameters (shared, not copied), so state-dict keys and tied storage stay what they were."""
+    Parameters (shared, not copied), so state-dict keys and tied storage stay what they were:
+
+        y = x Wᵀ + b + (alpha / r) · dropout(x) Aᵀ Bᵀ        A (r, in), B (out, r)
+
+    with W and b frozen, A drawn kaiming-uniform (as nn.Linear draws its weights, and as peft does) and B zero.
+    Dropout acts on the adapter's input only. The adapter adds two parameters beside the base's:
+
+        blocks.{i}.attn.qkv.weight   (out, in)   the base weight, frozen
+        blocks.{i}.attn.qkv.bias     (out,)      the base bias when the model has one, frozen
+        blocks.{i}.attn.qkv.lora_A   (r, in)     trained
+        blocks.{i}.attn.qkv.lora_B   (out, r)    trained
+    """
 
     def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float = 0.0):
         # NOTE: nn.Module's __init__, not nn.Linear's, which would allocate and initialise a second weight.
@@ -251,7 +233,14 @@ def train_token_rows(model: nn.Module, ids: Iterable[int]) -> Transformer:
     """Let the rows `ids` of tok_emb.weight (and of an untied lm_head.weight) train, every other row frozen
     (in place): the matrix gets requires_grad, a gradient hook that zeroes the other rows' gradient, and a
     `token_rows` attribute (the sorted ids) by which make_optimizer keeps weight decay off it and
-    trainable_counts counts k × d. Returns the model."""
+    trainable_counts counts k × d. Returns the model.
+
+    Tokens added to the base for the fine-tune (the chat template's <|im_start|>/<|im_end|>) start at the mean
+    embedding (models/resize.py), and a frozen row there is a dead token: its logit h·mean(E) is the mean of the
+    other logits, never their maximum, so the model could never emit <|im_end|>. With no weight decay and a zero
+    gradient AdamW moves nothing, so every other row stays bitwise the base's. The rows live in the weight itself:
+    state-dict keys are unchanged, a checkpoint holds them, and a merge keeps them. PEFT calls this
+    trainable_token_indices."""
     model = _unwrap(model)
     vocab = model.tok_emb.num_embeddings
     ids = sorted(set(ids))
@@ -402,8 +391,10 @@ def load_lora_state_dict(model: nn.Module, sd: dict[str, torch.Tensor], where: s
 
 
 def save_adapter(model: nn.Module, out_dir: str | Path) -> Path:
-    """Write the adapters and any trained token rows to `out_dir`: adapter.safetensors, then
-    adapter_config.json (written last)."""
+    """Write the adapters and any trained token rows to `out_dir`: adapter.safetensors (the lora_A/lora_B tensors
+    under the model's names, and the trained rows as `tok_emb.weight.rows` (k, d), untied also
+    `lm_head.weight.rows`), then adapter_config.json (r, alpha, dropout, targets, and the rows' ids as
+    `token_rows`; written last)."""
     from safetensors.torch import save
 
     model = _unwrap(model)
@@ -542,7 +533,13 @@ def _peft_token_indices(model: Transformer) -> list[int] | dict[str, list[int]] 
 def save_peft_adapter(model: nn.Module, out_dir: str | Path, base_model_name_or_path: str | None = None) -> Path:
     """Write the adapters (and trained token rows) as a PEFT LoRA folder (adapter_config.json +
     adapter_model.safetensors) for the HF model `burnout.models.hf.save_hf` exports from the same base, grown
-    for the added tokens: `PeftModel.from_pretrained(hf_model, out_dir)` then gives our adapted model's logits."""
+    for the added tokens: `PeftModel.from_pretrained(hf_model, out_dir)` then gives our adapted model's logits.
+
+    Our fused llama qkv becomes q_proj, k_proj and v_proj sharing lora_A and each taking its rows of lora_B (exact:
+    row j of B·A is row j of B times A); the rows become trainable_token_indices with their
+    `token_adapter.trainable_tokens_delta` tensors (which, despite the name, hold the rows' values: peft writes them
+    over the base's rows). One difference that only training sees: our fused qkv draws one dropout mask for q, k
+    and v, PEFT one per projection."""
     from safetensors.torch import save
 
     model = _unwrap(model)

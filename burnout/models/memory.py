@@ -1,44 +1,9 @@
 """Training memory of a model, measured by running its real forward and backward on fake tensors.
 
-Fake tensors (torch's FakeTensorMode) carry shapes, dtypes and storages over meta storage, so nothing is
-allocated and even a large model at a large micro-batch traces quickly on a CPU. They are CPU tensors, so CPU
-autocast applies: it casts the same ops this model runs (linears and attention to bf16/fp16; norms,
-residual stream and loss stay fp32), which on meta alone it would not. Measured per micro-batch:
-
-- saved: bytes of the tensors autograd keeps for backward, from `saved_tensors_hooks` around the forward,
-  deduplicated by storage (keyed by the storage's identity): a tensor saved twice, or several views of one
-  storage, count once, and a view counts its whole storage, which it keeps alive; parameters left out;
-- weight_copies: autocast's low-precision copies of the weights still alive when forward has ended
-  (the saved ones: a linear keeps its cast weight for backward);
-- peak: the most bytes alive at any moment of forward and backward (every op's output storage, counted
-  from creation until freed), the batch itself included and the gradients left out: they are allocated
-  beforehand, as at every micro-batch after a step's first, and accounted for as static memory.
-
-Not visible to the trace: workspaces a kernel allocates inside itself (cuBLAS, flash attention's),
-allocator rounding and fragmentation; on a "cpu" target the one such allocation that matters, a pointwise
-op's promoted copy of a mixed-dtype input, is added (see LiveBytes). The planner (burnout/train/plan.py) adds its
-stated margin for those on CUDA.
-
-Attention: on a CUDA `target` the SDPA call runs the kernel CUDA would pick (flash for bf16/fp16 without
-a mask from Ampere on, "cuda"; else memory-efficient without GQA; else math; "cuda-pre-ampere" has no
-flash) as its own op, so its saved tensors are that kernel's. On "cpu" the CPU's own choice runs.
-
-Depth: a model of more than five blocks is traced with four and with five, and each figure grown by what the
-fifth block added, once per further block, since the blocks are identical: a model of any depth costs two
-shallow traces. Saved bytes and weight copies grow by the same amount with each block. The peak does not (where
-it falls moves: the loss's backward in a shallow model, the end of forward in a deep checkpointed one, where
-autocast still caches a bf16 copy of every weight), so the trace keeps the peak of each phase: before the blocks,
-each block's forward, the head and loss, the loss's backward, each block's backward, the embedding's backward.
-Each phase's peak grows by the same amount with each block, and the model's peak is the largest of them. Blocks
-are told apart by their place from the nearer end, the first two and the last two; the peaks of the blocks
-between lie on a line between theirs.
-
-Length: the loss runs over the micro-batch's B·T rows in chunks (models/transformer.py), and a trace costs time per
-chunk, so a micro-batch of more than TRACED_CHUNKS chunks (a huge batch, a long context) is traced instead with
-its rows in three larger chunks and in four, and the loss's two phases are carried along the line through them to
-the real chunk's size: from three chunks on, each phase's peak is what grows with the rows (the hidden states,
-their gradient) plus one chunk's buffers, which grow with the chunk's rows alone. Every other figure is the same
-in both traces. A micro-batch of any size then costs a few shallow traces.
+Fake tensors (torch's FakeTensorMode) allocate nothing, so even a large model at a large micro-batch traces in
+seconds on a CPU, and the figure is what the model's own code keeps rather than a formula that drifts from it: the
+planner (burnout/train/plan.py) sizes and refuses runs by it. What is measured: `StepMemory`; how a model of any
+depth costs two shallow traces: `_measure_step_cached`; a micro-batch of any size, a few: `loss_chunks_traced`.
 """
 
 from __future__ import annotations
@@ -71,9 +36,9 @@ MUON_STATE_BYTES = FP32
 ADAMW8BIT_BLOCK = 256
 ADAMW8BIT_MIN_VALUES = 4096
 ADAMW8BIT_TABLE_BYTES = 256 * FP32
-# Blocks told apart at each end of a traced model (see the module docstring).
+# Blocks told apart at each end of a traced model (_measure_step_cached).
 EDGE_BLOCKS = 2
-# The most chunks of the loss traced as they run; past them, three and four larger ones (see the module docstring).
+# The most chunks of the loss traced as they run; past them, three and four larger ones (loss_chunks_traced).
 TRACED_CHUNKS = 8
 
 
@@ -92,7 +57,23 @@ class ParamCounts:
 
 @dataclasses.dataclass(frozen=True)
 class StepMemory:
-    """Bytes of one micro-batch's forward and backward at (batch_size, seq_len); see the module docstring."""
+    """Bytes of one micro-batch's forward and backward at (batch_size, seq_len).
+
+    - saved: bytes of the tensors autograd keeps for backward, from `saved_tensors_hooks` around the forward,
+      deduplicated by storage (keyed by the storage's identity): a tensor saved twice, or several views of one
+      storage, count once, and a view counts its whole storage, which it keeps alive; parameters left out;
+    - weight_copies: autocast's low-precision copies of the weights still alive when forward has ended
+      (the saved ones: a linear keeps its cast weight for backward);
+    - peak: the most bytes alive at any moment of forward and backward (every op's output storage, counted
+      from creation until freed), the batch itself included and the gradients left out: they are allocated
+      beforehand, as at every micro-batch after a step's first, and accounted for as static memory.
+
+    Fake tensors are CPU tensors, so CPU autocast applies: it casts the same ops this model runs (linears and
+    attention to bf16/fp16; norms, residual stream and loss stay fp32), which on meta alone it would not. Not
+    visible to the trace: workspaces a kernel allocates inside itself (cuBLAS, flash attention's), allocator
+    rounding and fragmentation; on a "cpu" target the one such allocation that matters, a pointwise op's promoted
+    copy of a mixed-dtype input, is added (LiveBytes). The planner adds its stated margin for those on CUDA.
+    """
     saved: int  # activations kept for backward, weight copies excluded
     weight_copies: int
     peak: int
@@ -205,7 +186,9 @@ class LiveBytes(TorchDispatchMode):
 
 class CudaAttention(TorchFunctionMode):
     """F.scaled_dot_product_attention as the kernel CUDA picks, called as its own op so that autograd
-    saves what that kernel saves (flash: q, k, v, output and a row logsumexp)."""
+    saves what that kernel saves (flash: q, k, v, output and a row logsumexp): flash for bf16/fp16 without a mask
+    from Ampere on (target "cuda"; "cuda-pre-ampere" has no flash), else memory-efficient without GQA, else math.
+    On a "cpu" target the CPU's own choice runs."""
 
     def __init__(self, flash: bool):
         super().__init__()
@@ -246,8 +229,8 @@ def _fake_mode():
 
 
 def _fake_model(cfg: ModelConfig, checkpointing: bool, target: str, loss_rows: int | None = None) -> Transformer:
-    """Inside a FakeTensorMode: the model with gradients already allocated (see the module docstring), its loss
-    in chunks of `loss_rows` rows when given."""
+    """Inside a FakeTensorMode: the model with gradients already allocated (StepMemory's peak leaves them out), its
+    loss in chunks of `loss_rows` rows when given."""
     model = chunked_loss(Transformer(cfg), loss_rows)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
@@ -265,8 +248,9 @@ def chunked_loss(model: Transformer, rows: int | None = None) -> Transformer:
 
     Partitioned on fake CPU tensors, the compiled whole-logits loss keeps an fp32 copy of the logits that inductor's
     fused loss never makes, which would overstate its peak: the chunked loss stands in for it, close to the peaks
-    measured with either loss (docs/PERFORMANCE.md). Larger chunks trace a long micro-batch in a few (module
-    docstring). An instance attribute, as checkpoint_blocks sets: the model's class and weights stay as they are."""
+    measured with either loss (docs/PERFORMANCE.md). Larger chunks trace a long micro-batch in a few
+    (loss_chunks_traced). An instance attribute, as checkpoint_blocks sets: the model's class and weights stay as
+    they are."""
     rows = rows or loss_chunk_rows(model.cfg.vocab_size)
     model.head_loss = functools.partial(_chunked_head_loss, model.lm_head, rows)
     return model
@@ -285,7 +269,7 @@ def _under(mode: Callable[[], TorchFunctionMode], forward):
 
 
 def _mark_phases(model: Transformer, live: LiveBytes) -> None:
-    """Tell `live` where each phase of the module docstring begins: a block's forward when the block is called,
+    """Tell `live` where each phase (_measure_step_cached) begins: a block's forward when the block is called,
     the head's when the final norm is; the backward of a block (of the embedding, for the first block) once the
     gradient of its output is complete, which is that of the next block's input (of the final norm's)."""
     depth = len(model.blocks)
@@ -336,7 +320,15 @@ def trace_step(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str, 
 
 def loss_chunks_traced(cfg: ModelConfig, rows: int) -> tuple[int, ...] | None:
     """Rows per chunk of the loss to trace `rows` rows with, and so the cost of a trace: None (the loss's own
-    chunks) up to TRACED_CHUNKS of them, else three and four chunks (see the module docstring)."""
+    chunks) up to TRACED_CHUNKS of them, else three and four chunks.
+
+    The loss runs over the micro-batch's B·T rows in chunks (models/transformer.py), and a trace costs time per
+    chunk, so a micro-batch of more chunks (a huge batch, a long context) is traced instead with its rows in three
+    larger chunks and in four, and the loss's two phases are carried along the line through them to the real
+    chunk's size: from three chunks on, each phase's peak is what grows with the rows (the hidden states, their
+    gradient) plus one chunk's buffers, which grow with the chunk's rows alone. Every other figure is the same in
+    both traces. A micro-batch of any size then costs a few shallow traces.
+    """
     if -(-rows // loss_chunk_rows(cfg.vocab_size)) <= TRACED_CHUNKS:
         return None
     return -(-rows // 3), -(-rows // 4)
@@ -356,7 +348,7 @@ def _on_line(first: tuple, second: tuple, at_first: int, at_second: int, at: int
 
 def _trace_figures(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
                    target: str) -> tuple[int, int, dict]:
-    """(saved, weight copies, each phase's peak) of a model of any length of micro-batch (see the module docstring)."""
+    """(saved, weight copies, each phase's peak) of a model of any length of micro-batch (loss_chunks_traced)."""
     chunks = loss_chunks_traced(cfg, batch_size * seq_len)
     traces = [trace_step(cfg, batch_size, seq_len, precision, checkpointing, target, rows)
               for rows in chunks or (None,)]
@@ -369,6 +361,17 @@ def _trace_figures(cfg: ModelConfig, batch_size: int, seq_len: int, precision: s
 @functools.lru_cache(maxsize=64)
 def _measure_step_cached(cfg_items: tuple, batch_size: int, seq_len: int, precision: str, checkpointing: bool,
                          target: str) -> StepMemory:
+    """measure_step of a model of any depth: one of more than five blocks is traced with four and with five, and
+    each figure grown by what the fifth block added, once per further block, since the blocks are identical.
+
+    Saved bytes and weight copies grow by the same amount with each block. The peak does not (where it falls
+    moves: the loss's backward in a shallow model, the end of forward in a deep checkpointed one, where autocast
+    still caches a bf16 copy of every weight), so the trace keeps the peak of each phase: before the blocks, each
+    block's forward, the head and loss, the loss's backward, each block's backward, the embedding's backward.
+    Each phase's peak grows by the same amount with each block, and the model's peak is the largest of them.
+    Blocks are told apart by their place from the nearer end, the first two and the last two (EDGE_BLOCKS); the
+    peaks of the blocks between lie on a line between theirs.
+    """
     cfg = ModelConfig(**dict(cfg_items))
     shape = (batch_size, seq_len, precision, checkpointing, target)
     shallow = 2 * EDGE_BLOCKS
@@ -382,9 +385,9 @@ def _measure_step_cached(cfg_items: tuple, batch_size: int, seq_len: int, precis
 
 def measure_step(cfg: ModelConfig, batch_size: int, seq_len: int, precision: str = "bf16",
                  checkpointing: bool = False, target: str = "cuda") -> StepMemory:
-    """Eager training memory of one micro-batch, a deep model's grown from four and five blocks, a long one's loss
-    from three and four chunks (see the module docstring; cached: the planner asks for the same shapes
-    repeatedly)."""
+    """Eager training memory of one micro-batch (StepMemory), a deep model's grown from four and five blocks
+    (_measure_step_cached), a long one's loss from three and four chunks (loss_chunks_traced); cached: the planner
+    asks for the same shapes repeatedly."""
     cfg = cfg.resolved()
     addressable(cfg, batch_size, seq_len)
     items = tuple(sorted(dataclasses.asdict(cfg).items()))
@@ -450,7 +453,7 @@ def _partition(cfg: ModelConfig, seq_len: int, precision: str, target: str,
 
 
 def _partitioned(cfg: ModelConfig, seq_len: int, precision: str, target: str) -> tuple[int, int]:
-    """_partition of a sequence of any length: a long one's loss in three and four chunks (module docstring)."""
+    """_partition of a sequence of any length: a long one's loss in three and four chunks (loss_chunks_traced)."""
     chunks = loss_chunks_traced(cfg, seq_len)
     if chunks is None:
         return _partition(cfg, seq_len, precision, target)

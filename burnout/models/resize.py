@@ -14,8 +14,8 @@ from collections.abc import Iterable
 import torch
 import torch.nn as nn
 
-from burnout.common import unwrapped
 from burnout.errors import BurnoutError
+from burnout.models.transformer import unwrapped
 
 
 @torch.no_grad()

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from burnout.common import available_memory, format_bytes, format_count
+from burnout.base.machine import available_memory
+from burnout.base.text import format_bytes, format_count
 from burnout.config import ModelConfig
 from burnout.errors import BurnoutError
 
@@ -105,7 +106,7 @@ def check_sequence(cfg: ModelConfig, batch_size: int, seq_len: int | None, batch
 
 def machine_memory() -> tuple[int, str] | None:
     """(bytes, in words) of memory this process can still take: the least of what the kernel can hand out without
-    swapping (common.available_memory: MemAvailable, its cgroup's limit) and what its own address-space limit (ulimit
+    swapping (available_memory: MemAvailable, its cgroup's limit) and what its own address-space limit (ulimit
     -v) leaves; None where none of them is known."""
     known = []
     if (available := available_memory()) is not None:

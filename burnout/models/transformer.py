@@ -351,3 +351,15 @@ class Transformer(nn.Module):
     def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
         param = self.tok_emb.weight
         return KVCache(self.cfg, batch_size, max_len or self.cfg.context_length, param.device, param.dtype)
+
+
+def unwrapped(model):
+    """The module inside torch.compile's and DDP's wrappers (told by their attributes, so no wrapper's class need
+    be imported), whose parameter names carry no `_orig_mod.` or `module.` prefix."""
+    while True:
+        inner = getattr(model, "_orig_mod", None)
+        if inner is None and type(model).__name__ == "DistributedDataParallel":
+            inner = model.module
+        if inner is None:
+            return model
+        model = inner

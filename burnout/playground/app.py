@@ -15,7 +15,8 @@ from pathlib import Path
 # The playground runs offline: no usage reporting to Gradio's servers unless the user asks for it.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from burnout.common import checked_number, first_line, install_extra  # noqa: E402
+from burnout.base.text import first_line, install_extra
+from burnout.base.values import checked_number
 from burnout.errors import BurnoutError  # noqa: E402
 
 try:

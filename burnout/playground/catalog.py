@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnout.common import RUN_CONFIG_FILE, checked_number, tokenizer_file
+from burnout.base.files import RUN_CONFIG_FILE, tokenizer_file
+from burnout.base.values import checked_number
 from burnout.config import load_run_config, load_saved_config
 from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import checkpoint_info, list_checkpoints

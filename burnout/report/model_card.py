@@ -25,16 +25,16 @@ from pathlib import Path
 import yaml
 from huggingface_hub import EvalResult, ModelCardData
 
-from burnout.common import (
+from burnout.base.files import (
     AUDIT_DIR,
     AUDIT_JSON,
     METRICS_FILE,
     RUN_CONFIG_FILE,
-    format_duration,
     read_jsonl,
     sha256_file,
     write_atomic,
 )
+from burnout.base.text import format_duration
 from burnout.config import RunConfig, load_saved_config
 from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import CHECKPOINT_DIR, resolve_checkpoint, run_dir_of

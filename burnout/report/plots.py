@@ -11,7 +11,7 @@ matplotlib.use("Agg")  # headless: CI machines and SSH sessions have no display
 
 import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
 
-from burnout.common import is_finite_number  # noqa: E402
+from burnout.base.values import is_finite_number
 from burnout.report.runlog import RunLog  # noqa: E402
 
 

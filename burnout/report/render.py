@@ -15,15 +15,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnout.common import (
-    REPORT_DIR,
-    check_output_folder,
-    first_line,
-    format_duration,
-    mark_folder,
-    next_steps,
-    write_atomic,
-)
+from burnout.base.files import REPORT_DIR, write_atomic
+from burnout.base.folders import check_output_folder, mark_folder
+from burnout.base.text import first_line, format_duration, next_steps
 from burnout.core.checkpoint import mirror_run_logs
 from burnout.errors import BurnoutError
 from burnout.eval.references import reference_table

@@ -21,16 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from burnout.common import (
-    COMPARE_MD,
-    METRICS_FILE,
-    PHASES_FILE,
-    RUN_CONFIG_FILE,
-    is_finite_number,
-    kind_of,
-    numbered_jsonl,
-    read_jsonl,
-)
+from burnout.base.files import COMPARE_MD, METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE, numbered_jsonl, read_jsonl
+from burnout.base.values import is_finite_number, kind_of
 from burnout.config import TrainConfig, load_run_config
 from burnout.core.checkpoint import checkpoint_info, list_checkpoints
 from burnout.errors import BurnoutError

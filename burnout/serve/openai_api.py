@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from burnout.common import EOT_TOKEN, SEED_MAX, first_line, install_extra
+from burnout.base.files import EOT_TOKEN
+from burnout.base.text import first_line, install_extra
+from burnout.base.values import SEED_MAX
 from burnout.errors import BurnoutError
 
 try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import format_duration
+from burnout.base.text import format_duration
 from burnout.config import RunConfig, TrainConfig
 from burnout.errors import BurnoutError
 from burnout.train.distributed import DistContext, from_main, gather_to_main

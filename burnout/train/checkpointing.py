@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 from torch.utils.serialization import config as serialization_config
 
-from burnout.common import TOKENIZER_FILE, format_bytes, is_finite_number
+from burnout.base.files import TOKENIZER_FILE
+from burnout.base.text import format_bytes
+from burnout.base.values import is_finite_number
 from burnout.config import RunConfig
 from burnout.core.checkpoint import (
     CHECKPOINT_DIR,

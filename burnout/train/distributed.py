@@ -139,7 +139,7 @@ def whole_weights(model: torch.nn.Module) -> Iterator[None]:
 
 def grad_sync(model: torch.nn.Module, sync: bool):
     """Skip the gradient all-reduce on all but the last micro-batch of an accumulated step."""
-    # Under torch.compile only: DDP's own wrapper is the one that can skip the all-reduce (not common.unwrapped).
+    # Under torch.compile only: DDP's own wrapper is the one that can skip the all-reduce (not `unwrapped`).
     inner = getattr(model, "_orig_mod", model)
     if hasattr(inner, "no_sync"):  # DDP
         return contextlib.nullcontext() if sync else inner.no_sync()

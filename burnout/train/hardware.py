@@ -21,7 +21,9 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import is_finite_number, plural, user_cache_dir, write_atomic
+from burnout.base.files import user_cache_dir, write_atomic
+from burnout.base.text import plural
+from burnout.base.values import is_finite_number
 from burnout.config import CONFIG_DIR, read_yaml
 from burnout.core.device import compute_precision, cpu_instructions, cpu_model, resolve_precision
 from burnout.errors import BurnoutError
@@ -236,7 +238,7 @@ def training_precision(name: str, device: torch.device, say: Callable[[str], Non
 
 
 def precision_cache_path() -> Path:
-    """cpu_precision.json in the user's cache folder (common.user_cache_dir)."""
+    """cpu_precision.json in the user's cache folder (user_cache_dir)."""
     return user_cache_dir() / PRECISION_CACHE_FILE
 
 

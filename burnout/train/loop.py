@@ -27,14 +27,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from burnout.common import (
+from burnout.base.files import (
     AUDIT_DIR,
     AUDIT_JSON,
     RESUMES_FILE,
     RUN_CONFIG_FILE,
     TOKENIZER_FILE,
     append_jsonl,
-    unwrapped,
     write_atomic,
 )
 from burnout.config import RunConfig, TrainConfig, saved_config_text
@@ -48,6 +47,7 @@ from burnout.eval.degeneration import degeneration, read_suspicious
 from burnout.generate.sampling import generate_text
 from burnout.models.cpu_paths import forget_packed_weights
 from burnout.models.info import flops_per_token, matmul_parameters
+from burnout.models.transformer import unwrapped
 from burnout.train.budget import settle_budget
 from burnout.train.checkpointing import Checkpointer, load_for_resume, resume_point
 from burnout.train.distributed import (

@@ -7,7 +7,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from burnout.common import METRICS_FILE, append_jsonl, format_duration, read_jsonl, write_atomic
+from burnout.base.files import METRICS_FILE, append_jsonl, read_jsonl, write_atomic
+from burnout.base.text import format_duration
 from burnout.config import TrainConfig
 
 # Keys that measure the machine rather than the training: they differ between a run and its exact replay.

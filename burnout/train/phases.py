@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from burnout.common import PHASES_FILE, append_jsonl, format_duration
+from burnout.base.files import PHASES_FILE, append_jsonl
+from burnout.base.text import format_duration
 from burnout.config import PhaseConfig, TrainConfig
 from burnout.train.forecast import forecast_loss
 from burnout.train.metrics import read_metrics

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import RUN_CONFIG_FILE, format_count
+from burnout.base.files import RUN_CONFIG_FILE
+from burnout.base.text import format_count
 from burnout.config import CONFIG_DIR, RunConfig, load_run_config, model_preset_names
 from burnout.core.device import compute_precision
 from burnout.data.mix import preset_train_section

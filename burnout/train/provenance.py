@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import LAUNCHES_FILE, append_jsonl, read_jsonl
+from burnout.base.files import LAUNCHES_FILE, append_jsonl, read_jsonl
 from burnout.core.device import describe_device
 from burnout.data.shards import data_fingerprint
 

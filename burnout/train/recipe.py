@@ -1,28 +1,9 @@
-"""What one kind of run supplies to the Trainer: its recipe.
+"""What one kind of run supplies to the Trainer: its recipe (`Recipe`), and pretraining's (`Pretraining`).
 
-The Trainer (loop.py) runs every kind of run alike (the one TrainStep, checkpoints and exact resume,
-metrics, validation, the stop conditions) and asks its recipe for the pieces that differ:
-
-    prepare          a new run: the config as it will be saved, and its prepared data folder
-    data_meta        the data's vocabulary and the tokens one epoch holds
-    loaders          the train and val batches
-    build_model      the model as built before any weights load
-    init_weights     the weights at step 0 (pretraining: the seeded init, as built, or train.init_from's)
-    init_optimizer   the optimizer state at step 0 (fresh, or with train.init_optimizer=carry the parent's)
-    objective        what TrainStep calls: objective(x, y) → the loss (the model itself, or a module around it)
-    flops_per_token  what a trained token costs, for MFU
-    evaluate         the validation metrics, val_loss among them
-    after_step       a line for the person running it, when a step has something to tell
-    finish           what a session's end leaves beside the checkpoints
-
-`Pretraining` is the recipe of `burnout train CONFIG`; the fine-tuning recipes are burnout/finetune/'s,
-and burnout/runs.py picks the recipe a run config asks for.
-
-Continued pretraining (train.init_from, `--init-from RUN[/checkpoints/step_N]`) is pretraining whose step 0 is
-another run's checkpoint: the parent's model section and tokenizer (a config asking for another shape is refused:
-`burnout grow` changes shapes), data sources not yet prepared tokenized with the parent's tokenizer, and the new
-run's own schedule, seed and step count from 0. Its optimizer state is fresh unless train.init_optimizer=carry.
-The lineage (parent, its step and data, the loaded weights' sha256) goes into launches.jsonl.
+The Trainer (loop.py) runs every kind of run alike (the one TrainStep, checkpoints and exact resume, metrics,
+validation, the stop conditions) and asks its recipe only for the pieces that differ, so that a new kind of run
+is one class and every guarantee holds for it. The fine-tuning recipes are burnout/finetune/'s, and
+burnout/runs.py picks the recipe a run config asks for.
 """
 
 from __future__ import annotations
@@ -35,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import RUN_CONFIG_FILE, TOKENIZER_FILE, first_line, sha256_file, write_atomic
+from burnout.base.files import RUN_CONFIG_FILE, TOKENIZER_FILE, sha256_file, write_atomic
+from burnout.base.text import first_line
 from burnout.config import ModelConfig, RunConfig, TrainConfig, load_run_config
 from burnout.core.checkpoint import CHECKPOINT_DIR, checkpoint_problem, list_checkpoints, run_dir_of
 from burnout.core.model_files import copy_weights, load_model
@@ -56,7 +38,20 @@ Say = Callable[[str], None]
 
 class Recipe:
     """The recipe interface, with what most kinds of run share as defaults: the model as step.build_model
-    builds it, its weights as built, itself as the objective, the validation loss."""
+    builds it, its weights as built, itself as the objective, the validation loss.
+
+        prepare          a new run: the config as it will be saved, and its prepared data folder
+        data_meta        the data's vocabulary and the tokens one epoch holds
+        loaders          the train and val batches
+        build_model      the model as built before any weights load
+        init_weights     the weights at step 0 (pretraining: the seeded init, as built, or train.init_from's)
+        init_optimizer   the optimizer state at step 0 (fresh, or with train.init_optimizer=carry the parent's)
+        objective        what TrainStep calls: objective(x, y) → the loss (the model itself, or a module around it)
+        flops_per_token  what a trained token costs, for MFU
+        evaluate         the validation metrics, val_loss among them
+        after_step       a line for the person running it, when a step has something to tell
+        finish           what a session's end leaves beside the checkpoints
+    """
 
     # What val_loss is measured over, said beside it when the run stops ("" : the val split's tokens).
     val_of = ""
@@ -111,7 +106,14 @@ class Recipe:
 
 class Pretraining(Recipe):
     """Next-token prediction on token shards (burnout/data/): a freshly initialised model, or train.init_from's
-    weights; every token a target."""
+    weights; every token a target: the recipe of `burnout train CONFIG`.
+
+    Continued pretraining (train.init_from, `--init-from RUN[/checkpoints/step_N]`) is pretraining whose step 0 is
+    another run's checkpoint: the parent's model section and tokenizer (a config asking for another shape is
+    refused: `burnout grow` changes shapes), data sources not yet prepared tokenized with the parent's tokenizer,
+    and the new run's own schedule, seed and step count from 0. Its optimizer state is fresh unless
+    train.init_optimizer=carry. The lineage (parent, its step and data, the loaded weights' sha256) goes into
+    launches.jsonl."""
 
     def __init__(self) -> None:
         self.parent_state: dict = {}  # the parent checkpoint's training state (its optimizer's), for init_optimizer

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from burnout.common import RUN_CONFIG_FILE, killed_writer
+from burnout.base.files import RUN_CONFIG_FILE
+from burnout.base.folders import killed_writer
 from burnout.config import RunConfig, load_saved_config, setting_name, settings
 from burnout.core.checkpoint import holds_run
 from burnout.core.device import resolve_device

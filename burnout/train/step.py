@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import torch
 
-from burnout.common import unwrapped
 from burnout.config import RunConfig, TrainConfig
 from burnout.core.checkpoint import model_for
 from burnout.core.device import autocast, to_float8_training
@@ -25,6 +24,7 @@ from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.models.memory import checkpoint_blocks
 from burnout.models.size import check_weights_fit
+from burnout.models.transformer import unwrapped
 from burnout.train.distributed import DistContext, grad_sync, mean_across_ranks
 from burnout.train.optim import make_optimizer
 from burnout.train.schedule import lr_at

@@ -289,7 +289,7 @@ def test_beside_programs_busy_on_every_core_the_cpu_work_runs_on_one_thread_or_w
 def test_the_passive_wait_is_for_a_machine_whose_every_core_is_busy(idle, policy):
     """A core left idle keeps the faster spinning wait (red when the passive wait is set whatever the load)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
-    code = (f"import os; from burnout import common; common.idle_cores_at_start = lambda: {idle}; "
-            "common.spare_busy_cores(); print(os.environ.get('OMP_WAIT_POLICY'))")
+    code = (f"import os; from burnout.base import machine; machine.idle_cores_at_start = lambda: {idle}; "
+            "machine.spare_busy_cores(); print(os.environ.get('OMP_WAIT_POLICY'))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
     assert done.stdout.strip() == policy

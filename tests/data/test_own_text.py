@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
+from burnout.base.files import EOT_TOKEN
 from burnout.cli import main
-from burnout.common import EOT_TOKEN
 from burnout.config import load_run_config
 from burnout.data.documents import iter_documents
 from burnout.data.shards import read_tokens

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+from burnout.base.folders import mark_folder
 from burnout.cli import main
-from burnout.common import mark_folder
 from burnout.config import DataConfig, SourceConfig, TokenizerConfig
 from burnout.data.prepare import SMALLEST_PRESET_PARAMS, prepare_data
 from burnout.data.shards import read_meta, read_tokens, verify_checksums
@@ -220,7 +220,7 @@ def test_a_second_prepare_of_one_folder_is_refused_naming_the_first_and_a_killed
     (tmp_path / "notes.txt").write_text("\n\n".join(f"note {i}: " + "words " * (i % 30) for i in range(300)))
     data = tmp_path / "data"
     prepare = ["data", "prepare", str(tmp_path / "notes.txt"), "--out", str(data), "--tokenizer", "bpe:300"]
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from burnout.common import FolderLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from burnout.base.folders import FolderLock; "
                                "FolderLock(sys.argv[1]); print('held', flush=True); sys.stdin.read()", str(data)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

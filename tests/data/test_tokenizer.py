@@ -1,6 +1,6 @@
 import pytest
 
-from burnout.common import EOT_TOKEN
+from burnout.base.files import EOT_TOKEN
 from burnout.config import DataConfig, TokenizerConfig
 from burnout.data.corpus import mix_documents
 from burnout.data.tokenizer import eot_id, load_tokenizer, tokenizer_sha256, train_tokenizer

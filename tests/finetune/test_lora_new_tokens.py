@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from burnout.base.files import TOKENIZER_FILE
+from burnout.base.text import format_bytes
 from burnout.cli import main
-from burnout.common import TOKENIZER_FILE, format_bytes
 from burnout.config import (
     AdapterConfig,
     DPOConfig,

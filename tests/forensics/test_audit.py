@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from burnout.base.files import AUDIT_JSON
 from burnout.cli import main
-from burnout.common import AUDIT_JSON
 from burnout.config import SourceConfig
 from burnout.data.corpus import iter_documents
 from burnout.forensics.audit import AUDIT_HTML, FORMAT

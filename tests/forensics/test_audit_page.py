@@ -66,8 +66,8 @@ def test_audit_page_in_chromium(chromium, audit_page):
 def test_the_page_of_a_one_document_text_counts_in_the_singular(tmp_path, capsys):
     """A text of one line is one document of one source: the page says "1 document … in 1 source", as the terminal
     summary does (red when the page writes "1 documents" or "source(s)")."""
+    from burnout.base.files import AUDIT_JSON
     from burnout.cli import main
-    from burnout.common import AUDIT_JSON
 
     one = tmp_path / "one.txt"
     one.write_text("One line, the one document.\n")

@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 from benchmarks.bench_audit_plants import put
+from burnout.base.files import AUDIT_JSON
 from burnout.cli import main
-from burnout.common import AUDIT_JSON
 from burnout.config import SourceConfig
 from burnout.data.corpus import iter_documents
 from burnout.forensics.audit import audit_streams

@@ -149,7 +149,7 @@ def test_training_a_grown_model_starts_from_the_originals_loss(tiny_run, tmp_pat
 def test_grow_says_how_large_the_grown_model_is_before_building_it(tiny_run, tmp_path, capsys):
     from safetensors import safe_open
 
-    from burnout.common import format_bytes, format_count
+    from burnout.base.text import format_bytes, format_count
 
     grown = tmp_path / "grown"
     assert main(["grow", str(tiny_run.run_dir), "--out", str(grown), "model.n_layer=3"]) == 0

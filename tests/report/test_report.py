@@ -285,7 +285,7 @@ def test_val_loss_above_a_uniform_guess_and_far_above_train_are_anomalies(sample
 
 
 def test_a_continued_run_shows_its_lineage_and_its_parents_curve_first(sampled_runs, tiny_bpe_data, tmp_path):
-    from burnout.common import sha256_file
+    from burnout.base.files import sha256_file
     from burnout.core.checkpoint import list_checkpoints
     from burnout.report.plots import loss_curves
     from burnout.report.runlog import load_run

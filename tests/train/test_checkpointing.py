@@ -20,7 +20,7 @@ import yaml
 import burnout.core.checkpoint as core_checkpoint
 import burnout.train.checkpointing as checkpointing
 import burnout.train.recipe as recipe
-from burnout.common import LAUNCHES_FILE, METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE
+from burnout.base.files import LAUNCHES_FILE, METRICS_FILE, PHASES_FILE, RUN_CONFIG_FILE
 from burnout.core.checkpoint import Checkpoint, checkpoint_bytes, checkpoint_problem, list_checkpoints
 from burnout.core.rng import rng_state
 from burnout.errors import BurnoutError

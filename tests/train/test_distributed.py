@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from burnout.common import write_atomic
+from burnout.base.files import write_atomic
 from burnout.config import ModelConfig, load_run_config
 from burnout.core.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from burnout.core.device import autocast

@@ -15,8 +15,8 @@ import safetensors.torch
 import torch
 import yaml
 
+from burnout.base.files import PHASES_FILE, RESUMES_FILE
 from burnout.cli import main
-from burnout.common import PHASES_FILE, RESUMES_FILE
 from burnout.config import load_run_config
 from burnout.core.checkpoint import list_checkpoints
 from burnout.errors import BurnoutError

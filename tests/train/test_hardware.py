@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from burnout.common import plural
+from burnout.base.text import plural
 from burnout.config import LogConfig, TrainConfig
 from burnout.errors import BurnoutError
 from burnout.train import hardware

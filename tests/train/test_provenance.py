@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from burnout.common import LAUNCHES_FILE, plural
+from burnout.base.files import LAUNCHES_FILE
+from burnout.base.text import plural
 from burnout.runs import resume_training
 from burnout.train.provenance import git_commit, read_launches
 

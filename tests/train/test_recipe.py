@@ -11,8 +11,8 @@ import safetensors.torch
 import torch
 import yaml
 
+from burnout.base.files import METRICS_FILE, sha256_file
 from burnout.cli import main
-from burnout.common import METRICS_FILE, sha256_file
 from burnout.core.checkpoint import list_checkpoints
 from burnout.core.model_files import load_model
 from burnout.data.loader import TokenLoader

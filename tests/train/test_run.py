@@ -58,7 +58,7 @@ def test_the_boot_command_run_twice_refuses_the_second_and_a_killed_first_frees_
 def test_a_resume_is_refused_while_another_process_writes_the_run(tiny_run, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(tiny_run.run_dir, run)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from burnout.common import FolderLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from burnout.base.folders import FolderLock; "
                                "FolderLock(sys.argv[1]); print('held', flush=True); sys.stdin.read()", str(run)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
     try:
