@@ -19,8 +19,13 @@ $(VENV)/.stamp-base: pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e ".[$(DEMO_EXTRAS)]"
 	touch $@
 
-$(VENV)/.stamp-dev: $(VENV)/.stamp-base
-	$(PY) -m pip install --quiet -e ".[dev]"
+# llama-cpp-python (the GGUF tests' llama.cpp) has no wheel on PyPI: pip compiles it. The tests load only libllama
+# and ggml, so neither its multimodal library (LLAVA_BUILD) nor llama.cpp's common library is built: 74 of the 178
+# compile units (docs/TESTING.md has the times). A CMAKE_ARGS of your own (a GPU backend, say) still applies.
+LLAMA_CPP_CMAKE_ARGS := -DLLAVA_BUILD=OFF '-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/.ci/llama_cpp_lib_only.cmake'
+
+$(VENV)/.stamp-dev: $(VENV)/.stamp-base .ci/llama_cpp_lib_only.cmake
+	CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS) $(CMAKE_ARGS)" $(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
 demo: $(VENV)/.stamp-base
