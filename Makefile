@@ -1,6 +1,7 @@
-# The two set-up commands. Both create .venv on first use; nothing else needs installing by hand.
-#   make demo   install and run the offline quickstart (about 4 minutes on a laptop CPU)
-#   make test   install with dev extras, lint (ruff), and run the whole test suite
+# The set-up commands. Each creates .venv on first use; nothing else needs installing by hand.
+#   make demo       install and run the offline quickstart (about 4 minutes on a laptop CPU)
+#   make test       install with dev extras, lint (ruff), and run the whole test suite
+#   make test-fast  the same without the tests marked slow (a few minutes)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +12,7 @@ TORCH  ?= torch==2.13.0
 # (playground), the export loaded by transformers (hf), `burnout serve` (serve).
 DEMO_EXTRAS := data,hf,playground,serve
 
-.PHONY: demo test mutation clean
+.PHONY: demo test test-fast mutation clean
 
 $(VENV)/.stamp-base: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +35,11 @@ demo: $(VENV)/.stamp-base
 test: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check burnout tests benchmarks
 	$(PY) -m pytest
+
+# The tests that train no more than a few steps: everything but the `slow` and `gpu` markers (docs/TESTING.md).
+test-fast: $(VENV)/.stamp-dev
+	$(VENV)/bin/ruff check burnout tests benchmarks
+	$(PY) -m pytest -m "not slow and not gpu"
 
 # Mutation testing of the functions behind the README's guarantees ([tool.mutmut] in pyproject.toml lists their
 # modules and tests); not part of `test`. All of those modules' 4,500 mutants would take hours on 2 cores.
