@@ -1,6 +1,7 @@
-# The two set-up commands. Both create .venv on first use; nothing else needs installing by hand.
-#   make demo   install and run the offline quickstart (about 4 minutes on a laptop CPU)
-#   make test   install with dev extras, lint (ruff), and run the whole test suite
+# The set-up commands. Each creates .venv on first use; nothing else needs installing by hand.
+#   make demo       install and run the offline quickstart (about 4 minutes on a laptop CPU)
+#   make test       install with dev extras, lint (ruff), and run the whole test suite
+#   make test-fast  the same without the tests marked slow (a few minutes)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +12,7 @@ TORCH  ?= torch==2.13.0
 # (playground), the export loaded by transformers (hf), `burnout serve` (serve).
 DEMO_EXTRAS := data,hf,playground,serve
 
-.PHONY: demo test mutation clean
+.PHONY: demo test test-fast mutation clean
 
 $(VENV)/.stamp-base: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +20,13 @@ $(VENV)/.stamp-base: pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e ".[$(DEMO_EXTRAS)]"
 	touch $@
 
-$(VENV)/.stamp-dev: $(VENV)/.stamp-base
-	$(PY) -m pip install --quiet -e ".[dev]"
+# llama-cpp-python (the GGUF tests' llama.cpp) has no wheel on PyPI: pip compiles it. The tests load only libllama
+# and ggml, so neither its multimodal library (LLAVA_BUILD) nor llama.cpp's common library is built: 74 of the 178
+# compile units (docs/TESTING.md has the times). A CMAKE_ARGS of your own (a GPU backend, say) still applies.
+LLAMA_CPP_CMAKE_ARGS := -DLLAVA_BUILD=OFF '-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/.ci/llama_cpp_lib_only.cmake'
+
+$(VENV)/.stamp-dev: $(VENV)/.stamp-base .ci/llama_cpp_lib_only.cmake
+	CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS) $(CMAKE_ARGS)" $(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
 demo: $(VENV)/.stamp-base
@@ -29,6 +35,11 @@ demo: $(VENV)/.stamp-base
 test: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check burnout tests benchmarks
 	$(PY) -m pytest
+
+# The tests that train no more than a few steps: everything but the `slow` and `gpu` markers (docs/TESTING.md).
+test-fast: $(VENV)/.stamp-dev
+	$(VENV)/bin/ruff check burnout tests benchmarks
+	$(PY) -m pytest -m "not slow and not gpu"
 
 # Mutation testing of the functions behind the README's guarantees ([tool.mutmut] in pyproject.toml lists their
 # modules and tests); not part of `test`. All of those modules' 4,500 mutants would take hours on 2 cores.
