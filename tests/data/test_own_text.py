@@ -197,7 +197,8 @@ def test_train_a_preset_on_a_data_folder_without_a_config(wiki_data, tmp_path, c
     saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
     assert saved["model"]["vocab_size"] == 8192 and saved["model"]["d_model"] == 256  # llama-tiny, data's vocab
     assert saved["model"]["n_layer"] == 1  # the override
-    assert (saved["train"]["lr"], saved["train"]["optimizer"]) == (1.0e-2, "muon")  # the quickstart's train section
+    optim = saved["train"]["optim"]
+    assert (optim["lr"], optim["optimizer"]) == (1.0e-2, "muon")  # the quickstart's train section
     assert saved["data"]["prepared_dir"] == str(wiki_data.resolve())
 
     refused = tmp_path / "refused"

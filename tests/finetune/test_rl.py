@@ -577,8 +577,12 @@ def test_held_out_pass_rates_do_not_depend_on_the_batch_size(rl_run, chat_run):
     objective = recipe.objective(model, cfg, resumed=False)
     held_out = read_prepared_tasks(Path(cfg.data.prepared_dir))["val"]
     assert len(held_out) == 4
-    scores = [recipe.evaluate(objective, held_out, dataclasses.replace(cfg.train, batch_size=size, eval_batches=n),
-                              torch.device("cpu"), "fp32") for size, n in ((1, 4), (4, 1), (3, 2))]
+    def scored(size: int, batches: int) -> dict:
+        train = dataclasses.replace(cfg.train, batch_size=size,
+                                    eval=dataclasses.replace(cfg.train.eval, eval_batches=batches))
+        return recipe.evaluate(objective, held_out, train, torch.device("cpu"), "fp32")
+
+    scores = [scored(size, n) for size, n in ((1, 4), (4, 1), (3, 2))]
     assert 0 < scores[0]["val_pass@1"] < 1, scores  # answers that differ: seeds that differ would show
     assert scores[1] == scores[0] and scores[2] == scores[0], scores
 

@@ -114,6 +114,12 @@ def test_the_same_command_starts_then_resumes_after_sigterm(tiny_run, tmp_path):
     _assert_same_weights(run / "checkpoints/step_0000024", tiny_run.run_dir / "checkpoints/step_0000024")
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the command's process before it starts: SIGINT's default action, as a terminal's Ctrl-C finds it. A suite
+    run as a shell's background job ignores SIGINT and its children would inherit that, waiting on forever."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_through_the_command_saves_and_exits_130(tiny_run, tmp_path):
     """Ctrl-C during training: the step ends, a checkpoint is saved, exit 130 as an interrupted process."""
     config = tmp_path / "run.yaml"
@@ -122,7 +128,7 @@ def test_ctrl_c_through_the_command_saves_and_exits_130(tiny_run, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     command = subprocess.Popen([sys.executable, "-m", "burnout", "train", str(config), "--out", str(run), "--data",
                                 str(tiny_run.data_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env)
+                               env=env, preexec_fn=_sigint_as_in_a_terminal)
     lines = []
     for line in command.stdout:
         lines.append(line)
@@ -143,7 +149,8 @@ def test_ctrl_c_outside_training_is_one_line_and_exit_130(tiny_run):
     sent during one could arrive after the command had ended."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     command = subprocess.Popen([sys.executable, "-m", "burnout", "chat", str(tiny_run.run_dir)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               preexec_fn=_sigint_as_in_a_terminal)
     shown = ""
     while not shown.endswith("\n> "):  # the session's first line, then its prompt
         char = command.stdout.read(1)
