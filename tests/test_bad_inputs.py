@@ -837,6 +837,7 @@ def test_catalogue_has_at_least_25_cases():
     assert len(CASES) >= 25 and len({c.name for c in CASES}) == len(CASES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_gives_one_clear_line(catalogue, case, tiny_bpe_data):
     root, before, after, _, results = catalogue
@@ -858,6 +859,7 @@ def test_bad_input_gives_one_clear_line(catalogue, case, tiny_bpe_data):
         assert not new, f"created {new}"
 
 
+@pytest.mark.slow  # the catalogue runs every case as a command
 def test_shared_inputs_untouched(catalogue, tiny_bpe_data, sampled_runs):
     *_, shared_before, _ = catalogue
     for path, snap in shared_before.items():

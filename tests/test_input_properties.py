@@ -131,6 +131,7 @@ def _required(path: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(argv)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(flag=st.sampled_from(NUMERIC_FLAGS), text=TYPED)
 def test_a_numeric_flag_takes_a_finite_number_in_range_or_exits_2_with_one_line(flag, text):

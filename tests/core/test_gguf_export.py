@@ -98,6 +98,7 @@ def lora_chat_run(tiny_run, fine_tune_data, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_f16_logits_are_ours_and_greedy_continuations_equal_ours_token_for_token(llama_cpp, trained_run,
                                                                                   tiny_bpe_data, tmp_path):
     assert_runs_as_ours(llama_cpp, trained_run, export(trained_run, tmp_path, "f16"), tiny_bpe_data)
@@ -320,6 +321,7 @@ def _file_size_limit(limit: int):
     return apply
 
 
+@pytest.mark.slow
 def test_a_gguf_write_cut_short_names_the_file_and_leaves_nothing_of_it(sampled_runs, tmp_path):
     """The write fails part way (a file-size limit, as a full disk): one line naming the file, exit code 74, no partial
     or temporary file left, the earlier export at --to and the user's own file beside it byte for byte as they were."""

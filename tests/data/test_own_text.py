@@ -49,6 +49,7 @@ def wiki_data(shared_data, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_text_file_by_path_needs_no_data_mix(wiki_data, shared_data):
     meta = _meta(wiki_data)
     (source,) = meta["data_config"]["sources"]

@@ -442,6 +442,7 @@ def test_a_reward_that_exits_or_overflows_in_training_ends_the_run_in_one_line(c
     assert "\n" not in err and "Traceback" not in err and "done:" not in captured.out
 
 
+@pytest.mark.slow
 def test_resuming_a_fine_tune_killed_before_training_names_the_command_that_started_it(chat_run, tasks, tmp_path,
                                                                                         monkeypatch, capsys):
     """`burnout rl` killed (SIGKILL) while its data are prepared and checked, before any step: `burnout train --resume`

@@ -104,6 +104,7 @@ def audited(shared_data, tmp_path_factory):
     return json.loads((out / AUDIT_JSON).read_text(encoding="utf-8")), where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source,key", [(name, plant[-1]) for name, plants in PLANTS.items() for plant in plants])
 def test_planted_garbage_ranks_in_its_sources_top_10(audited, source, key):
     report, where = audited

@@ -81,6 +81,7 @@ def _source_text(shared_data, name: str) -> str:
 # The document index
 
 
+@pytest.mark.slow
 def test_index_round_trips_to_the_source_documents(mixed, shared_data):
     data, meta, planted = mixed
     tok = load_tokenizer(data)
@@ -156,6 +157,7 @@ def test_contiguous_split_cuts_each_document_into_one_of_each_split(shared_data,
     assert {(h["split"], h["source"]) for h in result["hits"]} == {("train", "planted"), ("val", "planted")}
 
 
+@pytest.mark.slow
 def test_interrupted_prepare_gives_the_same_index(shared_data, tmp_path, monkeypatch):
     cfg, tok_cfg, _ = _config(shared_data, tmp_path)
     cfg.shard_tokens, cfg.max_tokens = 2_000, 40_000

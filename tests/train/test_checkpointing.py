@@ -90,6 +90,7 @@ def test_ckpt_minutes_saves_by_wall_clock_as_well_as_by_steps(tiny_run_config, t
 # One boot command: starts the run, and after a preemption resumes it
 
 
+@pytest.mark.slow
 def test_the_same_command_starts_then_resumes_after_sigterm(tiny_run, tmp_path):
     """A spot machine's boot script: SIGTERM (the preemption notice) saves and exits with 130; the same
     command on the next boot resumes, and the run ends with the weights of a run never stopped."""
@@ -120,6 +121,7 @@ def _sigint_as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_ctrl_c_through_the_command_saves_and_exits_130(tiny_run, tmp_path):
     """Ctrl-C during training: the step ends, a checkpoint is saved, exit 130 as an interrupted process."""
     config = tmp_path / "run.yaml"
@@ -143,6 +145,7 @@ def test_ctrl_c_through_the_command_saves_and_exits_130(tiny_run, tmp_path):
     assert 2 <= _steps(run)[-1] < 24
 
 
+@pytest.mark.slow
 def test_ctrl_c_outside_training_is_one_line_and_exit_130(tiny_run):
     """Ctrl-C anywhere else (here while `burnout chat` waits for a line): one line, exit 130, no traceback. Waiting
     for input, not streaming: the tiny model's continuations end at <|endoftext|> within milliseconds, so a signal

@@ -62,6 +62,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 def test_compiled_training_matches_eager(tiny_run_config, tiny_bpe_data, tmp_path, fresh_dynamo, monkeypatch):
     _StepClock(monkeypatch, first_s=SLOW_FIRST_STEP_S, step_s=STEP_S)
     runs = {}
@@ -95,6 +96,7 @@ def test_compiled_training_matches_eager(tiny_run_config, tiny_bpe_data, tmp_pat
     assert first["tokens_per_s"] == tokens_per_step / STEP_S
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_train_steps_forward_and_loss_are_one_graph(tiny_run_config, tiny_bpe_data, monkeypatch, fresh_dynamo,
                                                        precision):
@@ -189,6 +191,7 @@ FINE_TUNE_TRAIN = {"device": "cpu", "precision": "fp32", "batch_size": 4, "seq_l
                    "ckpt_interval": 6}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
 def test_compiled_fine_tunes_train_like_eager_and_compile_once(tiny_run, chat_run, fine_tune_data, tmp_path,
                                                                fresh_dynamo, stage):

@@ -58,6 +58,7 @@ def _env():
 # Exact resume after SIGKILL and SIGTERM
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_is_bitwise_identical(tiny_run, tmp_path):
     """A real process killed with SIGKILL between checkpoints (after step 16, the last checkpoint at 12)."""
     config = tmp_path / "run.yaml"
@@ -341,6 +342,7 @@ def test_resume_records_safe_overrides_and_refuses_another_tokenizer(tiny_run, t
 # burnout plan
 
 
+@pytest.mark.slow
 def test_plan_for_the_1b_run_on_an_a100():
     plan = plan_run(load_run_config("gpuburnout-1b"), "a100-80gb", mfu=0.4, price_per_hour=1.45)
     assert plan["tokens_per_step"] == 131_072 and plan["precision"] == "bf16"

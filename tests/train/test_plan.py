@@ -28,6 +28,7 @@ def small(**train):
     return load_run_config({"model": "llama-small", "train": train})
 
 
+@pytest.mark.slow
 def test_lines_add_up_and_say_where_they_come_from():
     cfg = small()
     n = param_counts(cfg.model).total
@@ -39,6 +40,7 @@ def test_lines_add_up_and_say_where_they_come_from():
     assert "overhead" not in predict_memory(cfg, "bf16", "cpu", 1, 256, EAGER)  # no CUDA context on a CPU
 
 
+@pytest.mark.slow
 def test_activations_grow_with_the_micro_batch_and_checkpointing_cuts_them():
     cfg = small()
     half, full = (predict_memory(cfg, "bf16", "cuda", 1, b, EAGER) for b in (128, 256))
@@ -48,6 +50,7 @@ def test_activations_grow_with_the_micro_batch_and_checkpointing_cuts_them():
     assert ckpt["weights"] == full["weights"]
 
 
+@pytest.mark.slow
 def test_fsdp_divides_the_static_part_and_gathers_two_blocks():
     one = predict_memory(small(), "bf16", "cuda", 1, 256, EAGER)
     fsdp = predict_memory(small(distributed="fsdp"), "bf16", "cuda", 4, 256, EAGER)
@@ -91,6 +94,7 @@ def test_the_blog_config_fits_an_a100_80gb_with_headroom(capsys):
         assert label in out
 
 
+@pytest.mark.slow
 def test_plan_cli_says_does_not_fit_and_names_the_fixes(tmp_path, capsys):
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump({"model": "llama-small", "train": {"batch_size": 256, "grad_accum": 2,
@@ -103,6 +107,7 @@ def test_plan_cli_says_does_not_fit_and_names_the_fixes(tmp_path, capsys):
     assert "largest micro-batch that fits: " in out
 
 
+@pytest.mark.slow
 def test_impossible_plans_are_one_line(tmp_path, capsys):
     # Explicit attention keeps T×T scores per head: at 32k tokens one block's exceeds 24 GiB, checkpointed or not.
     path = tmp_path / "long.yaml"
@@ -118,6 +123,7 @@ def test_impossible_plans_are_one_line(tmp_path, capsys):
     assert "hardware 'a100-90gb' is not in" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_plan_two_thousand_blocks_deep_is_refused_in_one_line_at_once(capsys):
     """`model.n_layer=2000` (a slip for 20): not even its weights, gradients and AdamW state fit one GPU, and FSDP
@@ -136,6 +142,7 @@ def test_a_plan_two_thousand_blocks_deep_is_refused_in_one_line_at_once(capsys):
     assert needed > 16 * (one + 1999 * (two - one))  # fp32 weights and gradients, AdamW's two moments
 
 
+@pytest.mark.slow
 def test_a_plan_whose_static_memory_overflows_the_gpu_traces_only_the_configured_micro_batch(monkeypatch):
     """llama-3b's fp32 weights, gradients and AdamW state alone exceed an L4's 24 GiB: no micro-batch or variant on
     one L4 fits, so none is traced, and the plan's one fix is FSDP."""
@@ -160,6 +167,7 @@ def test_a_plan_whose_static_memory_overflows_the_gpu_traces_only_the_configured
     assert set(traced) == {2}
 
 
+@pytest.mark.slow
 def test_check_fits_refuses_a_plan_too_big_for_a_faked_cuda_device():
     cuda = torch.device("cuda")  # never touched: memory and attention kernels are given
     with pytest.raises(BurnoutError) as info:
@@ -172,6 +180,7 @@ def test_check_fits_refuses_a_plan_too_big_for_a_faked_cuda_device():
     check_fits(small(), torch.device("cpu"), 1, "bf16")  # a CPU has no fixed budget
 
 
+@pytest.mark.slow
 def test_a_cpu_plan_has_no_verdict(tmp_path, capsys):
     path = tmp_path / "cpu.yaml"
     path.write_text(yaml.safe_dump({"model": "llama-small", "train": {"batch_size": 2, "seq_len": 512}}))
@@ -199,11 +208,13 @@ def test_train_asks_the_plan_before_building_anything(tiny_run_config, tiny_bpe_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu, expected", [("t4", "fp16"), ("v100", "fp16"), ("a100-80gb", "bf16"), ("cpu", "fp32")])
 def test_plan_picks_what_precision_auto_would_on_that_hardware(gpu, expected):
     assert plan_run(load_run_config("quickstart"), gpu)["precision"] == expected
 
 
+@pytest.mark.slow
 def test_plan_takes_a_model_preset_a_run_config_or_a_run_folder_and_says_small_runs_in_human_units(sampled_runs,
                                                                                                      capsys):
     """llama-small (29.4M parameters) as a preset with `train --model`'s settings, and as the model of the
@@ -238,6 +249,7 @@ def test_adamw8bit_shrinks_the_optimizer_line_alone():
         {k: v for k, v in adamw.items() if k not in ("optimizer", "overhead", "total")}
 
 
+@pytest.mark.slow
 def test_llama_3b_on_one_a100_80gb_names_checkpointing_and_its_speed_cost(capsys):
     """The preset's plan: eager does not fit one A100 80GB; activation checkpointing alone does, said with
     what it costs in speed (not measured yet)."""
@@ -248,6 +260,7 @@ def test_llama_3b_on_one_a100_80gb_names_checkpointing_and_its_speed_cost(capsys
     assert "(speed: checkpointing runs each block's forward again in backward" in fix and "not measured" in fix
 
 
+@pytest.mark.slow
 def test_the_smallest_change_set_that_fits_combines_checkpointing_and_8bit_states(capsys):
     """llama-3b with AdamW on an A100 40GB: fp32 weights, gradients and AdamW's moments alone exceed it, so no
     checkpointing or micro-batch fits without 8-bit states, and 8-bit states fit only checkpointed: the plan names
@@ -278,6 +291,7 @@ def test_fsdp_cpu_offload_keeps_the_shards_in_cpu_memory():
     assert plan_mod.offloaded_memory(cfg, 1) == 0  # one process: no FSDP, nothing offloaded
 
 
+@pytest.mark.slow
 def test_cpu_offload_is_the_fix_when_fsdp_alone_fits_on_no_number_of_gpus(capsys):
     """4,000 blocks at a tiny micro-batch: their sharded fp32 state exceeds an 80 GB GPU even over 64 GPUs, while
     the checkpointed activations are small: FSDP with CPU offload on the fewest GPUs is the one fix. (In fp32: under
@@ -369,6 +383,7 @@ def test_a_micro_batch_that_cannot_fit_is_refused_before_the_model_is_built(tiny
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_plan_of_a_vast_accumulation_searches_the_divisors_not_every_number(capsys):
     """8 × 10^18 sequences a step: the largest micro-batch that fits is a divisor of it, found among its divisors
