@@ -104,6 +104,7 @@ def test_f16_logits_are_ours_and_greedy_continuations_equal_ours_token_for_token
     assert_runs_as_ours(llama_cpp, trained_run, export(trained_run, tmp_path, "f16"), tiny_bpe_data)
 
 
+@pytest.mark.slow
 def test_a_lora_fine_tune_exports_with_its_adapters_merged(llama_cpp, lora_chat_run, tiny_bpe_data, tmp_path):
     from burnout.models.lora import lora_layers
 
@@ -136,6 +137,7 @@ def assert_runs_as_ours(llama_cpp, run, gguf_file, data) -> None:
         assert theirs == ours, prompt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gguf_type, agreement, perplexity_margin", [("q8_0", 0.95, 0.01), ("q4_0", 0.90, 0.02)])
 def test_quantized_next_token_argmax_and_perplexity_agree_with_ours(llama_cpp, trained_run, tiny_bpe_data, tmp_path,
                                                                     gguf_type, agreement, perplexity_margin):

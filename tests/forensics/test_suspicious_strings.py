@@ -132,6 +132,7 @@ def test_a_planted_lines_words_are_one_row(audited):
     assert len(held) == 1 and log_line <= {held[0]["string"], *held[0]["together_with"]}
 
 
+@pytest.mark.slow
 def test_the_lexicon_is_the_language_whose_word_list_holds_the_sources_words():
     english = Lexicon(["river", "album", "during", "between", "hurricane", "metres", "season", "released"])
     assert english.language == "en" and english.knows("vertebrae") and not english.knows("quazzle")

@@ -131,6 +131,7 @@ def test_document_at_and_spans_across_shards(mixed):
         document_at(data, "train", meta["splits"]["train"]["tokens"])
 
 
+@pytest.mark.slow
 def test_contiguous_split_cuts_each_document_into_one_of_each_split(shared_data, tmp_path):
     cfg, tok_cfg, planted = _config(shared_data, tmp_path, split="contiguous", val_fraction=0.2)
     cfg.sources[2].weight = 0  # Python's docs: slow to read, not needed here

@@ -203,6 +203,7 @@ def test_compiled_saved_equals_what_torch_compile_partitions():
     assert copies > 0  # the bf16 weight casts, told apart through the views (t, view) that follow them
 
 
+@pytest.mark.slow
 def test_the_compiled_partition_counts_plain_bytes_after_the_model_was_compiled_at_other_lengths():
     """A process that compiled the model at one length and then another (a compiled run, the planner's own traces)
     has dynamo treat the length as dynamic in later compiles of the same forward; the planner's trace is of one
@@ -220,6 +221,7 @@ def test_the_compiled_partition_counts_plain_bytes_after_the_model_was_compiled_
     assert again == fresh and {type(v) for v in again} == {int}, again
 
 
+@pytest.mark.slow
 def test_llama_1b_at_the_blog_micro_batch_is_measured_in_seconds():
     """The 1B at 16 × 2048 traces on fake tensors: its activations come out in tens of GiB, not allocated."""
     import resource

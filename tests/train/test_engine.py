@@ -356,6 +356,7 @@ def test_plan_for_the_1b_run_on_an_a100():
     assert 6.5e9 < plan["flops_per_token"] < 7.5e9  # 6 × 1.04B plus attention at 2048
 
 
+@pytest.mark.slow
 def test_plan_cli(capsys):
     assert main(["plan", "gpuburnout-1b", "--gpu", "a100-80gb", "--mfu", "0.5"]) == 0
     out = capsys.readouterr().out
