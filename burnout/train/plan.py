@@ -161,8 +161,9 @@ def format_plan(plan: dict) -> str:
     """The plan as a person reads it: parameters, tokens and FLOPs in K/M/B, time in seconds to days, dollars to the
     cent (a smaller cost shown as under a cent, never $0.00)."""
     price = plan["price_per_hour"]
-    mfu = (f"assumed MFU {plan['mfu']:.0%}" if plan["mfu_note"] == "assumed" else f"MFU {plan['mfu']:.1%} (given)"
-           if plan["mfu_note"] == "given" else f"MFU {plan['mfu']:.1%} ({plan['mfu_note']})")
+    # A given --mfu is the user's assumption, as the default one is; a measured one says where it was measured.
+    mfu = (f"assumed MFU {plan['mfu']:.0%}" if plan["mfu_note"] in ("assumed", "given")
+           else f"MFU {plan['mfu']:.1%} ({plan['mfu_note']})")
     lines = [
         f"{format_count(plan['params'])} parameters, {format_count(plan['flops_per_token'])} FLOPs/token (train, seq "
         f"{plan['seq_len']}), {plan['tokens_per_step']:,} tokens/step",

@@ -404,16 +404,23 @@ def test_the_check_before_training_samples_what_step_1_samples(chat_run, tasks, 
 
 def test_a_time_budget_covers_the_probe_before_training(chat_run, tasks, tmp_path, monkeypatch, capsys):
     """`--minutes 1` at train.step_seconds=1, and the base's probe (rl.probe_questions) takes 20 s of the command's
-    clock: the budget plans the 40 steps the other 40 s hold, not 60, and config.yaml keeps the 20 s for a resume's
-    plan (red when the budget counts from the first step, leaving the probe out)."""
+    clock (each step 1 s): the budget plans the 40 steps the other 40 s hold, not 60, and config.yaml keeps the 20 s
+    for a resume's plan (red when the budget counts from the first step, leaving the probe out)."""
     from types import SimpleNamespace
 
     from burnout.config import load_saved_config
     from burnout.finetune import rl
     from burnout.train import loop
+    from burnout.train.step import TrainStep
 
-    now, real = [0.0], rl.probe_base
+    now, real, real_step = [0.0], rl.probe_base, TrainStep.__call__
     monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def one_second_step(*args, **kwargs):
+        now[0] += 1.0
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(TrainStep, "__call__", one_second_step)
 
     def slow_probe(*args, **kwargs):
         now[0] += 20.0

@@ -61,9 +61,9 @@ def _final_lr(run: Path) -> tuple[float, int]:
 def test_a_run_whose_steps_slow_down_still_ends_its_schedule_at_the_budget(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                            monkeypatch, capsys):
     """The probe measures 1 s a step (a warm-up and six steps: 7 s of the minute), so one minute plans 53; from step
-    20 each step takes 3 s. The run stops near the minute, well short of 53 steps, and its last step is at the schedule's final LR (red when a step's
-    LR follows its step alone, or when the time budget stops the run without having given its last step the
-    final LR)."""
+    20 each step takes 3 s. The run stops near the minute, well short of 53 steps, and its last step is at the
+    schedule's final LR (red when a step's LR follows its step alone, or when the time budget stops the run without
+    having given its last step the final LR)."""
     StepClock(monkeypatch, lambda step: 1.0 if step < 20 else 3.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
@@ -89,8 +89,8 @@ def test_a_run_whose_steps_slow_down_still_ends_its_schedule_at_the_budget(tiny_
 def test_a_run_that_trained_every_planned_step_resumes_at_its_end(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                   monkeypatch, capsys):
     """Each step takes the 1 s the probe measured: the run trains all 53 steps the minute planned after the probe's
-    7 s, which spends its budget. Resumed, it is at its end rather than past its budget: nothing is left to train, and it says it is done
-    (red when a spent budget refuses the resume of a run already at its last step)."""
+    7 s, which spends its budget. Resumed, it is at its end rather than past its budget: nothing is left to train, and
+    it says it is done (red when a spent budget refuses the resume of a run already at its last step)."""
     StepClock(monkeypatch, lambda step: 1.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
