@@ -320,6 +320,18 @@ BUDGET_CLOCKS = """
     for module in (burnout.train.loop, burnout.train.probe):
         ticks = itertools.count(step=tick)
         module.time = SimpleNamespace(perf_counter=lambda ticks=ticks: next(ticks))
+
+    # Each rank's place of each step on the LR schedule, for the test to compare.
+    import burnout.train.budget
+    placed = burnout.train.budget.TimeBudget.schedule_step
+
+    def recorded(self, step):
+        position = placed(self, step)
+        with open(f"positions-{os.environ['RANK']}.txt", "a") as out:
+            out.write(f"{position!r}\\n")
+        return position
+
+    burnout.train.budget.TimeBudget.schedule_step = recorded
     sys.exit(main(sys.argv[1:]))
 """
 
@@ -343,6 +355,9 @@ def test_ranks_agree_on_a_time_budget_their_clocks_disagree_on(tiny_run_config, 
     lrs = [record["lr"] for record in read_metrics(run)]
     # The ranks' mean clock, 2.25 s a step, spends the minute in about 27 steps.
     assert 20 < len(lrs) < 59 and lrs[-1] == lr_at(58, tc, 59) < lrs[-2]
+    # Every step sits at one place on both ranks, the first too, though their clocks read different start-ups.
+    positions = [(tmp_path / f"positions-{rank}.txt").read_text().splitlines() for rank in (0, 1)]
+    assert positions[0] == positions[1] and len(positions[0]) == len(lrs)
 
 
 # ----------------------------------------------------------------------------------------------
