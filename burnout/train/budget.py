@@ -56,11 +56,14 @@ class StepTime:
 
 
 def settle_budget(cfg: RunConfig, data_dir: Path, recipe: Recipe, device: torch.device, precision: str,
-                  dist: DistContext, spent: Callable[[], float]) -> tuple[RunConfig, Budget | None, StepTime]:
+                  dist: DistContext, spent: Callable[[], float],
+                  resumed: bool = False) -> tuple[RunConfig, Budget | None, StepTime]:
     """`cfg` with its budget in minutes, a step's seconds and its start-up's (train.max_minutes, train.step_seconds,
-    train.startup_seconds: `spent()`, the seconds since the command started, once the step is measured; a resume
-    keeps the first session's), and the Budget; None for a run without one. Also the step time the run's plan says:
-    the budget's own measurement, else one of PLAN_PROBE_STEPS steps. The same on every rank."""
+    train.startup_seconds: `spent()`, the seconds since the command started, once the step is measured), and the
+    Budget; None for a run without one. A `resumed` run keeps its plan: the first session's start-up, or none where
+    its config.yaml holds a step's seconds but no start-up (a budget planned before start-ups counted), unless this
+    session plans anew (a step measured now). Also the step time the run's plan says: the budget's own measurement,
+    else one of PLAN_PROBE_STEPS steps. The same on every rank."""
     price = None
     if cfg.train.budget.max_dollars is not None:
         cfg, price = _dollars_to_minutes(cfg, device, dist)
@@ -72,7 +75,7 @@ def settle_budget(cfg: RunConfig, data_dir: Path, recipe: Recipe, device: torch.
     measured = budget.step_seconds is None
     if measured:
         cfg = _measure_step(cfg, data_dir, recipe, device, precision, dist)
-    if cfg.train.budget.startup_seconds is None:
+    if cfg.train.budget.startup_seconds is None and (measured or not resumed):
         cfg = _with_budget(cfg, startup_seconds=float(f"{from_main(spent(), dist):.4g}"))
     step_time = StepTime(cfg.train.budget.step_seconds, "measured" if measured else "train.step_seconds")
     return cfg, Budget(cfg.train, price, measured), step_time

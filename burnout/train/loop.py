@@ -248,7 +248,7 @@ class Trainer:
             check_fits(cfg, device, dist.world_size, self.precision)
         self.tokens_per_step = self.tc.batch_size * self.tc.grad_accum * self.seq_len * dist.world_size
         self.cfg, self.budget, step_time = settle_budget(self.cfg, data_dir, recipe, device, self.precision, dist,
-                                                         spent=lambda: clock() - self.started)
+                                                         spent=lambda: clock() - self.started, resumed=resume)
         self.tc = self.cfg.train
         self.end_of_run = total_steps(self.tc, self.tokens_per_step, meta["splits"]["train"]["tokens"])
         self._setup_model(resume and not from_scratch)

@@ -19,6 +19,7 @@ from burnout.config import load_run_config
 from burnout.data.shards import read_meta
 from burnout.models.memory import param_counts
 from burnout.train import loop, probe, recipe
+from burnout.train import run as run_module
 from burnout.train.budget import PLAN_PROBE_STEPS
 from burnout.train.metrics import read_metrics
 from burnout.train.schedule import lr_at
@@ -152,3 +153,31 @@ def test_a_budget_plans_from_what_the_step_measurement_left(tiny_run_config, tin
     out = capsys.readouterr().out
     assert f"measured 1 s/step → {planned} steps would fit; the run ends at step 3 first" in out, out
     assert load_run_config(run / "config.yaml").train.startup_seconds == 7.0
+
+
+def test_a_resumed_budget_keeps_its_plan_and_counts_its_own_start_up(tiny_run_config, tiny_bpe_data, tmp_path,
+                                                                    monkeypatch, capsys):
+    """A run whose config.yaml holds a step's seconds and no start-up (a budget planned before start-ups counted)
+    keeps its 60 planned steps when resumed, though checking its data took 5 s of the resumed session; those 5 s are
+    in its elapsed_s (red when a resume plans anew from its own start-up, or leaves it out of the time)."""
+    clock = StepClock(monkeypatch, 1.0)
+    config = _config(tiny_run_config, tmp_path, max_steps=1000, log_interval=1, phases=[{"name": "first", "steps": 10}])
+    run = tmp_path / "run"
+    assert main(["train", config, "--out", str(run), "--data", str(tiny_bpe_data), "--minutes", "1",
+                 "train.step_seconds=1"]) == 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["train"]["budget"].pop("startup_seconds") == 0.0
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    real_check = run_module.check_resume_data
+
+    def slow_check(*args, **kwargs):
+        clock.now += 5.0
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "check_resume_data", slow_check)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 0
+    assert "budget 1 min: train.step_seconds 1 s/step → planning 60 steps" in capsys.readouterr().out
+    records = read_metrics(run)
+    assert load_run_config(run / "config.yaml").train.startup_seconds is None
+    assert records[10]["elapsed_s"] == 10.0 + 5.0 + 1.0  # the 10 steps, the resume's check, its first step
