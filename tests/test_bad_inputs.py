@@ -607,6 +607,11 @@ CASES = [
          setup=lambda d, *_: _config(d, "# the sections come later\n")),
     Case("train-an-empty-yaml", ["train", "{dir}/run.yaml", "--out", "{dir}/run"], ["{dir}/run.yaml is empty"],
          setup=lambda d, *_: _config(d, "")),
+    # issue 50: plan before spending
+    Case("train-startup-seconds-negative", ["train", "--data", "{data}", "--model", "llama-tiny", "--out",
+                                            "{dir}/run", "--minutes", "1", "train.startup_seconds=-5"],
+         ["train.startup_seconds: -5", "is negative", "measured when not given"]),
+    Case("plan-mfu-above-one", ["plan", "llama-tiny", "--mfu", "1.5"], ["--mfu", "1.5"]),
 ]
 
 

@@ -327,13 +327,26 @@ BUDGET_CLOCKS = """
     for module in (burnout.train.loop, burnout.train.probe):
         ticks = itertools.count(step=tick)
         module.time = SimpleNamespace(perf_counter=lambda ticks=ticks: next(ticks))
+
+    # Each rank's place of each step on the LR schedule, for the test to compare.
+    import burnout.train.budget
+    placed = burnout.train.budget.TimeBudget.schedule_step
+
+    def recorded(self, step):
+        position = placed(self, step)
+        with open(f"positions-{os.environ['RANK']}.txt", "a") as out:
+            out.write(f"{position!r}\\n")
+        return position
+
+    burnout.train.budget.TimeBudget.schedule_step = recorded
     sys.exit(main(sys.argv[1:]))
 """
 
 
 @pytest.mark.slow
 def test_ranks_agree_on_a_time_budget_their_clocks_disagree_on(tiny_run_config, tiny_bpe_data, tmp_path):
-    """Rank 1 times a step at 1 s, rank 0 at 0.5 s: the slower plans the minute's 60 steps for both. Training, their
+    """Rank 1 times a step at 1 s, rank 0 at 0.5 s: the slower plans the minute's 59 steps for both (what rank 0's
+    start-up left). Training, their
     clocks run at 3 s and 1.5 s a step: each step's predicted share of the budget rides the step's all-reduce, so
     both place each step alike and stop at the same one, with the final LR (ranks that disagreed would hang in
     their collectives, or stop apart)."""
@@ -344,11 +357,15 @@ def test_ranks_agree_on_a_time_budget_their_clocks_disagree_on(tiny_run_config, 
     proc = _torchrun(["clocks.py", "train", config, "--out", run, "--data", tiny_bpe_data, "--minutes", "1"], tmp_path,
                      timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "measured 1 s/step → planning 60 steps" in proc.stdout
     tc = load_run_config(run / "config.yaml").train
+    # The minute less the start-up rank 0's clock read (a tick or two: its clock moves at each reading) plans 59.
+    assert 0 < tc.startup_seconds < 1 and "measured 1 s/step → planning 59 steps" in proc.stdout
     lrs = [record["lr"] for record in read_metrics(run)]
     # The ranks' mean clock, 2.25 s a step, spends the minute in about 27 steps.
-    assert 20 < len(lrs) < 60 and lrs[-1] == lr_at(59, tc, 60) < lrs[-2]
+    assert 20 < len(lrs) < 59 and lrs[-1] == lr_at(58, tc, 59) < lrs[-2]
+    # Every step sits at one place on both ranks, the first too, though their clocks read different start-ups.
+    positions = [(tmp_path / f"positions-{rank}.txt").read_text().splitlines() for rank in (0, 1)]
+    assert positions[0] == positions[1] and len(positions[0]) == len(lrs)
 
 
 # ----------------------------------------------------------------------------------------------

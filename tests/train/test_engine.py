@@ -217,8 +217,9 @@ def _nan_on(monkeypatch, calls):
 def test_a_nan_step_is_skipped_and_counted(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch):
     _nan_on(monkeypatch, {5})  # step 5 (one micro-batch per step)
     events = []
-    result = start_training(tiny_run_config(), tmp_path / "run", data_dir=tiny_bpe_data, on_event=events.append,
-                            progress=False)
+    # train.step_seconds: no step timed for the plan before step 1, whose forward calls would count here.
+    result = start_training(tiny_run_config(step_seconds=1.0), tmp_path / "run", data_dir=tiny_bpe_data,
+                            on_event=events.append, progress=False)
     assert result.step == 12 and result.skipped_steps == 1 and np.isfinite(result.train_loss)
     assert any("step 5" in line and "update skipped" in line for line in events)
     records = {r["step"]: r for r in read_metrics(tmp_path / "run")}
@@ -230,8 +231,8 @@ def test_repeated_nans_stop_the_run_with_the_last_good_checkpoint_intact(tiny_ru
     _nan_on(monkeypatch, set(range(8, 100)))
     run = tmp_path / "run"
     with pytest.raises(BurnoutError, match=r"not finite for 3 steps in a row \(up to step 10\).*step_0000006"):
-        start_training(tiny_run_config(max_bad_steps=3), run, data_dir=tiny_bpe_data, on_event=_quiet,
-                       progress=False)
+        start_training(tiny_run_config(max_bad_steps=3, step_seconds=1.0), run, data_dir=tiny_bpe_data,
+                       on_event=_quiet, progress=False)  # no step timed for the plan (_nan_on counts its forwards)
     assert [p.name for p in list_checkpoints(run)] == ["step_0000006"]
 
 

@@ -11,12 +11,14 @@ import pytest
 import torch
 import yaml
 
+from burnout.base.text import format_count
 from burnout.cli import main
 from burnout.config import load_run_config
 from burnout.errors import BurnoutError
 from burnout.models.memory import param_counts
 from burnout.runs import start_training
 from burnout.train import plan as plan_mod
+from burnout.train.hardware import hardware_table
 from burnout.train.plan import GIB, Variant, check_fits, largest_fitting, plan_run, predict_memory
 
 EAGER = Variant(compiled=False, checkpointing=False)
@@ -417,3 +419,54 @@ def test_a_fine_tunes_micro_batch_is_checked_before_its_model_is_built(tiny_run,
     with pytest.raises(BurnoutError, match="^a training step at micro-batch 1,000,000,000,000 × 64 tokens .* lower "
                                            "train.batch_size"):
         start_training(cfg, tmp_path / "sft", on_event=lambda line: None, progress=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# What the tokens buy (issue 50): tokens per parameter, and the planner's speed calibrated on published runs
+
+
+def test_plan_says_the_runs_tokens_per_parameter_and_warns_far_below_what_its_size_needs(capsys):
+    """`burnout plan PRESET` trains the quickstart's steps: a sliver of a token per parameter of llama-small, which the
+    plan says beside its dollars, with the warning (red when the plan says the dollars without a word)."""
+    assert main(["plan", "llama-small", "--gpu", "h100"]) == 0
+    out = capsys.readouterr().out
+    plan = plan_run(plan_mod.plan_config("llama-small"), "h100")
+    tokens, params = sum(r["tokens"] for r in plan["phases"]), plan["params"]
+    assert tokens / params < 2 and plan["tokens_per_parameter"] == tokens / params
+    assert (f"{format_count(tokens)} tokens for {format_count(params)} parameters: {tokens / params:.3g} tokens per "
+            "parameter\n") in out
+    assert (f"warning: {format_count(tokens)} tokens for {format_count(params)} parameters: {tokens / params:.3g} "
+            "tokens per parameter, far below the ~20") in out
+
+
+@pytest.mark.parametrize("ratio, warned", [(1.99, True), (2.0, False), (11.3, False)])
+def test_far_below_is_under_a_tenth_of_the_twenty_tokens_per_parameter(ratio, warned):
+    """Under 2 tokens per parameter (a tenth of Hoffmann et al.'s ~20) a model trained from scratch is warned; a
+    continued run is told its ratio alone, its parent's tokens unknown to it (red when the threshold moves)."""
+    params = 1_000_000
+    words, warning = plan_mod.tokens_per_parameter_note(ratio * params, params)
+    assert words == f"{ratio:.3g} tokens per parameter" and (warning is not None) == warned
+    words, warning = plan_mod.tokens_per_parameter_note(ratio * params, params, from_scratch=False)
+    assert warning is None and "its parent trained on its own" in words
+
+
+def test_the_a100s_mfu_is_the_blogs_1b_and_predicts_llm_cs_gpt2_124m_within_15_percent():
+    """hardware.yaml's A100 80GB MFU is the blog's GPUburnout-1B, recomputed here by hand: 90,000 steps of 131,072
+    tokens for $175 at $1.45/h, at llama-1b's training FLOPs per token (6 × its matmul weights, plus 12·L·T·d for
+    attention). At that MFU the planner's hours for llm.c's GPT-2 124M (19,073 steps of 524,288 tokens on 8 A100
+    80GB SXM, reported ~90 minutes) are this hand computation's, within 15% of llm.c's (red when the table's MFU, the
+    FLOPs count or the planner's arithmetic moves)."""
+    d, layers, ffn, kv, vocab, seq = 2048, 16, 8192, 512, 32005, 2048  # llama-1b: GQA 32/8 heads of 64
+    flops_1b = 6 * (layers * (2 * d * d + 2 * d * kv + 3 * d * ffn) + vocab * d) + 12 * layers * seq * d
+    blog_mfu = 90_000 * 131_072 * flops_1b / (175 / 1.45 * 3600 * 312e12)
+    a100 = hardware_table()["a100-80gb"]
+    assert a100["mfu"] == pytest.approx(blog_mfu, abs=0.005)  # the table keeps it to two digits
+    d, layers, vocab, seq = 768, 12, 50257, 1024  # GPT-2 124M, its head tied to the embedding
+    flops_124m = 6 * (layers * 12 * d * d + vocab * d) + 12 * layers * seq * d
+    hours = 19_073 * 524_288 * flops_124m / (312e12 * a100["mfu"] * 8) / 3600
+    cfg = plan_mod.plan_config("gpt2-124m", ["train.seq_len=1024", "train.batch_size=16", "train.grad_accum=4",
+                                             "train.max_steps=19073", "train.precision=bf16", "train.distributed=ddp"])
+    plan = plan_run(cfg, "a100-80gb", devices=8)
+    assert plan["flops_per_token"] == flops_124m and plan["mfu_note"] == a100["mfu_note"]
+    assert sum(r["hours"] for r in plan["phases"]) == pytest.approx(hours, rel=1e-9)
+    assert abs(hours - 1.5) / 1.5 < 0.15, hours
