@@ -67,6 +67,7 @@ class ModelConfig:
                 cfg.ffn_hidden = 4 * cfg.d_model
             else:
                 m = cfg.ffn_multiple_of
+                _require_positive("model.ffn_multiple_of", m)  # before it divides
                 cfg.ffn_hidden = m * -(-(8 * cfg.d_model // 3) // m)
         cfg.validate()
         return cfg

@@ -153,6 +153,7 @@ def test_odd_head_dim_rejected_for_llama_only():
     ("model.vocab_size=0", "model.vocab_size"),
     ("model.n_kv_head=0", "model.n_kv_head"),
     ("model.ffn_hidden=-1", "model.ffn_hidden"),
+    ("model.ffn_multiple_of=0", "model.ffn_multiple_of"),  # a llama's FFN width is rounded up to it: a division
     ("train.batch_size=0", "train.batch_size"),
     ("train.max_steps=-5", "train.max_steps"),
     ("train.seq_len=0", "train.seq_len"),
