@@ -378,11 +378,12 @@ def _with_prediction(run: Path, to: Path, low: float, central: float, high: floa
 
 def test_a_planned_run_is_reported_against_its_prediction(sampled_runs, tmp_path, capsys):
     final = [r for r in read_metrics(sampled_runs[0]) if "val_loss" in r][-1]["val_loss"]
-    inside = _with_prediction(sampled_runs[0], tmp_path / "inside", final * 0.98, final * 1.01, final * 1.03)
+    # Above the central prediction, below the interval's top: inside.
+    inside = _with_prediction(sampled_runs[0], tmp_path / "inside", final * 0.97, final * 0.99, final * 1.03)
     assert main(["report", str(inside)]) == 0
     out = capsys.readouterr().out
-    assert (f"predicted val loss {final * 1.01:.4f} (90% interval {final * 0.98:.4f}–{final * 1.03:.4f}); final val "
-            f"loss {final:.4f}, {final / (final * 1.01) - 1:+.2%} from the prediction: inside the interval") in out
+    assert (f"predicted val loss {final * 0.99:.4f} (90% interval {final * 0.97:.4f}–{final * 1.03:.4f}); final val "
+            f"loss {final:.4f}, {final / (final * 0.99) - 1:+.2%} from the prediction: inside the interval") in out
     md = (inside / "report" / "report.md").read_text()
     assert "## Predicted against achieved" in md and "The ladder's plot is left out: prediction.ladder" in md
     below = _with_prediction(sampled_runs[0], tmp_path / "below", final * 0.90, final * 0.92, final * 0.95)
