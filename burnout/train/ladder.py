@@ -259,7 +259,7 @@ def fit_ladder(ladder: dict, samples: int = scaling.BOOTSTRAP_SAMPLES) -> dict:
     law = scaling.fit(n, d, loss, label=f"fitted to {len(rungs)} rungs")
     held_out = sum(r["level"] == ladder["design"]["levels"] - 1 for r in rungs)
     return {"law": law.to_dict(), "residuals": scaling.log_residuals(law, n, d, loss).tolist(),
-            "bootstrap": [s.to_dict() for s in scaling.bootstrap(n, d, loss, samples=samples)],
+            "bootstrap": [s.to_dict() for s in scaling.bootstrap(n, d, loss, samples=samples, start=law)],
             "held_out": scaling.held_out_error(n, d, loss, flops, held_out)}
 
 

@@ -27,10 +27,16 @@ HUBER_DELTA = 1e-3
 # The grid of starts (Hoffmann et al.'s): every combination is scored, L-BFGS starts from the best few.
 GRID = {"alpha": (0.0, 0.5, 1.0, 1.5, 2.0), "beta": (0.0, 0.5, 1.0, 1.5, 2.0), "e": (-1.0, -0.5, 0.0, 0.5, 1.0),
         "a": (0.0, 5.0, 10.0, 15.0, 20.0, 25.0), "b": (0.0, 5.0, 10.0, 15.0, 20.0, 25.0)}
-# Exponents outside this range are not a scaling law but a degenerate fit (alpha 0 merges A into E).
+# Exponents outside this range are not a scaling law but a degenerate fit (alpha 0 merges A into E); nor is an
+# irreducible loss below E_FLOOR nats, where a fit of too few tokens drifts (E → 0 flattens the objective in E, and
+# L-BFGS spends hundreds of iterations there).
 EXPONENT_BOUNDS = (1e-3, 3.0)
-FIT_STARTS, BOOTSTRAP_STARTS = 16, 4
-BOOTSTRAP_SAMPLES = 200
+E_FLOOR = 0.1
+FIT_STARTS = 8
+# A bootstrap refit starts from the fit of all the points and from the best point of the grid.
+BOOTSTRAP_STARTS = 1
+BOOTSTRAP_SAMPLES = 100
+MAX_ITERATIONS = 1000
 INTERVAL_LEVEL = 0.9  # a prediction's interval: the 5th to the 95th percentile
 # Training FLOPs per parameter per token of a dense transformer (forward 2, backward 4): C ≈ 6·N·D.
 FLOPS_PER_PARAM_TOKEN = 6.0
@@ -100,34 +106,42 @@ def _grid_starts(log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray, keep: 
     return grid[np.argsort(scores, kind="stable")[:keep]]
 
 
-def fit(n, d, loss, starts: int = FIT_STARTS, label: str = "fitted") -> ScalingLaw:
+def fit(n, d, loss, starts: int = FIT_STARTS, label: str = "fitted", start: ScalingLaw | None = None) -> ScalingLaw:
     """The law of least Huber loss through the points (n[i], d[i], loss[i]): L-BFGS-B from the `starts` best points
-    of GRID, exponents bounded to EXPONENT_BOUNDS. Deterministic: the same points give the same law."""
+    of GRID (and from `start`, a law, when given), exponents bounded to EXPONENT_BOUNDS and E to E_FLOOR or more.
+    Deterministic: the same points give the same law."""
     log_n, log_d, log_l = (np.log(np.asarray(x, dtype=float)) for x in (n, d, loss))
     if len(log_l) < 5:
         raise ValueError(f"a fit of five parameters needs at least five points; got {len(log_l)}")
-    bounds = [(None, None)] * 3 + [EXPONENT_BOUNDS] * 2
+    bounds = [(None, None)] * 2 + [(math.log(E_FLOOR), None)] + [EXPONENT_BOUNDS] * 2
+    low, high = [b[0] if b[0] is not None else -np.inf for b in bounds], [b[1] or np.inf for b in bounds]
+    x0s = list(_grid_starts(log_n, log_d, log_l, starts))
+    if start is not None:
+        x0s.insert(0, np.log([start.A, start.B, start.E]).tolist() + [start.alpha, start.beta])
     best = None
-    for x0 in _grid_starts(log_n, log_d, log_l, starts):
-        x0 = np.clip(x0, [-np.inf] * 3 + [EXPONENT_BOUNDS[0]] * 2, [np.inf] * 3 + [EXPONENT_BOUNDS[1]] * 2)
-        result = minimize(_objective, x0, args=(log_n, log_d, log_l), jac=True, method="L-BFGS-B", bounds=bounds,
-                          options={"ftol": 1e-14, "gtol": 1e-10, "maxiter": 2000})
+    for x0 in x0s:
+        result = minimize(_objective, np.clip(x0, low, high), args=(log_n, log_d, log_l), jac=True,
+                          method="L-BFGS-B", bounds=bounds,
+                          options={"ftol": 1e-14, "gtol": 1e-10, "maxiter": MAX_ITERATIONS})
         if best is None or result.fun < best.fun:
             best = result
     a, b, e, alpha, beta = best.x
     return ScalingLaw(float(math.exp(e)), float(math.exp(a)), float(alpha), float(math.exp(b)), float(beta), label)
 
 
-def bootstrap(n, d, loss, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> list[ScalingLaw]:
+def bootstrap(n, d, loss, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0,
+              start: ScalingLaw | None = None) -> list[ScalingLaw]:
     """Laws fitted to `samples` resamplings of the points (drawn with replacement, each with at least five distinct
-    points), from a seeded generator: the same points and seed give the same laws."""
+    points), from a seeded generator: the same points and seed give the same laws. Each refit starts from `start`
+    (the fit of all the points; fitted here when not given) and from the grid's best point."""
     n, d, loss = (np.asarray(x, dtype=float) for x in (n, d, loss))
+    start = start or fit(n, d, loss)
     rng = np.random.default_rng(seed)
     laws = []
     while len(laws) < samples:
         pick = rng.integers(0, len(loss), len(loss))
         if len(set(pick.tolist())) >= 5:
-            laws.append(fit(n[pick], d[pick], loss[pick], starts=BOOTSTRAP_STARTS, label="bootstrap"))
+            laws.append(fit(n[pick], d[pick], loss[pick], starts=BOOTSTRAP_STARTS, label="bootstrap", start=start))
     return laws
 
 
