@@ -10,9 +10,10 @@ import yaml
 
 from burnout.base.text import format_count
 from burnout.cli import main
-from burnout.config import load_run_config
+from burnout.config import PredictionConfig, load_run_config
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
+from burnout.runs import continued_config, start_training
 from burnout.train import optimal, scaling
 from burnout.train.hardware import hardware_table
 
@@ -98,3 +99,17 @@ def test_a_written_config_never_replaces_a_file_and_needs_data(tiny_bpe_data, tm
     with pytest.raises(BurnoutError, match="the run config trains on prepared data"):
         optimal.check_config_path(tmp_path / "new.yaml", optimal.prediction_source(None, None))
     assert mine.read_text() == "mine: true\n"
+
+
+def test_the_prediction_stays_with_the_run_it_was_made_for(tiny_run_config, tiny_bpe_data, tmp_path):
+    """A run grown from a planned run (`burnout grow`), or continued from it with its config (`--init-from`), is
+    another run: the prediction, which was for the parent's N and D, is not carried over."""
+    cfg = tiny_run_config(max_steps=4, ckpt_interval=4, eval_interval=4)
+    cfg.prediction = PredictionConfig(val_loss=6.0, low=5.5, high=6.5, level=0.9, source="ladder", params=1000,
+                                      tokens=2000)
+    parent = tmp_path / "parent"
+    start_training(cfg, parent, data_dir=tiny_bpe_data, on_event=lambda line: None, progress=False)
+    assert yaml.safe_load((parent / "config.yaml").read_text())["prediction"]["val_loss"] == 6.0
+    assert continued_config(parent, []).prediction is None
+    assert main(["grow", str(parent), "--out", str(tmp_path / "grown"), "model.n_layer=3"]) == 0
+    assert yaml.safe_load((tmp_path / "grown" / "config.yaml").read_text())["prediction"] is None
