@@ -613,7 +613,7 @@ def cmd_bench(p: argparse.ArgumentParser) -> Handler:
 
 @command("plan", help="predicted hours, dollars and peak memory on a given GPU, or what a budget buys",
          description="With CONFIG: predict time and cost per phase from FLOPs per token, tokens per phase, the "
-                     "GPU's peak and price (burnout/configs/hardware.yaml) and an assumed MFU; and the "
+                     "GPU's peak and price (burnout/configs/hardware.yaml) and its MFU (measured, or assumed); and the "
                      "peak memory per GPU at the configured micro-batch (eager and compiled, with and "
                      "without activation checkpointing, DDP or FSDP over --gpus), whether it fits the "
                      "GPU's memory, the largest micro-batch that does and what would make it fit. "
@@ -627,7 +627,9 @@ def cmd_plan(p: argparse.ArgumentParser) -> Handler:
                    help="a run config (YAML or a built-in name, e.g. gpuburnout-1b), a model preset (e.g. llama-small, "
                         "with the train settings of `burnout train --model`) or a run folder")
     p.add_argument("--gpu", help="a burnout/configs/hardware.yaml entry or cpu (measured peak); default a100-80gb")
-    p.add_argument("--mfu", type=fraction, default=0.4, help="assumed model FLOPs utilization (default 0.4)")
+    p.add_argument("--mfu", type=fraction, default=None,
+                   help="model FLOPs utilization (default: the one hardware.yaml records as measured on the GPU, "
+                        "else an assumed 0.4)")
     p.add_argument("--price", type=non_negative, default=None, help="dollars per device-hour (default: the table's)")
     p.add_argument("--gpus", "--devices", type=counting, default=1,
                    help="devices training together (default 1); train.distributed picks DDP or FSDP")

@@ -345,13 +345,18 @@ class CheckpointConfig(TrainSection):
 @dataclass
 class BudgetConfig(TrainSection):
     """train.budget: a time or dollar budget for the run, and what its hardware is and costs (train/budget.py)."""
-    # A time budget for the run's training (its elapsed_s, over all its sessions): a plan, not a cut-off. A new run
-    # measures a step (unless step_seconds is given), plans the steps that fit, warms up over at most a tenth of
-    # them, and ends its LR schedule at the budget even when the steps slow down (docs/USAGE.md).
+    # A time budget for the run's commands, start-up included (its elapsed_s, over all its sessions): a plan, not a
+    # cut-off. A new run measures a step (unless step_seconds is given), plans the steps that fit in what its start-up
+    # left, warms up over at most a tenth of them, and ends its LR schedule at the budget even when the steps slow
+    # down (docs/USAGE.md).
     max_minutes: float | None = None
     # The seconds per step a time budget plans with; measured at a new run's start when not given, then kept in
     # config.yaml so that a resume keeps the plan.
     step_seconds: float | None = None
+    # The seconds a new run's command spent before the plan (data preparation, a fine-tune's probe, the step
+    # measurement), which the budget also covers: its steps are planned from what is left. Measured at a new run's
+    # start, then kept in config.yaml so that a resume keeps the plan (each session's own start-up counts in elapsed_s).
+    startup_seconds: float | None = None
     # A budget in dollars: the time budget it buys at the run's price (price_per_hour, else hardware.yaml's for its
     # GPU) on all its devices, set as max_minutes at each session's start; refused where no price is known (a CPU).
     max_dollars: float | None = None
@@ -364,6 +369,9 @@ class BudgetConfig(TrainSection):
         for key in ("max_minutes", "step_seconds", "max_dollars", "price_per_hour"):
             if getattr(self, key) is not None:
                 _require_positive(f"train.{key}", getattr(self, key))
+        if self.startup_seconds is not None and self.startup_seconds < 0:
+            raise BurnoutError(f"train.startup_seconds: {self.startup_seconds} is negative; it is the seconds a run's "
+                               "start-up took (0 or more), measured when not given")
 
 
 @dataclass

@@ -637,6 +637,11 @@ CASES = [
          ["--out {dir} holds files that are not burnout's (notes.txt)"], setup=lambda d, *_: _notes(d)),
     Case("ladder-too-small-a-budget", ["ladder", "{data}", "--out", "{dir}/ladder", "--minutes", "0.01"],
          ["0.01 minutes is too small for a ladder", "give about"]),
+    # issue 50: plan before spending
+    Case("train-startup-seconds-negative", ["train", "--data", "{data}", "--model", "llama-tiny", "--out",
+                                            "{dir}/run", "--minutes", "1", "train.startup_seconds=-5"],
+         ["train.startup_seconds: -5", "is negative", "measured when not given"]),
+    Case("plan-mfu-above-one", ["plan", "llama-tiny", "--mfu", "1.5"], ["--mfu", "1.5"]),
 ]
 
 
@@ -867,6 +872,7 @@ def test_catalogue_has_at_least_25_cases():
     assert len(CASES) >= 25 and len({c.name for c in CASES}) == len(CASES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_gives_one_clear_line(catalogue, case, tiny_bpe_data):
     root, before, after, _, results = catalogue
@@ -888,6 +894,7 @@ def test_bad_input_gives_one_clear_line(catalogue, case, tiny_bpe_data):
         assert not new, f"created {new}"
 
 
+@pytest.mark.slow  # the catalogue runs every case as a command
 def test_shared_inputs_untouched(catalogue, tiny_bpe_data, sampled_runs):
     *_, shared_before, _ = catalogue
     for path, snap in shared_before.items():

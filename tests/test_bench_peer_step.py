@@ -49,6 +49,7 @@ def test_the_peer_trains_with_our_optimizer_settings():
     assert settings(theirs) == settings(ours)
 
 
+@pytest.mark.slow
 def test_the_peer_step_runs_on_the_cpu_at_a_tiny_size():
     out = subprocess.run([sys.executable, "-m", "benchmarks.peer_step", "llama-tiny", "2", "32", "--device", "cpu",
                           "--eager", "--precision", "fp32", "--steps", "2"], cwd=REPO_ROOT, capture_output=True,

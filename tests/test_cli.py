@@ -107,6 +107,7 @@ def failures(tmp_path_factory):
     return root, results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,fragments", [
     ("unknown-preset", ["unknown preset 'nope'", "llama-tiny"]),
     ("typo-key", ["config.train.lrr: unknown key", "did you mean 'lr'?"]),
@@ -133,6 +134,7 @@ def test_bad_input_is_one_line_exit_2(failures, case, fragments):
     assert out == ""
 
 
+@pytest.mark.slow  # the failures fixture starts eleven commands
 def test_failed_train_creates_no_run_folder(failures):
     root, _ = failures
     for name in ("typo", "typo2", "type", "shape", "missing"):
@@ -140,6 +142,7 @@ def test_failed_train_creates_no_run_folder(failures):
     assert not (root / "d").exists()
 
 
+@pytest.mark.slow  # the failures fixture starts eleven commands
 def test_existing_run_is_left_untouched(failures):
     root, _ = failures
     existing = root / "existing-run"

@@ -15,6 +15,8 @@ from burnout.cli import main
 from burnout.config import load_run_config
 from burnout.data.shards import read_meta
 
+pytestmark = pytest.mark.slow  # every test here trains, installs or drives a browser: not in `make test-fast`
+
 pytest.importorskip("transformers")
 
 TRAIN_MINUTES, SFT_MINUTES = 0.2, 0.2

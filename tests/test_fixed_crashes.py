@@ -41,6 +41,7 @@ def _no_internal_error(code: int, out: str, err: str) -> None:
 # prepared are kept for the next start, and `compare` with its built-in prompts leaves out the one with parentheses.
 
 
+@pytest.mark.slow
 def test_shakespeare_fast_refuses_a_bad_sample_prompt_at_once_then_trains_and_compares(shared_data, tmp_path):
     run = tmp_path / "fast"
     short = ["train.max_steps=2", "train.eval_batches=2", "train.sample_tokens=8"]
@@ -63,6 +64,7 @@ def test_shakespeare_fast_refuses_a_bad_sample_prompt_at_once_then_trains_and_co
                                                                          "The meaning of life is"]
 
 
+@pytest.mark.slow
 def test_compare_refuses_when_no_built_in_prompt_fits_and_names_the_option(tmp_path):
     catalogue._untrained(tmp_path / "char", catalogue._char_tokenizer())  # To be, or not to be: no capitals but T
     code, out, err = _run(tmp_path, {"compare": ["compare", str(tmp_path / "char")]})["compare"]
@@ -83,6 +85,7 @@ def _chat(run: Path, typed: bytes) -> subprocess.CompletedProcess:
                           capture_output=True, timeout=300, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["base", "chat"])
 def test_a_chat_session_goes_on_after_a_line_that_is_not_utf8(model, sampled_runs, chat_checkpoint):
     run = sampled_runs[0] if model == "base" else chat_checkpoint.run_dir
@@ -126,6 +129,7 @@ def test_a_line_of_surrogate_escaped_bytes_is_refused_and_the_session_goes_on(sa
 # Data preparation: characters the tokenizer cannot encode are left out and counted, not fatal.
 
 
+@pytest.mark.slow
 def test_prepare_leaves_out_what_the_char_tokenizer_lacks_counts_it_and_says_so_once(tmp_path):
     from burnout.config import TokenizerConfig
     from burnout.data.tokenizer import load_tokenizer, train_tokenizer
@@ -166,6 +170,7 @@ def test_prepare_leaves_out_what_the_char_tokenizer_lacks_counts_it_and_says_so_
     assert Counter(decoded) == Counter(c for d in docs for c in d if c in vocab)
 
 
+@pytest.mark.slow
 def test_prepare_refuses_a_tokenizer_that_cannot_encode_more_than_a_rare_character(tmp_path):
     """A char tokenizer of another text (all but 18 characters missing) is refused once 100,000 characters are read:
     the refusal is the last line, after the progress bar; the unfinished folder is left to prepare again."""
@@ -184,6 +189,7 @@ def test_prepare_refuses_a_tokenizer_that_cannot_encode_more_than_a_rare_charact
     assert "of the first 100," in results["more"][2].splitlines()[-1]  # at the check, before the end of its text
 
 
+@pytest.mark.slow
 def test_prepare_of_jsonl_with_a_lone_surrogate_in_the_tokenizers_sample_works(tmp_path):
     """A JSON "\\ud800" in the sample a tokenizer is trained on (both kinds) crashed the training of the tokenizer and
     dedup's hash; it is left out of both and counted."""
@@ -220,6 +226,7 @@ def test_the_playground_serves_the_checkpoints_whose_info_it_can_read(sampled_ru
     assert said[0].endswith("); use another checkpoint of the run (or its copy in train.mirror_dir)")
 
 
+@pytest.mark.slow
 def test_report_leaves_out_a_damaged_info_or_eval_file_and_says_so(sampled_runs, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(sampled_runs[0], run)
@@ -234,6 +241,7 @@ def test_report_leaves_out_a_damaged_info_or_eval_file_and_says_so(sampled_runs,
     assert f"{run / 'eval' / 'step_0000008.json'} is left out (unreadable: " in report
 
 
+@pytest.mark.slow
 def test_eval_summarises_the_scores_it_can_read_beside_one_cut_short(sampled_runs, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(sampled_runs[0], run)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from burnout import cli
 from burnout.base.values import checked_number
-from burnout.config import DataConfig, ModelConfig, TokenizerConfig, TrainConfig, load_run_config
+from burnout.config import TRAIN_SECTIONS, DataConfig, ModelConfig, TokenizerConfig, TrainConfig, load_run_config
 from burnout.errors import BurnoutError
 
 # What a user may type: numbers as text (NaN and the infinities among them), numbers in other spellings, words.
@@ -131,6 +131,7 @@ def _required(path: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(argv)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(flag=st.sampled_from(NUMERIC_FLAGS), text=TYPED)
 def test_a_numeric_flag_takes_a_finite_number_in_range_or_exits_2_with_one_line(flag, text):
@@ -149,10 +150,12 @@ def test_a_numeric_flag_takes_a_finite_number_in_range_or_exits_2_with_one_line(
 
 
 def _numeric_fields() -> list[tuple[str, str]]:
-    """(section, field) of every int or float field (optional or not) of the config's sections."""
+    """(section, field) of every int or float field (optional or not) of the config's sections; a field of one of
+    train's sections by its short name, train.KEY, as the command line and messages name it."""
     found = []
-    for section, cls in (("model", ModelConfig), ("data", DataConfig), ("tokenizer", TokenizerConfig),
-                         ("train", TrainConfig)):
+    sections = [("model", ModelConfig), ("data", DataConfig), ("tokenizer", TokenizerConfig), ("train", TrainConfig),
+                *(("train", cls) for cls in TRAIN_SECTIONS.values())]
+    for section, cls in sections:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             types = set(typing.get_args(hints[f.name])) or {hints[f.name]}

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 try:
     import tomllib
 except ImportError:  # Python 3.10: the TOML reader pytest itself uses there
@@ -33,6 +35,7 @@ def is_under(path: str | Path, folder: Path) -> bool:
     return Path(path).resolve().is_relative_to(folder.resolve())
 
 
+@pytest.mark.slow
 def test_wheel_install_runs_outside_the_repo(tmp_path):
     # Build from a copy of what the wheel is made of, so that setuptools' build/ and *.egg-info land in
     # tmp_path, not the checkout (and a stale build/lib there cannot slip files into the wheel).
@@ -71,6 +74,7 @@ def test_wheel_install_runs_outside_the_repo(tmp_path):
     assert list(outside.iterdir()) == []  # nothing written to the cwd
 
 
+@pytest.mark.slow
 def test_a_missing_dev_extra_fails_under_ci_and_skips_elsewhere(tmp_path):
     """The equality proofs importorskip transformers, peft, lm_eval and trl: under CI=true a missing one must
     fail the suite (tests/conftest.py), not skip it."""

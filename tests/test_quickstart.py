@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from burnout.cli import main
@@ -31,6 +32,7 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_quickstart_generate_export(tmp_path, monkeypatch, capsys):
     out = tmp_path / "qs"
     # The plan's step count comes from a measured step time (test_minutes_set_the_planned_steps checks how): here

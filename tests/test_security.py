@@ -47,6 +47,7 @@ def _poisoned_checkpoint(sampled_runs, tmp_path, fmt):
     return run, ckpt, marker
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["raw-pickle", "torch-zip"])
 def test_a_malicious_pickle_in_state_pt_is_refused_and_never_runs(sampled_runs, tmp_path, fmt):
     run, ckpt, marker = _poisoned_checkpoint(sampled_runs, tmp_path, fmt)

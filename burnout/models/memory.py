@@ -445,7 +445,8 @@ def _partition(cfg: ModelConfig, seq_len: int, precision: str, target: str,
         x = torch.zeros(1, seq_len, dtype=torch.long)
     try:
         with mode, _autocast(precision):
-            torch.compile(model, backend=backend)(x, x.clone())
+            # One fixed shape: after compiles of this forward at other lengths, dynamo would trace sizes symbolic.
+            torch.compile(model, backend=backend, dynamic=False)(x, x.clone())
     finally:
         # Forget the graphs compiled for this fake model; nothing else is compiled before training starts.
         torch._dynamo.reset()

@@ -125,7 +125,7 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
     blocks.append(Block("h2", "Evaluation"))
     if any(k.startswith("eval/") for r in run.records for k in r):
         blocks.append(Block("p", f"Scored during training at each evaluation (train.eval_tasks, the first "
-                                 f"{train.get('eval_task_items')} items of each):"))
+                                 f"{run.train.eval.eval_task_items} items of each):"))
         blocks.append(Block("image", "benchmarks_during_training", png=plots.task_plot(run)))
     if run.evals:
         columns, rows = eval_rows(run)

@@ -39,6 +39,9 @@ class Hardware:
     peak_flops: float  # per device, in the run's precision
     price_per_hour: float | None  # dollars per device-hour
     price_note: str  # how the price was arrived at, for reports
+    # The MFU a training run reached on it, measured (hardware.yaml's `mfu`, with its source), for `burnout plan`.
+    mfu: float | None = None
+    mfu_note: str = ""
     # The peak measured again, for a step that outran it: a CPU's (a GPU's would need memory the run holds).
     measure_again: Callable[[], float] | None = None
 
@@ -67,7 +70,7 @@ def get_hardware(key: str, precision: str, price_per_hour: float | None = None,
                 + ("" if price_per_hour is not None else " and no price is known (set train.price_per_hour)"))
     elif key == "cpu":
         hw = Hardware("cpu", f"CPU ({plural(torch.get_num_threads(), 'thread')})", cpu_peak(precision), None, "",
-                      functools.partial(cpu_peak, precision, measure_again=True))
+                      measure_again=functools.partial(cpu_peak, precision, measure_again=True))
     else:
         hw = _table_hardware(table, key, precision)
     if price_per_hour is not None:
@@ -98,7 +101,8 @@ def _table_hardware(table: dict[str, dict], key: str, precision: str) -> Hardwar
         # A card without bf16 tensor cores (T4, V100) lists no bf16 peak: bf16 would run emulated there.
         raise BurnoutError(f"hardware '{key}' ({entry['name']}) has no {precision} peak in {HARDWARE_FILE}; "
                            f"use {' or '.join(peaks)} (train.precision, or burnout plan --precision)")
-    return Hardware(key, entry["name"], float(peaks[precision]) * 1e12, *_table_price(entry))
+    return Hardware(key, entry["name"], float(peaks[precision]) * 1e12, *_table_price(entry), entry.get("mfu"),
+                    entry.get("mfu_note", ""))
 
 
 def _table_entry(table: dict[str, dict], key: str) -> dict:

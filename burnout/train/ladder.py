@@ -8,8 +8,8 @@ The design is isoFLOP (Hoffmann et al.'s second approach, whose points serve the
 set), each trained at LEVELS compute levels C0·2^l, D = C / the shape's FLOPs per token. Each rung is a separate run
 with its own LR decay to its own end (the training settings of `burnout train --model`, the quickstart's), so its
 final loss is a finished run's. The depth set is the largest of DEPTH_SETS whose top level gives its second-largest
-size at least TOKENS_PER_PARAM tokens per parameter (so the isoFLOP curves reach the compute-optimal size), judged at
-the FLOP rate of the first set, whose step times are measured as the quickstart measures them (train/probe.py);
+size at least CHINCHILLA_TOKENS_PER_PARAM tokens per parameter (so the isoFLOP curves reach the compute-optimal
+size), judged at the FLOP rate of the first set, whose step times are measured as the quickstart measures them (train/probe.py);
 C0 is then what makes the rungs' measured steps fill the budget. Rungs under MIN_RUNG_STEPS steps are left out. WSD
 decay branches would give several token counts from one run per size for less compute; a branch started from a
 checkpoint as a new run re-reads its data from the start, so they are not used (docs/USAGE.md, "What can I train").
@@ -37,6 +37,7 @@ from burnout.base.text import format_count, format_duration
 from burnout.config import ModelConfig, RunConfig, load_run_config
 from burnout.core.checkpoint import holds_run
 from burnout.data.mix import data_run_config, preset_train_section
+from burnout.data.prepare import CHINCHILLA_TOKENS_PER_PARAM
 from burnout.data.shards import data_fingerprint, read_meta
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
@@ -50,7 +51,6 @@ LADDER_FILE, PLOT_FILE = "ladder.json", "ladder.png"
 DIAL_WIDTH = 64  # d_model per layer, and each head's width
 DEPTH_SETS = ((1, 2, 3, 4), (2, 3, 4, 6), (3, 4, 6, 8), (4, 6, 8, 12), (6, 8, 12, 16), (8, 12, 16, 24))
 LEVELS = 4  # compute levels, each twice the one below; the top one is held out for the fit's own error
-TOKENS_PER_PARAM = 20  # Hoffmann et al.'s compute-optimal ratio, where the top level should reach
 MIN_RUNG_STEPS = 20
 SEQ_LEN, SEQS_PER_STEP = 256, 8  # the quickstart's batch: 8 × 256 tokens a step (--seq-len changes the 256)
 MAX_EVAL_BATCHES = 64  # the final val loss: the val split's first windows, up to this many batches of them
@@ -135,7 +135,7 @@ def design(data_dir: Path, budget: Budget, say: Callable[[str], None]) -> dict:
                                     for d in depths}, vocab, seq_len, seconds)
         top = depths[-2]
         if c0 * 2 ** (LEVELS - 1) / _info(top, vocab, seq_len)["flops_per_token"] < \
-                TOKENS_PER_PARAM * _info(top, vocab, seq_len)["params_total"]:
+                CHINCHILLA_TOKENS_PER_PARAM * _info(top, vocab, seq_len)["params_total"]:
             break
         chosen = depths
     if chosen != DEPTH_SETS[0]:

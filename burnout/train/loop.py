@@ -48,10 +48,11 @@ from burnout.generate.sampling import generate_text
 from burnout.models.cpu_paths import forget_packed_weights
 from burnout.models.info import flops_per_token, matmul_parameters
 from burnout.models.transformer import unwrapped
-from burnout.train.budget import settle_budget
+from burnout.train.budget import settle_budget, spend_lines
 from burnout.train.checkpointing import Checkpointer, load_for_resume, resume_point
 from burnout.train.distributed import (
     DistContext,
+    from_main,
     min_across_ranks,
     wrap_model,
 )
@@ -113,6 +114,12 @@ def _past_the_end(run_dir: Path, step: int, end: int, tc: TrainConfig) -> str:
 
 def _silent(line: str) -> None:
     pass
+
+
+def clock() -> float:
+    """The clock a run's time is counted on, from its command's start (train/run.py) to its last step: elapsed_s,
+    a time budget, the session's start-up. One seam for the tests' fake clocks (loop.time)."""
+    return time.perf_counter()
 
 
 def check_sample_prompt(cfg: RunConfig, tokenizer_path: Path) -> None:
@@ -206,12 +213,14 @@ class Trainer:
     or on SIGTERM/SIGINT, always with a checkpoint. `on_event` receives human-readable lines as they happen
     (rank 0 only). `auto_batch` replaces train.batch_size by the largest micro-batch that fits and keeps the tokens
     per step through train.grad_accum. `resumed_with`: a resume's changed settings, appended to resumes.jsonl
-    once the run has accepted them (a refused resume leaves no trace)."""
+    once the run has accepted them (a refused resume leaves no trace). `started`: the clock() reading when the
+    command started (default: now), from which the session's time counts, its start-up included."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, data_dir: Path, recipe: Recipe, dist: DistContext,
                  device: torch.device, *, resume: bool = False, progress: bool | None = None,
                  on_event: Callable[[str], None] | None = None, auto_batch: bool = False,
-                 resumed_with: dict | None = None):
+                 resumed_with: dict | None = None, started: float | None = None):
+        self.started = clock() if started is None else started
         if not resume:
             refuse_existing_run(run_dir)
         self.run_dir, self.data_dir, self.recipe, self.dist, self.device = run_dir, data_dir, recipe, dist, device
@@ -238,13 +247,18 @@ class Trainer:
             # On every rank: the prediction is deterministic, so all ranks refuse together.
             check_fits(cfg, device, dist.world_size, self.precision)
         self.tokens_per_step = self.tc.batch_size * self.tc.grad_accum * self.seq_len * dist.world_size
-        self.cfg, self.budget = settle_budget(self.cfg, data_dir, recipe, device, self.precision, dist)
+        self.cfg, self.budget, step_time = settle_budget(self.cfg, data_dir, recipe, device, self.precision, dist,
+                                                         spent=lambda: clock() - self.started, resumed=resume)
         self.tc = self.cfg.train
         self.end_of_run = total_steps(self.tc, self.tokens_per_step, meta["splits"]["train"]["tokens"])
         self._setup_model(resume and not from_scratch)
         if self.budget is not None:
             self.emit(self.budget.plan_line(self.end_of_run, self.elapsed_before))
         self._setup_logging(resume, resumed_with)
+        if self.step < self.stop_at:  # what this session is about to spend, before its first step
+            for line in spend_lines(self.cfg, step_time, self.step, self.stop_at, self.end_of_run,
+                                    self.tokens_per_step, meta["splits"]["train"]["tokens"], self.price):
+                self.emit(line)
 
     def _auto_batch(self, cfg: RunConfig) -> RunConfig:
         tc = cfg.train
@@ -336,7 +350,11 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         ckpt_path, result = None, None
-        budget = self.budget.session(self.end_of_run, self.elapsed_before) if self.budget is not None else None
+        # The session's time counts from its command's start: its start-up is in elapsed_s, and in a time budget
+        # (whose first step every rank places alike: rank 0's start-up).
+        t_start = self.started
+        budget = (self.budget.session(self.end_of_run, from_main(self.elapsed_before + clock() - t_start, self.dist))
+                  if self.budget is not None else None)
         stop = StopConditions(self.stop_at, self.end_of_run, budget)
         batches = Prefetcher(self.loaders["train"], batch_indices(self.step, self.tc.grad_accum, self.dist),
                              pin=self.device.type == "cuda")
@@ -344,11 +362,10 @@ class Trainer:
         def flags() -> list[float]:  # agreed across ranks on the train step's own all-reduce
             return [*stop.local_flags(), self.checkpointer.time_due()]
 
-        t_start = time.perf_counter()
         try:
             with stop:
                 while self.step < self.stop_at:
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     if budget is not None:
                         budget.step_starts(self.elapsed_before + t0 - t_start)
                     try:
@@ -360,11 +377,11 @@ class Trainer:
                     self.step += 1
                     if note := self.recipe.after_step(self.step, result.loss):
                         self._say(note)
-                    seconds = time.perf_counter() - t0
+                    seconds = clock() - t0
                     self.logger.count(seconds, result.positions)
                     if budget is not None:
                         budget.step_took(seconds)
-                    self.elapsed = self.elapsed_before + time.perf_counter() - t_start
+                    self.elapsed = self.elapsed_before + clock() - t_start
                     self.bar.update(1)
                     final = stop.final(self.step, result.flag_means[:2])
                     save = self.checkpointer.due(self.step, final, result.flags[2])

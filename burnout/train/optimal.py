@@ -31,13 +31,14 @@ from burnout.config import (
     load_run_config,
     model_preset_names,
 )
+from burnout.data.prepare import CHINCHILLA_TOKENS_PER_PARAM
 from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
 from burnout.train import ladder as ladders
 from burnout.train import scaling
 from burnout.train.hardware import get_hardware, hardware_price, hardware_table
-from burnout.train.plan import format_plan, memory_plan, plan_run
+from burnout.train.plan import format_plan, memory_plan, plan_run, planned_mfu
 from burnout.train.probe import measure_step_seconds
 from burnout.train.schedule import budget_steps
 
@@ -133,14 +134,14 @@ def batch_for(tokens: float, seqs: int, seq_len: int) -> tuple[int, int]:
 
 
 def budget_plan(source: dict, hardware: str | None, hours: float | None = None, dollars: float | None = None,
-                minutes: float | None = None, devices: int = 1, mfu: float = 0.4, price: float | None = None,
+                minutes: float | None = None, devices: int = 1, mfu: float | None = None, price: float | None = None,
                 say: Callable[[str], None] = print) -> dict:
     """The plan for one budget: `dollars` or `hours` on `devices` × `hardware`, or `minutes` of this machine."""
     if minutes is not None:
         return _machine_plan(source, minutes, say)
     if devices < 1:
         raise BurnoutError(f"--devices {devices}: must be at least 1")
-    if not 0 < mfu <= 1:
+    if mfu is not None and not 0 < mfu <= 1:
         raise BurnoutError(f"--mfu {mfu}: must lie in (0, 1]")
     if dollars is not None:  # before a CPU's peak is measured
         per_hour, what = hardware_price(hardware, price, None)
@@ -150,6 +151,7 @@ def budget_plan(source: dict, hardware: str | None, hours: float | None = None, 
         hours = dollars / (per_hour * devices)
     precision = "fp32" if hardware == "cpu" else "bf16" if "bf16" in _peaks(hardware) else "fp16"
     hw = get_hardware(hardware, precision, price)
+    mfu, _ = planned_mfu(mfu, hw)
     words = (f"${dollars:g}" if dollars is not None else f"{hours:g} h") + f" on {devices} × {hw.name}"
     flops = hours * 3600 * hw.peak_flops * mfu * devices
     seq_len = source["seq_len"] or SEQ_LEN["cpu" if hardware == "cpu" else "gpu"]
@@ -290,7 +292,7 @@ def named_model_lines(cfg: RunConfig, planned: dict, source: dict) -> list[str]:
 
     said = prediction_words(predict_loss(source, n, d))
     lines = [f"predicted val loss of {format_count(n)} parameters × {format_count(d)} tokens ({d / n:.1f} per "
-             f"parameter; about {ladders.TOKENS_PER_PARAM} is compute-optimal): {said}",
+             f"parameter; about {CHINCHILLA_TOKENS_PER_PARAM} is compute-optimal): {said}",
              f"  twice the tokens ({format_count(2 * d)}, {cost(2)}): "
              f"{predict_loss(source, n, 2 * d)['val_loss']:.3f}"]
     seq_len, tokens_per_step = planned["seq_len"], planned["tokens_per_step"]

@@ -28,18 +28,21 @@ from pathlib import Path
 import torch
 
 from burnout.base.files import RUN_CONFIG_FILE
-from burnout.base.text import format_count
+from burnout.base.text import format_count, format_duration
 from burnout.config import CONFIG_DIR, RunConfig, load_run_config, model_preset_names
 from burnout.core.device import compute_precision
 from burnout.data.mix import preset_train_section
+from burnout.data.prepare import CHINCHILLA_TOKENS_PER_PARAM
 from burnout.errors import BurnoutError
 from burnout.models.info import model_info
 from burnout.models.memory import FP32, compiled_saved, measure_step, param_counts, static_bytes
 from burnout.models.size import activations_floor, addressable, describe, machine_memory, refuse_unless_fits
-from burnout.train.hardware import HARDWARE_FILE, get_hardware, hardware_table
+from burnout.train.hardware import HARDWARE_FILE, Hardware, get_hardware, hardware_table
 from burnout.train.schedule import total_steps
 
 GIB = 2**30
+# The MFU a plan assumes on a GPU that hardware.yaml records none for: within the 0.3–0.5 that GPU runs reach.
+DEFAULT_MFU = 0.4
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # Outside PyTorch's allocator, so torch.cuda.max_memory_allocated never shows it: the CUDA context with the
 # cuBLAS/cuDNN handles and loaded kernels (0.5–1 GiB on recent drivers) and NCCL's buffers. Assumed.
@@ -51,6 +54,11 @@ ALLOCATOR_MARGIN = 0.05
 # unsharded gradients in backward (burnout/train/distributed.py gathers in the autocast dtype, reduces in fp32).
 FSDP_GATHERED_BLOCKS = 2
 FSDP_SIZES = (2, 4, 8, 16, 32, 64)  # GPUs tried when FSDP is the fix
+# A model trained from scratch on fewer than this share of CHINCHILLA_TOKENS_PER_PARAM (under 2 tokens per parameter)
+# is "far below" what its size needs: by Hoffmann et al.'s fitted loss (approach 3), a compute-optimal model reaches
+# the loss such a run ends at with 47–76% of its compute (10B down to 10M parameters), so a quarter to a half of the
+# spend buys nothing; at 5 tokens per parameter it is 65–92% (docs/USAGE.md, "What a run will spend").
+FAR_BELOW_SHARE = 0.1
 # What a fix's settings cost in speed, said beside it; "not measured" until a GPU has measured it.
 SPEED_COSTS = {
     "train.activation_checkpointing=true": "checkpointing runs each block's forward again in backward, about a "
@@ -94,14 +102,25 @@ def _plan_targets() -> str:
     return f"give a run config ({', '.join(configs)}, or a YAML file), a model preset ({presets}) or a run folder"
 
 
-def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: float | None = None,
+def planned_mfu(mfu: float | None, hw: Hardware) -> tuple[float, str]:
+    """(the MFU a plan runs at, where it comes from): `mfu` when given, else the one hardware.yaml records as measured
+    on that GPU, else DEFAULT_MFU (assumed)."""
+    if mfu is not None:
+        return mfu, "given"
+    if hw.mfu is not None:
+        return hw.mfu, hw.mfu_note
+    return DEFAULT_MFU, "assumed"
+
+
+def plan_run(cfg: RunConfig, hardware: str, mfu: float | None = None, price_per_hour: float | None = None,
              devices: int = 1, precision: str | None = None) -> dict:
-    """Per-phase steps, tokens, FLOPs, hours and dollars (one phase 'run' when the config has none), and the
-    peak memory per device with its verdict (memory_plan).
+    """Per-phase steps, tokens, FLOPs, hours and dollars (one phase 'run' when the config has none), the run's
+    tokens per parameter, and the peak memory per device with its verdict (memory_plan). `mfu`: given, else the one
+    hardware.yaml records as measured on that GPU, else DEFAULT_MFU (assumed).
 
     train.max_epochs is not applied: the plan does not read the data, so it knows no epoch length.
     """
-    if not 0 < mfu <= 1:
+    if mfu is not None and not 0 < mfu <= 1:
         raise BurnoutError(f"--mfu {mfu}: model FLOPs utilization must lie in (0, 1]; 0.3–0.5 is typical for GPUs")
     if devices < 1:
         raise BurnoutError(f"--gpus {devices}: must be at least 1")
@@ -110,6 +129,7 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: fl
         # What `precision: auto` would pick there: fp32 on a CPU; bf16 on a GPU with bf16 tensor cores, else fp16.
         precision = tc.precision if tc.precision != "auto" else _auto_precision(hardware)
     hw = get_hardware(hardware, precision, price_per_hour if price_per_hour is not None else tc.budget.price_per_hour)
+    mfu, mfu_note = planned_mfu(mfu, hw)
     seq_len = tc.seq_len or cfg.model.context_length
     info = model_info(cfg.model, seq_len=seq_len, precision="bf16" if precision != "fp32" else "fp32")
     fpt = info["flops_per_token"]
@@ -126,9 +146,11 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float = 0.4, price_per_hour: fl
                      "hours": hours, "dollars": dollars, "budget": budget})
         previous = steps
     return {"hardware": hw.key, "hardware_name": hw.name, "precision": precision, "peak_flops": hw.peak_flops,
-            "mfu": mfu, "devices": devices, "price_per_hour": hw.price_per_hour, "price_note": hw.price_note,
-            "params": info["params_total"], "flops_per_token": fpt, "seq_len": seq_len,
+            "mfu": mfu, "mfu_note": mfu_note, "devices": devices, "price_per_hour": hw.price_per_hour,
+            "price_note": hw.price_note, "params": info["params_total"], "flops_per_token": fpt, "seq_len": seq_len,
             "tokens_per_step": tokens_per_step, "tokens_per_s": rate / fpt, "phases": rows,
+            "tokens_per_parameter": sum(r["tokens"] for r in rows) / info["params_total"],
+            "fine_tune": cfg.fine_tune is not None, "from_scratch": cfg.fine_tune is None and not tc.init_from,
             "memory": memory_plan(cfg, hw.key, precision, devices)}
 
 
@@ -148,11 +170,14 @@ def format_plan(plan: dict) -> str:
     """The plan as a person reads it: parameters, tokens and FLOPs in K/M/B, time in seconds to days, dollars to the
     cent (a smaller cost shown as under a cent, never $0.00)."""
     price = plan["price_per_hour"]
+    # A given --mfu is the user's assumption, as the default one is; a measured one says where it was measured.
+    mfu = (f"assumed MFU {plan['mfu']:.0%}" if plan["mfu_note"] in ("assumed", "given")
+           else f"MFU {plan['mfu']:.1%} ({plan['mfu_note']})")
     lines = [
         f"{format_count(plan['params'])} parameters, {format_count(plan['flops_per_token'])} FLOPs/token (train, seq "
         f"{plan['seq_len']}), {plan['tokens_per_step']:,} tokens/step",
         f"{plan['devices']} × {plan['hardware_name']}: peak {plan['peak_flops'] / 1e12:,.1f} TFLOP/s "
-        f"({plan['precision']}), assumed MFU {plan['mfu']:.0%} → {plan['tokens_per_s']:,.0f} tokens/s"
+        f"({plan['precision']}), {mfu} → {plan['tokens_per_s']:,.0f} tokens/s"
         + (f", ${price:.2f}/device-hour"
            + (f" ({plan['price_note']})" if plan["price_note"] not in ("table", "given") else "")
            if price is not None else ", no price"),
@@ -167,9 +192,14 @@ def format_plan(plan: dict) -> str:
                      f"{_time(r['hours']):>10}{_money(r['dollars']):>10}{_money(r['budget']):>10}"
                      + ("  over budget" if r["budget"] is not None and r["dollars"] is not None
                         and r["dollars"] > r["budget"] else ""))
-    lines.append(f"{'total':<21}{'':>16}{format_count(sum(r['tokens'] for r in plan['phases'])):>10}"
+    tokens = sum(r["tokens"] for r in plan["phases"])
+    lines.append(f"{'total':<21}{'':>16}{format_count(tokens):>10}"
                  f"{_time(total_h):>10}{_money(total_d if price is not None else None):>10}"
                  f"{_money(sum(r['budget'] or 0 for r in plan['phases']) or None):>10}")
+    if not plan["fine_tune"]:  # a fine-tune's base is what the rule is about (budget.spend_lines)
+        words, warning = tokens_per_parameter_note(tokens, plan["params"], plan["from_scratch"])
+        lines += [f"{format_count(tokens)} tokens for {format_count(plan['params'])} parameters: {words}",
+                  *([warning] if warning else [])]
     return "\n".join(lines) + "\n\n" + format_memory(plan["memory"], plan["hardware_name"])
 
 
@@ -187,6 +217,29 @@ def _money(value: float | None) -> str:
     if value is None:
         return "-"
     return "<$0.01" if 0 < value < 0.005 else f"${value:,.2f}"
+
+
+def cost_words(seconds: float, price: float | None) -> str:
+    """'4m40s', or '120h42m, $175.00' at `price` dollars an hour: what a run's plan says its steps cost."""
+    return format_duration(seconds) + (f", {_money(seconds / 3600 * price)}" if price is not None else "")
+
+
+def tokens_per_parameter_note(tokens: float, params: int, from_scratch: bool = True) -> tuple[str, str | None]:
+    """(a run's `tokens` per parameter of its `params` in words, a warning line where a model trained `from_scratch`
+    gets far fewer than its size needs: under FAR_BELOW_SHARE of CHINCHILLA_TOKENS_PER_PARAM, else None). A continued
+    run is told its ratio alone: its parent's tokens count too, and the plan does not know them."""
+    ratio = tokens / params
+    words = f"{ratio:.3g} tokens per parameter"
+    if not from_scratch:
+        return words + " (this run's; its parent trained on its own)", None
+    far = FAR_BELOW_SHARE * CHINCHILLA_TOKENS_PER_PARAM
+    if ratio >= far:
+        return words, None
+    return words, (f"warning: {format_count(tokens)} tokens for {format_count(params)} parameters: {ratio:.3g} tokens "
+                   f"per parameter, far below the ~{CHINCHILLA_TOKENS_PER_PARAM} at which a model of this size makes "
+                   f"the most of its compute (Hoffmann et al. 2022); under {far:g}, the same compute on a smaller "
+                   "model trained on more tokens reaches a lower loss (docs/USAGE.md): train longer, or a smaller "
+                   "model")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from burnout.core.model_files import is_run_folder, writing_run
 from burnout.data.shards import data_fingerprint
 from burnout.errors import BurnoutError
 from burnout.train.distributed import process_group
-from burnout.train.loop import Trainer, TrainResult, refuse_existing_run
+from burnout.train.loop import Trainer, TrainResult, clock, refuse_existing_run
 from burnout.train.plan import check_memory_floor
 from burnout.train.provenance import trained_data
 from burnout.train.recipe import Recipe
@@ -49,7 +49,8 @@ def start_run(cfg: RunConfig, run_dir: Path, recipe: Recipe, data_dir: Path | No
               on_event: Callable[[str], None] = print, progress: bool | None = None,
               auto_batch: bool = False) -> TrainResult:
     """Train a new run in `run_dir`: its recipe prepares the config and data (`data_dir`, when given), then
-    the Trainer trains it."""
+    the Trainer trains it. The run's time counts from here: a time budget covers the data's preparation too."""
+    started = clock()
     run_dir = Path(run_dir)
     if cfg.fine_tune is None and not cfg.train.init_from:
         # A pretraining run's model is its config's: what cannot fit is refused before its data are prepared.
@@ -60,13 +61,14 @@ def start_run(cfg: RunConfig, run_dir: Path, recipe: Recipe, data_dir: Path | No
         cfg, data_dir = recipe.prepare(cfg, run_dir, data_dir, on_event, progress)
         with process_group(resolve_device(cfg.train.device)) as (dist, device):
             return Trainer(cfg, run_dir, Path(data_dir), recipe, dist, device, progress=progress, on_event=on_event,
-                           auto_batch=auto_batch).fit()
+                           auto_batch=auto_batch, started=started).fit()
 
 
 def resume_run(run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
                on_event: Callable[[str], None] = print, progress: bool | None = None) -> TrainResult:
     """Continue the run in `run_dir` from its newest good checkpoint, with the recipe `recipe_for` gives its
-    config and these overrides of the settings that may change."""
+    config and these overrides of the settings that may change. The session's time counts from here."""
+    started = clock()
     run_dir = Path(run_dir)
     config_path = run_dir / RUN_CONFIG_FILE
     if not config_path.is_file():
@@ -76,7 +78,7 @@ def resume_run(run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
         recipe = recipe_for(cfg)
         with process_group(resolve_device(cfg.train.device)) as (dist, device):
             return Trainer(cfg, run_dir, data_dir, recipe, dist, device, resume=True, progress=progress,
-                           on_event=on_event, resumed_with=resumed_with).fit()
+                           on_event=on_event, resumed_with=resumed_with, started=started).fit()
 
 
 def _resumed_config(run_dir: Path, config_path: Path, overrides: list[str],

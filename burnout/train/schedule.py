@@ -2,8 +2,8 @@
 warmup-stable-decay (flat at lr, then a linear decay over the last `decay_fraction` of the steps).
 
 The step a run ends at (`total_steps`) is the earliest of its limits, a time budget's planned steps among them
-(`budget_steps`: train.max_minutes at train.step_seconds). Where a time-budgeted run's steps sit on the schedule
-as the clock runs is train/budget.py's (TimeBudget); a run without one is placed by its step alone."""
+(`budget_steps`: train.max_minutes less the start-up, at train.step_seconds). Where a time-budgeted run's steps sit
+on the schedule as the clock runs is train/budget.py's (TimeBudget); a run without one is placed by its step alone."""
 
 import math
 
@@ -37,17 +37,19 @@ def warmup_steps(cfg: TrainConfig, total: int) -> int:
     return min(cfg.optim.warmup_steps, max(1, int(BUDGET_WARMUP_SHARE * total)))
 
 
-def budget_steps(minutes: float, step_seconds: float) -> int:
-    """The steps of `step_seconds` each that fit in `minutes`: the plan of a time budget."""
-    return max(1, int(minutes * 60 / step_seconds))
+def budget_steps(minutes: float, step_seconds: float, startup_seconds: float = 0.0) -> int:
+    """The steps of `step_seconds` each that fit in `minutes` less the `startup_seconds` the command spent before
+    its first step: the plan of a time budget (at least one step)."""
+    return max(1, int((minutes * 60 - startup_seconds) / step_seconds))
 
 
 def total_steps(cfg: TrainConfig, tokens_per_step: int, train_tokens: int) -> int:
     """The step the run ends at: the earliest of max_steps, max_tokens, max_epochs and the steps that
-    max_minutes plans at step_seconds each."""
+    max_minutes plans at step_seconds each after its start-up (startup_seconds)."""
     limits = [cfg.max_steps]
     if cfg.budget.max_minutes is not None and cfg.budget.step_seconds is not None:
-        limits.append(budget_steps(cfg.budget.max_minutes, cfg.budget.step_seconds))
+        budget = cfg.budget
+        limits.append(budget_steps(budget.max_minutes, budget.step_seconds, budget.startup_seconds or 0.0))
     if cfg.max_tokens is not None:
         limits.append(math.ceil(cfg.max_tokens / tokens_per_step))
     if cfg.max_epochs is not None:

@@ -31,6 +31,7 @@ def bf16_instructions(monkeypatch):
     _measured_cpu(monkeypatch, 418.0, 98.0)
 
 
+@pytest.mark.slow
 def test_bench_reports_split_mfu_and_memory(tiny_run_config, tiny_bpe_data):
     r = bench(tiny_run_config(), tiny_bpe_data, steps=2, warmup=1)
     assert r["tokens_per_step"] == 4 * 32 and r["tokens_per_s"] > 0

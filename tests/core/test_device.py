@@ -262,6 +262,7 @@ def _command_threads(env: dict, *argv: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_beside_programs_busy_on_every_core_the_cpu_work_runs_on_one_thread_or_waits_passively():
     """Busy processes on every core leave none idle. Where torch loaded first, one thread: a thread per core would
     spin waiting on the others. A command that computes sets OpenMP's passive wait before torch loads, and keeps a

@@ -98,11 +98,13 @@ def lora_chat_run(tiny_run, fine_tune_data, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_f16_logits_are_ours_and_greedy_continuations_equal_ours_token_for_token(llama_cpp, trained_run,
                                                                                   tiny_bpe_data, tmp_path):
     assert_runs_as_ours(llama_cpp, trained_run, export(trained_run, tmp_path, "f16"), tiny_bpe_data)
 
 
+@pytest.mark.slow
 def test_a_lora_fine_tune_exports_with_its_adapters_merged(llama_cpp, lora_chat_run, tiny_bpe_data, tmp_path):
     from burnout.models.lora import lora_layers
 
@@ -135,6 +137,7 @@ def assert_runs_as_ours(llama_cpp, run, gguf_file, data) -> None:
         assert theirs == ours, prompt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gguf_type, agreement, perplexity_margin", [("q8_0", 0.95, 0.01), ("q4_0", 0.90, 0.02)])
 def test_quantized_next_token_argmax_and_perplexity_agree_with_ours(llama_cpp, trained_run, tiny_bpe_data, tmp_path,
                                                                     gguf_type, agreement, perplexity_margin):
@@ -320,6 +323,7 @@ def _file_size_limit(limit: int):
     return apply
 
 
+@pytest.mark.slow
 def test_a_gguf_write_cut_short_names_the_file_and_leaves_nothing_of_it(sampled_runs, tmp_path):
     """The write fails part way (a file-size limit, as a full disk): one line naming the file, exit code 74, no partial
     or temporary file left, the earlier export at --to and the user's own file beside it byte for byte as they were."""

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from burnout.cli import main
 from burnout.data.tokenizer import load_tokenizer
 
@@ -29,6 +31,7 @@ def test_tokenizer_train_encode_decode_round_trip(tmp_path, capsys):
     assert "outside this tokenizer's vocabulary" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_prepare_mix_with_overrides_then_inspect(tmp_path, capsys):
     out = tmp_path / "data"
     assert main(["data", "prepare", "default", "--out", str(out), "--workers", "1", *SMALL,
@@ -51,6 +54,7 @@ def test_unknown_mix_is_one_line(capsys):
     assert len(err) == 1 and "not found" in err[0]
 
 
+@pytest.mark.slow
 def test_prepare_with_an_existing_tokenizer_encodes_with_it_as_it_is(tiny_bpe_data, tmp_path, capsys):
     # A tokenizer.json or a folder holding one (a data folder, a checkpoint): the tokenizer of a run continued with
     # `burnout train --init-from`, for your text and for a data mix alike.

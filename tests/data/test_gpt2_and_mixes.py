@@ -71,6 +71,7 @@ def test_builtin_mixes_load():
     assert data == DataConfig() and tok == TokenizerConfig()
 
 
+@pytest.mark.slow
 def test_shakespeare_mix_prepares(shared_data, tmp_path):
     data, tok = load_mix("shakespeare")
     assert data.sources[0].sha256 == SHAKESPEARE_SHA

@@ -28,6 +28,7 @@ def one_shard_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_fixture_is_sharded(data_dir, one_shard_dir):
     shards = TokenLoader(data_dir, "train", B, T, seed=0).meta["splits"]["train"]["shards"]
     assert len(shards) > 3 and all(s["tokens"] == 3_000 for s in shards[:-1])
@@ -84,6 +85,7 @@ def test_mmap_and_preload_agree(data_dir):
             assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_the_shards_are_opened_read_only_and_preloaded_as_one_array(data_dir, one_shard_dir, tmp_path):
     mapped = TokenLoader(data_dir, "train", B, T, seed=3, mode="mmap")
     assert len(mapped.data.parts) > 3

@@ -49,6 +49,7 @@ def wiki_data(shared_data, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_text_file_by_path_needs_no_data_mix(wiki_data, shared_data):
     meta = _meta(wiki_data)
     (source,) = meta["data_config"]["sources"]
@@ -197,7 +198,8 @@ def test_train_a_preset_on_a_data_folder_without_a_config(wiki_data, tmp_path, c
     saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
     assert saved["model"]["vocab_size"] == 8192 and saved["model"]["d_model"] == 256  # llama-tiny, data's vocab
     assert saved["model"]["n_layer"] == 1  # the override
-    assert (saved["train"]["lr"], saved["train"]["optimizer"]) == (1.0e-2, "muon")  # the quickstart's train section
+    optim = saved["train"]["optim"]
+    assert (optim["lr"], optim["optimizer"]) == (1.0e-2, "muon")  # the quickstart's train section
     assert saved["data"]["prepared_dir"] == str(wiki_data.resolve())
 
     refused = tmp_path / "refused"

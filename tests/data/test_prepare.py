@@ -30,6 +30,7 @@ def prepared(tmp_path_factory):
     return out, meta
 
 
+@pytest.mark.slow
 def test_files_match_meta(prepared):
     out, meta = prepared
     names = sorted(p.name for p in out.iterdir())
@@ -93,6 +94,7 @@ def test_split_decodes_to_the_source_documents(tmp_path):
     assert meta["sources"]["per_source"]["t"]["shortfall_tokens"] > 0  # the folder ran out before 10**6
 
 
+@pytest.mark.slow
 def test_prepare_is_deterministic_and_worker_count_does_not_matter(tmp_path):
     cfg = DataConfig(max_chars=60_000, max_tokens=12_000, shard_tokens=1_000, clean="balanced", dedup=True)
     one = prepare_data(cfg, TOK_CFG, tmp_path / "one", workers=1)
@@ -103,6 +105,7 @@ def test_prepare_is_deterministic_and_worker_count_does_not_matter(tmp_path):
     assert other["splits"]["train"]["shards"][0]["sha256"] != one["splits"]["train"]["shards"][0]["sha256"]
 
 
+@pytest.mark.slow
 def test_refuses_existing_output_unless_overwrite(prepared, tmp_path):
     out, _ = prepared
     with pytest.raises(BurnoutError, match="already holds prepared data"):
@@ -114,6 +117,7 @@ def test_refuses_existing_output_unless_overwrite(prepared, tmp_path):
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 
+@pytest.mark.slow
 def test_given_tokenizer_is_reused(prepared, tmp_path):
     out, meta = prepared
     reused = prepare_data(
@@ -133,6 +137,7 @@ def test_char_tokenizer_covers_val_only_characters(tmp_path):
     assert meta["tokenizer_kind"] == "char" and meta["splits"]["val"]["documents"] == 1
 
 
+@pytest.mark.slow
 def test_read_meta_detects_truncation(tmp_path):
     meta = prepare_data(DataConfig(max_chars=20_000), TOK_CFG, tmp_path)
     train = tmp_path / meta["splits"]["train"]["shards"][0]["file"]
@@ -179,6 +184,7 @@ def test_given_char_tokenizer_missing_characters_is_a_burnout_error(tmp_path):
         prepare_data(DataConfig(max_chars=20_000), TOK_CFG, tmp_path / "out", tokenizer_path=path)
 
 
+@pytest.mark.slow
 def test_token_budget_of_the_sample_does_not_depend_on_the_encode_chunk(tmp_path, monkeypatch):
     import burnout.data.prepare as prepare_module
 
@@ -276,6 +282,7 @@ def peak_rss_bytes(args: list[str], cwd) -> int:
     return int(kib) * 1024
 
 
+@pytest.mark.slow
 def test_a_document_on_one_line_is_prepared_in_memory_that_does_not_grow_with_it(tmp_path, shared_data):
     """Tokenizer training and encoding take a long document a piece at a time: memory beyond a small file's grows by
     a few bytes per character of the document (its text and its ids), where it grew by hundreds before

@@ -193,6 +193,7 @@ def test_cleaning_report_is_in_meta(tmp_path):
 # ---------------------------------------------------------------------------------------------- shards
 
 
+@pytest.mark.slow
 def test_uint32_when_the_vocabulary_is_large(tmp_path, monkeypatch):
     import burnout.data.shards as shards_module
 
@@ -223,6 +224,7 @@ def _count_encoded(monkeypatch) -> list[int]:
 
 # With a 512-token vocabulary the kill falls after a shard was listed but before the next resume point, so
 # the point's document counts must be a copy taken at the point, not the live counters.
+@pytest.mark.slow
 @pytest.mark.parametrize("workers, vocab", [(1, 300), (2, 300), (1, 512)])
 def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, monkeypatch, workers, vocab):
     from burnout.data.shards import ShardWriter
@@ -269,6 +271,7 @@ def test_interrupted_prepare_resumes_without_redoing_finished_shards(tmp_path, m
     assert not list((tmp_path / "run").glob(".*"))  # no partial shard or temporary file left
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lose", [None, "shard", "document index"])
 def test_resume_mid_shard_continues_the_partial_shard(tmp_path, monkeypatch, lose):
     from burnout.data.shards import ShardWriter
@@ -315,6 +318,7 @@ def test_resume_mid_shard_continues_the_partial_shard(tmp_path, monkeypatch, los
         assert np.array_equal(read_tokens(tmp_path / "run", split), read_tokens(tmp_path / "ref", split))
 
 
+@pytest.mark.slow
 def test_killed_between_finishing_a_shard_and_listing_it_replays_from_the_start(tmp_path, monkeypatch):
     """The shard the resume point was filling is renamed into place, then the process dies before the manifest
     lists it: the point's partial file is gone, so the point cannot be used."""
@@ -341,6 +345,7 @@ def test_killed_between_finishing_a_shard_and_listing_it_replays_from_the_start(
         assert np.array_equal(read_tokens(out, split), read_tokens(tmp_path / "ref", split))
 
 
+@pytest.mark.slow
 def test_a_lost_partial_after_a_listed_shard_still_means_replay(tmp_path, monkeypatch):
     """The train shard the resume point was filling gets finished and listed; then val's partial file, which the
     point also counts on, is lost. The listed shard must not end the check: the point cannot be used."""
@@ -363,6 +368,7 @@ def test_a_lost_partial_after_a_listed_shard_still_means_replay(tmp_path, monkey
         assert np.array_equal(read_tokens(out, split), read_tokens(tmp_path / "ref", split))
 
 
+@pytest.mark.slow
 def test_changed_settings_start_over(tmp_path):
     cfg = DataConfig(max_chars=20_000, max_tokens=20_000, shard_tokens=1_000)
     prepare_data(cfg, TOK, tmp_path)
@@ -464,6 +470,7 @@ def test_an_unused_source_edited_in_between_does_not_stop_a_resume(tmp_path, mon
     assert taken > 0 and encoded_resuming == encoded[0] - taken  # continued from the point
 
 
+@pytest.mark.slow
 def test_another_given_tokenizer_means_starting_over(tmp_path, monkeypatch):
     tokenizers = []
     for vocab in (300, 280):

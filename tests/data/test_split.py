@@ -143,6 +143,7 @@ def test_a_folder_of_the_previous_rule_is_said_to_lean_towards_short_documents()
     assert split_warnings({**meta, "data_config": {"val_fraction": 0.1, "split": "contiguous"}}) == []
 
 
+@pytest.mark.slow
 def test_wikitext_headings_hold_their_share_of_val(shared_data, tmp_path):
     """WikiText-2's raw test text prepared as the README prepares a file: every line a document. Its heading lines
     (' = Title = ') are 2.3% of the text; the previous rule gave them 32% of val's tokens."""

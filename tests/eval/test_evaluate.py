@@ -195,6 +195,7 @@ def test_task_readers_accept_the_original_formats(tmp_path, shared_data):
     assert len(load_task("lambada", shared_data / DEFAULT_FILES["lambada"])) == 5153
 
 
+@pytest.mark.slow
 def test_eval_tasks_during_training_equal_burnout_eval_of_the_checkpoint(tiny_run_config, tiny_bpe_data,
                                                                          shared_data, tmp_path, capsys):
     """train.eval_tasks scores at each evaluation what `burnout eval --limit N` scores on that step's

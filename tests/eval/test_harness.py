@@ -206,6 +206,7 @@ def _samples(results, task):
     return sorted(results["samples"][task], key=lambda s: (s["doc_id"], s["filter"]))
 
 
+@pytest.mark.slow
 def test_metrics_identical_to_lm_eval_hf(runs):
     for which, tasks in (("trained", SCORED), ("random", GENERATED)):
         theirs, ours = getattr(runs, which)

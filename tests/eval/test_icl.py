@@ -151,6 +151,7 @@ def test_core_is_dclms_centered_mean(shared_data):
     assert sorted(core["missing"]) == sorted(set(core_tasks) - set(accuracies))
 
 
+@pytest.mark.slow
 def test_every_shared_icl_file_scores_through_the_engine(run, shared_data, capsys):
     yaml_path = shared_data / "icl" / "dclm_mmlu_and_lowvar.yaml"
     assert main(["eval", str(run), "--tasks", f"icl:{yaml_path}", "--limit", "2", "--data-root", str(shared_data),

@@ -73,6 +73,7 @@ def scored(trained_run, shared_data, tmp_path_factory):
     return ckpt.model, tokenizer, theirs
 
 
+@pytest.mark.slow
 def test_scores_equal_lm_evaluation_harness(scored, shared_data):
     model, tokenizer, theirs_by_name = scored
     truncated = 0

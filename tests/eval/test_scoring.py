@@ -72,6 +72,7 @@ def greedy_requests(model, tokenizer, contexts: list[str]) -> list[tuple[str, st
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,attention", [("gpt2", "sdpa"), ("gpt2", "math"), ("llama", "sdpa"), ("llama", "math")])
 def test_packed_scoring_equals_one_request_at_a_time(tokenizer, task_requests, family, attention):
     model = build(family, attention)

@@ -164,6 +164,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_dpo_run_killed_mid_way_resumes_to_the_same_weights_bitwise(dpo_run, sft_run, pairs, tmp_path):
     killed = tmp_path / "killed"
     proc = subprocess.run([sys.executable, "-c", _KILL_AT_CHECKPOINT, "dpo", str(sft_run), "--data", str(pairs),

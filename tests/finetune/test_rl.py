@@ -402,6 +402,39 @@ def test_the_check_before_training_samples_what_step_1_samples(chat_run, tasks, 
     assert said == pytest.approx(_metrics(run)[0]["reward"], abs=5e-4), line  # said to 3 significant digits
 
 
+def test_a_time_budget_covers_the_probe_before_training(chat_run, tasks, tmp_path, monkeypatch, capsys):
+    """`--minutes 1` at train.step_seconds=1, and the base's probe (rl.probe_questions) takes 20 s of the command's
+    clock (each step 1 s): the budget plans the 40 steps the other 40 s hold, not 60, and config.yaml keeps the 20 s
+    for a resume's plan (red when the budget counts from the first step, leaving the probe out)."""
+    from types import SimpleNamespace
+
+    from burnout.config import load_saved_config
+    from burnout.finetune import rl
+    from burnout.train import loop
+    from burnout.train.step import TrainStep
+
+    now, real, real_step = [0.0], rl.probe_base, TrainStep.__call__
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def one_second_step(*args, **kwargs):
+        now[0] += 1.0
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(TrainStep, "__call__", one_second_step)
+
+    def slow_probe(*args, **kwargs):
+        now[0] += 20.0
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rl, "probe_base", slow_probe)
+    run = tmp_path / "run"
+    assert main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS, "--minutes", "1",
+                 "train.step_seconds=1"]) == 0
+    assert "budget 1 min: train.step_seconds 1 s/step → 40 steps would fit; the run ends at step 4 first" in \
+        capsys.readouterr().out
+    assert load_saved_config(run / "config.yaml").train.startup_seconds == 20.0
+
+
 def test_a_reward_that_fails_mid_run_is_one_line_and_the_run_keeps_its_checkpoint(chat_run, tasks, tmp_path,
                                                                                   monkeypatch, capsys):
     """The function raises from its 17th call on: step 3's scoring (2 questions × 4 answers a step)."""
@@ -415,8 +448,10 @@ def test_a_reward_that_fails_mid_run_is_one_line_and_the_run_keeps_its_checkpoin
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.path", list(os.sys.path))
     run = tmp_path / "run"
+    # train.step_seconds: no step timed for the plan before training, whose answers would be scored too.
     code = main(["rl", str(chat_run), "--data", str(tasks), "--out", str(run), *RL_ARGS,
-                 "--reward", "late_failure:reward", "train.eval_interval=10", "rl.probe_questions=0"])
+                 "--reward", "late_failure:reward", "train.eval_interval=10", "rl.probe_questions=0",
+                 "train.step_seconds=1"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("burnout: error: rl.reward late_failure:reward raised KeyError"), err
     assert "\n" not in err and "Traceback" not in err
@@ -442,6 +477,7 @@ def test_a_reward_that_exits_or_overflows_in_training_ends_the_run_in_one_line(c
     assert "\n" not in err and "Traceback" not in err and "done:" not in captured.out
 
 
+@pytest.mark.slow
 def test_resuming_a_fine_tune_killed_before_training_names_the_command_that_started_it(chat_run, tasks, tmp_path,
                                                                                         monkeypatch, capsys):
     """`burnout rl` killed (SIGKILL) while its data are prepared and checked, before any step: `burnout train --resume`
@@ -577,8 +613,12 @@ def test_held_out_pass_rates_do_not_depend_on_the_batch_size(rl_run, chat_run):
     objective = recipe.objective(model, cfg, resumed=False)
     held_out = read_prepared_tasks(Path(cfg.data.prepared_dir))["val"]
     assert len(held_out) == 4
-    scores = [recipe.evaluate(objective, held_out, dataclasses.replace(cfg.train, batch_size=size, eval_batches=n),
-                              torch.device("cpu"), "fp32") for size, n in ((1, 4), (4, 1), (3, 2))]
+    def scored(size: int, batches: int) -> dict:
+        train = dataclasses.replace(cfg.train, batch_size=size,
+                                    eval=dataclasses.replace(cfg.train.eval, eval_batches=batches))
+        return recipe.evaluate(objective, held_out, train, torch.device("cpu"), "fp32")
+
+    scores = [scored(size, n) for size, n in ((1, 4), (4, 1), (3, 2))]
     assert 0 < scores[0]["val_pass@1"] < 1, scores  # answers that differ: seeds that differ would show
     assert scores[1] == scores[0] and scores[2] == scores[0], scores
 

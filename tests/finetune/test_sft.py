@@ -296,6 +296,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_lora_sft_run_killed_mid_way_resumes_to_the_same_weights_bitwise(base_run, conversations, tmp_path):
     args = ["sft", str(base_run), "--data", str(conversations), "--lora", "sft.lora.dropout=0.1",
             "sft.val_fraction=0.1", *(f"train.{k}={v}" for k, v in SFT_TRAIN.items())]

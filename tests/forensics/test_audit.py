@@ -115,6 +115,7 @@ def _source(report: dict, name: str) -> dict:
     return next(s for s in report["sources"] if s["name"] == name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("artifact, tag", [(ARTIFACT, "artifact"), (CAPITALISED, "capitalised")])
 def test_planted_artifact_ranks_in_top_10_of_its_source(audited, artifact, tag):
     report, stdout, _, planted, _ = audited
@@ -299,6 +300,7 @@ def test_sft_roles_are_audited_apart(shared_data, tmp_path):
     assert not any(r["text"] == canned for r in roles["user"]["repeated_lines"])
 
 
+@pytest.mark.slow
 def test_prepared_folder_is_audited_per_source(shared_data, tmp_path):
     from burnout.config import DataConfig, TokenizerConfig
     from burnout.data.prepare import prepare_data
@@ -386,6 +388,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, argv, message):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_audit_reads_what_prepare_reads_a_glob_a_file_of_any_name_a_symlink_and_a_folder(tmp_path, capsys):
     """Each way `data prepare` takes your text, the audit takes too (data/mix.py tells them apart for both), and
     finds the documents prepare made of it: the same count and characters for the one source."""
@@ -473,6 +476,7 @@ def test_a_line_of_words_found_nowhere_else_ranks_above_a_more_repeated_line_of_
     assert report["sources"][0]["repeated_lines"][0]["text"] == foreign
 
 
+@pytest.mark.slow
 def test_a_line_in_documents_of_nothing_in_common_ranks_above_one_in_documents_of_a_topic():
     """Two lines as foreign (their words nowhere else) and as repeated: the one whose documents also share rare words
     of a topic (three audio modules' pages) is theirs; the one in documents of nothing in common was put there, even

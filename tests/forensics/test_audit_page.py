@@ -37,6 +37,7 @@ def audit_page(shared_data, tmp_path) -> tuple[Path, dict]:
     return paths[1], report
 
 
+@pytest.mark.slow
 def test_audit_page_in_chromium(chromium, audit_page):
     from playwright.sync_api import expect
 

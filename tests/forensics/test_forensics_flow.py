@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from burnout.cli import main
 from burnout.data.documents import SplitDocuments
 from burnout.data.shards import read_meta
 from burnout.data.tokenizer import load_tokenizer
+
+pytestmark = pytest.mark.slow  # every test here trains, installs or drives a browser: not in `make test-fast`
 
 ARTIFACT = "PersonXq"
 DOCUMENTS, OCCURRENCES = 20, 50

@@ -104,6 +104,7 @@ def audited(shared_data, tmp_path_factory):
     return json.loads((out / AUDIT_JSON).read_text(encoding="utf-8")), where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source,key", [(name, plant[-1]) for name, plants in PLANTS.items() for plant in plants])
 def test_planted_garbage_ranks_in_its_sources_top_10(audited, source, key):
     report, where = audited
@@ -131,6 +132,7 @@ def test_a_planted_lines_words_are_one_row(audited):
     assert len(held) == 1 and log_line <= {held[0]["string"], *held[0]["together_with"]}
 
 
+@pytest.mark.slow
 def test_the_lexicon_is_the_language_whose_word_list_holds_the_sources_words():
     english = Lexicon(["river", "album", "during", "between", "hurricane", "metres", "season", "released"])
     assert english.language == "en" and english.knows("vertebrae") and not english.knows("quazzle")

@@ -81,6 +81,7 @@ def _source_text(shared_data, name: str) -> str:
 # The document index
 
 
+@pytest.mark.slow
 def test_index_round_trips_to_the_source_documents(mixed, shared_data):
     data, meta, planted = mixed
     tok = load_tokenizer(data)
@@ -130,6 +131,7 @@ def test_document_at_and_spans_across_shards(mixed):
         document_at(data, "train", meta["splits"]["train"]["tokens"])
 
 
+@pytest.mark.slow
 def test_contiguous_split_cuts_each_document_into_one_of_each_split(shared_data, tmp_path):
     cfg, tok_cfg, planted = _config(shared_data, tmp_path, split="contiguous", val_fraction=0.2)
     cfg.sources[2].weight = 0  # Python's docs: slow to read, not needed here
@@ -156,6 +158,7 @@ def test_contiguous_split_cuts_each_document_into_one_of_each_split(shared_data,
     assert {(h["split"], h["source"]) for h in result["hits"]} == {("train", "planted"), ("val", "planted")}
 
 
+@pytest.mark.slow
 def test_interrupted_prepare_gives_the_same_index(shared_data, tmp_path, monkeypatch):
     cfg, tok_cfg, _ = _config(shared_data, tmp_path)
     cfg.shard_tokens, cfg.max_tokens = 2_000, 40_000

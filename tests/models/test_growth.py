@@ -113,6 +113,7 @@ def _val_loss(run, capsys) -> float:
     return json.loads(next((run / "eval").glob("step_*.json")).read_text())["tasks"]["val"]["loss"]
 
 
+@pytest.mark.slow
 def test_grow_writes_a_run_that_generate_eval_export_and_plan_read(tiny_run, tmp_path, capsys):
     parent, grown = tmp_path / "parent", tmp_path / "grown"
     shutil.copytree(tiny_run.run_dir, parent)  # eval writes into the run it evaluates

@@ -304,6 +304,7 @@ def test_unsupported_or_incomplete_folders_raise(tmp_path):
         load_hf(tmp_path / "bad")
 
 
+@pytest.mark.slow
 def test_export_and_import_do_not_need_transformers(tmp_path):
     script = f"""
 import sys

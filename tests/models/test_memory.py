@@ -169,6 +169,7 @@ def test_static_bytes_and_muons_share():
     assert muon["optimizer"] == 8 * (counts.total - counts.muon) + 4 * counts.muon
 
 
+@pytest.mark.slow
 def test_compiled_saved_equals_what_torch_compile_partitions():
     """torch.compile (dynamo, then AOTAutograd with inductor's min-cut partitioner) on a real three-block model
     keeps for backward what compiled_saved predicts from one- and two-block traces on fake tensors."""
@@ -202,6 +203,25 @@ def test_compiled_saved_equals_what_torch_compile_partitions():
     assert copies > 0  # the bf16 weight casts, told apart through the views (t, view) that follow them
 
 
+@pytest.mark.slow
+def test_the_compiled_partition_counts_plain_bytes_after_the_model_was_compiled_at_other_lengths():
+    """A process that compiled the model at one length and then another (a compiled run, the planner's own traces)
+    has dynamo treat the length as dynamic in later compiles of the same forward; the planner's trace is of one
+    fixed shape, so its figures are plain ints, those of a fresh process."""
+    cfg = dataclasses.replace(LLAMA, n_layer=1).resolved()
+    memory._compiled_cached.cache_clear()
+    fresh = compiled_saved(cfg, 1, 32, "bf16", target="cpu")
+    memory._compiled_cached.cache_clear()
+    compiled = torch.compile(Transformer(cfg), backend="eager")
+    for length in (16, 24):  # the second length recompiles, with the length dynamic from then on
+        x = torch.randint(0, cfg.vocab_size, (1, length))
+        compiled(x, x)
+    again = compiled_saved(cfg, 1, 32, "bf16", target="cpu")
+    torch._dynamo.reset()
+    assert again == fresh and {type(v) for v in again} == {int}, again
+
+
+@pytest.mark.slow
 def test_llama_1b_at_the_blog_micro_batch_is_measured_in_seconds():
     """The 1B at 16 × 2048 traces on fake tensors: its activations come out in tens of GiB, not allocated."""
     import resource
@@ -218,6 +238,7 @@ def test_llama_1b_at_the_blog_micro_batch_is_measured_in_seconds():
 DEEP_CASES = [dataclasses.replace(LLAMA, vocab_size=4096), dataclasses.replace(GPT2, dropout=0.1)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", DEEP_CASES, ids=["llama", "gpt2-dropout"])
 @pytest.mark.parametrize("checkpointing", [False, True])
 @pytest.mark.parametrize("precision, target", [("bf16", "cuda"), ("bf16", "cpu"), ("fp32", "cuda-pre-ampere")])
@@ -228,6 +249,7 @@ def test_a_deep_models_memory_grown_from_four_and_five_blocks_equals_its_whole_t
     assert measure_step(deep, 2, 64, precision, checkpointing, target) == whole
 
 
+@pytest.mark.slow
 def test_the_peak_of_a_deep_checkpointed_model_moves_and_is_still_exact():
     """Checkpointed, the peak falls in the loss's backward up to eleven blocks of this model, and past them at the
     end of forward, where autocast still holds every block's bf16 weights: no straight line through the peaks of
@@ -239,6 +261,7 @@ def test_the_peak_of_a_deep_checkpointed_model_moves_and_is_still_exact():
     assert measure_step(dataclasses.replace(cfg, n_layer=16), 2, 64, "bf16", True, "cuda").peak == peaks[16]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, batch_size", [("gpt2-124m", 2), ("llama-1b", 1)])
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_a_presets_memory_equals_its_whole_trace(name, batch_size, checkpointing):
@@ -262,6 +285,7 @@ LONG_CASES = [dataclasses.replace(LLAMA, vocab_size=65536), dataclasses.replace(
 LONG_BATCH = 9 * 32 + 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg, precision, target", [
     (LONG_CASES[0], "bf16", "cuda"), (LONG_CASES[0], "bf16", "cpu"), (LONG_CASES[0], "fp32", "cuda-pre-ampere"),
     (LONG_CASES[1], "bf16", "cuda")], ids=["llama-cuda", "llama-cpu", "llama-fp32-pre-ampere", "gpt2-dropout"])
@@ -274,17 +298,20 @@ def test_a_long_micro_batchs_memory_from_three_and_four_chunks_equals_its_whole_
     assert measure_step(cfg, LONG_BATCH, 32, precision, checkpointing, target) == whole
 
 
+@pytest.mark.slow
 def test_a_deep_model_of_one_long_sequence_is_exact_along_both_lines():
     cfg = dataclasses.replace(LONG_CASES[0], n_layer=7, context_length=10_000).resolved()
     whole, _ = memory.trace_step(cfg, 1, 9_800, "bf16", False, "cuda")
     assert measure_step(cfg, 1, 9_800, "bf16", False, "cuda") == whole
 
 
+@pytest.mark.slow
 def test_a_long_sequences_compiled_partition_from_three_and_four_chunks_equals_its_whole_partition():
     cfg = dataclasses.replace(LONG_CASES[0], n_layer=1, context_length=10_000).resolved()
     assert compiled_saved(cfg, 1, 9_800) == memory._partition(cfg, 9_800, "bf16", "cuda")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_model_info_of_a_billion_sequences_traces_a_few_chunks_and_lies_on_the_batchs_line(monkeypatch, capsys):
     """`--batch-size 1000000000` traces the loss in a few chunks, not 15.6 million (whose trace took hours), and

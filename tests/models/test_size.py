@@ -70,6 +70,7 @@ def test_a_batch_or_sequence_past_it_names_the_flag_that_set_it_or_the_context()
         size.check_sequence(LLAMA, 1, 100, "--batch-size", "--seq-len")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [LLAMA, GPT2], ids=["llama", "gpt2"])
 def test_the_activations_floor_is_below_what_every_variant_keeps(cfg):
     """A refusal on the floor is never wrong: eager, checkpointed and compiled steps each keep more, at any
@@ -94,6 +95,7 @@ def test_refuse_unless_fits_says_the_parts_the_room_and_the_fix():
                                  "5.0 GB; fix it")
 
 
+@pytest.mark.slow
 def test_machine_memory_is_what_an_address_space_limit_leaves():
     """Under `ulimit -v`, what the process may still map: its limit less what it has mapped already."""
     limit = 6 * 2**30

@@ -6,6 +6,7 @@ with {"error": null} and printed a traceback for each."""
 import json
 
 import httpx
+import pytest
 
 FAST = "fast · step 24"
 SAMPLING = [0.8, 50, 1.0, 1.0]  # temperature, top-k, top-p, repetition penalty
@@ -36,6 +37,7 @@ def _call(url: str, endpoint: str, values: list) -> tuple[str, object]:
     return lines[-2].removeprefix("event: "), json.loads(lines[-1].removeprefix("data: "))
 
 
+@pytest.mark.slow
 def test_bad_requests_are_refused_in_one_line_naming_the_field_and_the_terminal_gets_one_line_each(
         sampled_runs, chat_checkpoint, start_playground):
     with start_playground([sampled_runs[0], chat_checkpoint.run_dir]) as (url, proc):

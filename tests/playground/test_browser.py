@@ -6,6 +6,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+pytestmark = pytest.mark.slow  # every test here trains, installs or drives a browser: not in `make test-fast`
+
 
 @pytest.fixture
 def playground(sampled_runs, start_playground):

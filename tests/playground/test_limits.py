@@ -4,6 +4,7 @@ server path)."""
 
 import gradio as gr
 import httpx
+import pytest
 
 from burnout.playground import app
 
@@ -22,6 +23,7 @@ def test_serve_bounds_the_queue_and_listens_on_loopback_by_default(sampled_runs,
     assert [m.cls for m in launched["app_kwargs"]["middleware"]] == [app.RefuseUploads]
 
 
+@pytest.mark.slow
 def test_uploads_are_refused_without_a_path(sampled_runs, start_playground):
     with start_playground(sampled_runs) as (url, proc):
         answer = httpx.post(f"{url}gradio_api/upload", files={"files": ("x.bin", b"\0" * 1_000_000)}, timeout=30)

@@ -5,7 +5,10 @@ afterwards."""
 import concurrent.futures
 import threading
 
+import pytest
 from gradio_client import Client
+
+pytestmark = pytest.mark.slow  # every test here trains, installs or drives a browser: not in `make test-fast`
 
 CLIENTS, REQUESTS_PER_CLIENT = 20, 5
 # max new tokens, temperature, top-k, top-p, repetition penalty: 32 tokens keep the 2 running requests busy while

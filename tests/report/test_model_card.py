@@ -199,6 +199,7 @@ def card_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_the_card_names_every_data_set_with_its_license_and_the_precision_that_ran(published, shared_data, tmp_path):
     assert main(["export", str(published.chat), "--to", str(tmp_path / "hf")]) == 0
     card = ModelCard.load(tmp_path / "hf" / "README.md")

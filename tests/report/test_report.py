@@ -131,6 +131,7 @@ def test_overlay_and_cli(sampled_runs, tmp_path, capsys):
     assert "is not a run folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_report_folder_is_rewritten_for_its_runs_and_replaced_for_others_only_with_overwrite(sampled_runs, tmp_path,
                                                                                               capsys):
     out = tmp_path / "r"
@@ -241,6 +242,7 @@ def test_tokens_per_second_and_mfu_are_one_figure_each_as_the_log_gives_them(tin
     assert phase.endswith(f"| {shown} | {mfu} |")
 
 
+@pytest.mark.slow
 def test_val_loss_above_a_uniform_guess_and_far_above_train_are_anomalies(sampled_runs, tmp_path, capsys):
     """What 628 train tokens under a 3.3M-parameter model logged (train 0.057, val 8.32 against ln 460 = 6.13): val
     above a uniform guess over the vocabulary, and far above train. The run as trained shows neither; nor do a gap
@@ -321,6 +323,7 @@ def _anomalies(capsys) -> list[str]:
             if line.startswith("  anomaly: ")]
 
 
+@pytest.mark.slow
 def test_a_run_that_ends_worse_than_it_started_is_an_anomaly(sampled_runs, tiny_bpe_data, tmp_path, capsys):
     """Where a run started: a continued run's parent's val loss at the checkpoint it loaded (a grown start point's: the
     checkpoint it was grown from), on the same data; else the run's own first evaluation. Trained far too hard, each

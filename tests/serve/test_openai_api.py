@@ -62,6 +62,7 @@ def client(url: str, key: str = "none") -> openai.OpenAI:
     return openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=120)
 
 
+@pytest.mark.slow
 def test_chat_completions_plain_and_streamed_answer_in_the_template_and_stop_at_im_end(chat_checkpoint, chat_server):
     model, tokenizer, _ = load_model(chat_checkpoint.run_dir)
     messages = [{"role": "user", "content": "What is the capital of France?"}]
@@ -85,6 +86,7 @@ def test_chat_completions_plain_and_streamed_answer_in_the_template_and_stop_at_
     assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens and not chunks[-1].choices
 
 
+@pytest.mark.slow
 def test_completions_equal_burnout_generate_and_end_by_length_or_stop_sequence(tiny_run, base_server):
     model, tokenizer, _ = load_model(tiny_run.run_dir)
     prompt = "The "
@@ -109,6 +111,7 @@ def test_completions_equal_burnout_generate_and_end_by_length_or_stop_sequence(t
     assert seeded[0].choices[0].text != seeded[0].choices[1].text
 
 
+@pytest.mark.slow
 def test_bad_requests_get_openais_error_shape_and_status(tiny_run):
     with running_server(tiny_run.run_dir) as (url, name, proc):  # its own: the test reads all it printed
         c = client(url)
@@ -137,6 +140,7 @@ def test_bad_requests_get_openais_error_shape_and_status(tiny_run):
     assert "Traceback" not in log, log
 
 
+@pytest.mark.slow
 def test_an_api_key_is_required_when_set(tiny_run):
     with running_server(tiny_run.run_dir, "--api-key", "s3cret") as (url, name, proc):
         with pytest.raises(openai.AuthenticationError):
@@ -146,6 +150,7 @@ def test_an_api_key_is_required_when_set(tiny_run):
         assert [m.id for m in client(url, "s3cret").models.list().data] == [name]
 
 
+@pytest.mark.slow
 def test_fifty_requests_from_ten_clients_are_answered_or_refused_with_429_and_the_server_stays_healthy(tiny_run):
     answers, refusals, other = [], [], []
 
@@ -187,6 +192,7 @@ def test_the_gate_admits_running_plus_waiting_requests_and_refuses_the_next():
     gate.admit()
 
 
+@pytest.mark.slow
 def test_a_taken_port_or_a_missing_run_is_one_line(tiny_run, tmp_path):
     import socket
 
@@ -233,6 +239,7 @@ def keyed_server(tiny_run):
         yield server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("authorization", [
     None, b"", b"Bearer ", b"Bearer s", b"Bearer s3cret-Key_", b"Bearer S3CRET-KEY_9", b"Bearer s3cret-key_9",
     b"Bearer s3cret-Key_9x", b"Bearer s3cret-Key_9 s3cret-Key_9", b"Bearer s3cret-Key_9\\", b"Basic s3cret-Key_9",
@@ -274,6 +281,7 @@ def test_a_key_of_printable_ascii_is_taken_as_its_bytes(key):
     assert _key_bytes(key) == key.encode("ascii")
 
 
+@pytest.mark.slow
 def test_a_non_ascii_or_empty_key_is_refused_at_start_in_one_line(tiny_run):
     env = {k: v for k, v in os.environ.items() if k != "BURNOUT_API_KEY"}
     non_ascii = subprocess.run([sys.executable, "-m", "burnout", "serve", str(tiny_run.run_dir), "--port", "0",

@@ -8,8 +8,12 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import crash_soak  # noqa: E402  (by this name: the fork server imports it too)
+
+pytestmark = pytest.mark.slow  # every test here trains, installs or drives a browser: not in `make test-fast`
 
 KILLS = int(os.environ.get("BURNOUT_SOAK_KILLS", "10"))
 SEED = int(os.environ.get("BURNOUT_SOAK_SEED", "0"))

@@ -16,6 +16,7 @@ from burnout.data.loader import TokenLoader
 from burnout.report.render import write_report
 from burnout.runs import resume_training, start_training
 from burnout.train import loop
+from burnout.train.budget import PLAN_PROBE_STEPS
 from burnout.train.metrics import read_metrics
 from burnout.train.optim import make_optimizer
 from burnout.train.step import TrainStep, accumulate_gradients, build_model
@@ -32,6 +33,9 @@ def _weights(run_dir):
 
 
 SLOW_FIRST_STEP_S, STEP_S = 1.0, 0.5
+# The step a session times for its plan before step 1 (a warm-up and PLAN_PROBE_STEPS steps on the step clock), in
+# elapsed_s: a session's time counts from its command's start.
+PROBE_S = SLOW_FIRST_STEP_S + PLAN_PROBE_STEPS * STEP_S
 
 
 class _StepClock:
@@ -62,6 +66,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 def test_compiled_training_matches_eager(tiny_run_config, tiny_bpe_data, tmp_path, fresh_dynamo, monkeypatch):
     _StepClock(monkeypatch, first_s=SLOW_FIRST_STEP_S, step_s=STEP_S)
     runs = {}
@@ -90,11 +95,12 @@ def test_compiled_training_matches_eager(tiny_run_config, tiny_bpe_data, tmp_pat
     # 2 × 128 tokens over both steps' time.)
     first = compiled[0]
     tokens_per_step = 4 * 32
-    second_step_s = first["elapsed_s"] - first["first_step_s"]
+    second_step_s = first["elapsed_s"] - PROBE_S - first["first_step_s"]
     assert (first["first_step_s"], second_step_s) == (SLOW_FIRST_STEP_S, STEP_S)
     assert first["tokens_per_s"] == tokens_per_step / STEP_S
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_train_steps_forward_and_loss_are_one_graph(tiny_run_config, tiny_bpe_data, monkeypatch, fresh_dynamo,
                                                        precision):
@@ -137,7 +143,7 @@ def test_first_record_rates_leave_the_first_step_out(tiny_run_config, tiny_bpe_d
     assert "first_step_s" not in second and "first_step_s" not in next_one
     # The rate is that of steps 2 and 3 alone: with the first step beside them it would be 3 × 128 tokens in 2 s.
     assert first["tokens_per_s"] == second["tokens_per_s"] == next_one["tokens_per_s"] == tokens_per_step / STEP_S
-    assert first["elapsed_s"] == SLOW_FIRST_STEP_S + 2 * STEP_S  # wall time keeps it
+    assert first["elapsed_s"] == PROBE_S + SLOW_FIRST_STEP_S + 2 * STEP_S  # wall time keeps it
     # MFU and ETA follow that rate: MFU in proportion to it, ETA the 3 steps left at it.
     assert first["mfu"] / first["tokens_per_s"] == pytest.approx(second["mfu"] / second["tokens_per_s"])
     eta = 3 * tokens_per_step / first["tokens_per_s"]
@@ -189,6 +195,7 @@ FINE_TUNE_TRAIN = {"device": "cpu", "precision": "fp32", "batch_size": 4, "seq_l
                    "ckpt_interval": 6}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["sft", "dpo"])
 def test_compiled_fine_tunes_train_like_eager_and_compile_once(tiny_run, chat_run, fine_tune_data, tmp_path,
                                                                fresh_dynamo, stage):

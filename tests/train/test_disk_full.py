@@ -10,7 +10,11 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from burnout.core.checkpoint import list_checkpoints, load_checkpoint
+
+pytestmark = pytest.mark.slow  # every test here trains, installs or drives a browser: not in `make test-fast`
 
 LIMIT_BYTES = 64 * 1024  # config, metrics and logs fit; the weights (~300 KB) do not
 

@@ -58,6 +58,7 @@ def _env():
 # Exact resume after SIGKILL and SIGTERM
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_is_bitwise_identical(tiny_run, tmp_path):
     """A real process killed with SIGKILL between checkpoints (after step 16, the last checkpoint at 12)."""
     config = tmp_path / "run.yaml"
@@ -216,8 +217,9 @@ def _nan_on(monkeypatch, calls):
 def test_a_nan_step_is_skipped_and_counted(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch):
     _nan_on(monkeypatch, {5})  # step 5 (one micro-batch per step)
     events = []
-    result = start_training(tiny_run_config(), tmp_path / "run", data_dir=tiny_bpe_data, on_event=events.append,
-                            progress=False)
+    # train.step_seconds: no step timed for the plan before step 1, whose forward calls would count here.
+    result = start_training(tiny_run_config(step_seconds=1.0), tmp_path / "run", data_dir=tiny_bpe_data,
+                            on_event=events.append, progress=False)
     assert result.step == 12 and result.skipped_steps == 1 and np.isfinite(result.train_loss)
     assert any("step 5" in line and "update skipped" in line for line in events)
     records = {r["step"]: r for r in read_metrics(tmp_path / "run")}
@@ -229,8 +231,8 @@ def test_repeated_nans_stop_the_run_with_the_last_good_checkpoint_intact(tiny_ru
     _nan_on(monkeypatch, set(range(8, 100)))
     run = tmp_path / "run"
     with pytest.raises(BurnoutError, match=r"not finite for 3 steps in a row \(up to step 10\).*step_0000006"):
-        start_training(tiny_run_config(max_bad_steps=3), run, data_dir=tiny_bpe_data, on_event=_quiet,
-                       progress=False)
+        start_training(tiny_run_config(max_bad_steps=3, step_seconds=1.0), run, data_dir=tiny_bpe_data,
+                       on_event=_quiet, progress=False)  # no step timed for the plan (_nan_on counts its forwards)
     assert [p.name for p in list_checkpoints(run)] == ["step_0000006"]
 
 
@@ -341,6 +343,7 @@ def test_resume_records_safe_overrides_and_refuses_another_tokenizer(tiny_run, t
 # burnout plan
 
 
+@pytest.mark.slow
 def test_plan_for_the_1b_run_on_an_a100():
     plan = plan_run(load_run_config("gpuburnout-1b"), "a100-80gb", mfu=0.4, price_per_hour=1.45)
     assert plan["tokens_per_step"] == 131_072 and plan["precision"] == "bf16"
@@ -354,6 +357,7 @@ def test_plan_for_the_1b_run_on_an_a100():
     assert 6.5e9 < plan["flops_per_token"] < 7.5e9  # 6 × 1.04B plus attention at 2048
 
 
+@pytest.mark.slow
 def test_plan_cli(capsys):
     assert main(["plan", "gpuburnout-1b", "--gpu", "a100-80gb", "--mfu", "0.5"]) == 0
     out = capsys.readouterr().out

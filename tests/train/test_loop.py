@@ -354,6 +354,7 @@ def adamw8bit_run(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_an_adamw8bit_run_follows_the_schedule_and_resumes_bitwise(adamw8bit_run, tmp_path):
     records = read_metrics(adamw8bit_run)
     tc = load_run_config(adamw8bit_run / "config.yaml").train
@@ -362,6 +363,7 @@ def test_an_adamw8bit_run_follows_the_schedule_and_resumes_bitwise(adamw8bit_run
     _resumes_bitwise_after_step_12(adamw8bit_run, tmp_path)
 
 
+@pytest.mark.slow
 def test_an_adamw8bit_checkpoint_loads_in_a_new_process(adamw8bit_run):
     """state.pt holds torchao's quantized moments, which torch.load(weights_only=True) builds only once torchao is
     imported: a command that loads the checkpoint in a fresh interpreter reads it."""
@@ -372,6 +374,7 @@ def test_an_adamw8bit_checkpoint_loads_in_a_new_process(adamw8bit_run):
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_muon_under_fp16_steps_through_the_grad_scaler(tiny_run_config, tiny_bpe_data, tmp_path):
     cfg = tiny_run_config(optimizer="muon", precision="fp16", max_steps=4, ckpt_interval=4)
     result = start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=_quiet, progress=False)

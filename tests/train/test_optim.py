@@ -85,6 +85,7 @@ def test_muon_orthogonalizes_in_the_steps_precision(tiny_run_config, precision, 
     assert matmuls.seen == {dtype}
 
 
+@pytest.mark.slow
 def test_adamw8bit_keeps_the_state_bytes_the_planner_counts(tiny_run_config):
     """After a step, torchao's moments (uint8 codes, block scales and lookup tables; fp32 for the norms) take
     what models/memory.py predicts, about a quarter of AdamW's."""

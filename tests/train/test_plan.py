@@ -11,12 +11,14 @@ import pytest
 import torch
 import yaml
 
+from burnout.base.text import format_count
 from burnout.cli import main
 from burnout.config import load_run_config
 from burnout.errors import BurnoutError
 from burnout.models.memory import param_counts
 from burnout.runs import start_training
 from burnout.train import plan as plan_mod
+from burnout.train.hardware import hardware_table
 from burnout.train.plan import GIB, Variant, check_fits, largest_fitting, plan_run, predict_memory
 
 EAGER = Variant(compiled=False, checkpointing=False)
@@ -28,6 +30,7 @@ def small(**train):
     return load_run_config({"model": "llama-small", "train": train})
 
 
+@pytest.mark.slow
 def test_lines_add_up_and_say_where_they_come_from():
     cfg = small()
     n = param_counts(cfg.model).total
@@ -39,6 +42,7 @@ def test_lines_add_up_and_say_where_they_come_from():
     assert "overhead" not in predict_memory(cfg, "bf16", "cpu", 1, 256, EAGER)  # no CUDA context on a CPU
 
 
+@pytest.mark.slow
 def test_activations_grow_with_the_micro_batch_and_checkpointing_cuts_them():
     cfg = small()
     half, full = (predict_memory(cfg, "bf16", "cuda", 1, b, EAGER) for b in (128, 256))
@@ -48,6 +52,7 @@ def test_activations_grow_with_the_micro_batch_and_checkpointing_cuts_them():
     assert ckpt["weights"] == full["weights"]
 
 
+@pytest.mark.slow
 def test_fsdp_divides_the_static_part_and_gathers_two_blocks():
     one = predict_memory(small(), "bf16", "cuda", 1, 256, EAGER)
     fsdp = predict_memory(small(distributed="fsdp"), "bf16", "cuda", 4, 256, EAGER)
@@ -91,6 +96,7 @@ def test_the_blog_config_fits_an_a100_80gb_with_headroom(capsys):
         assert label in out
 
 
+@pytest.mark.slow
 def test_plan_cli_says_does_not_fit_and_names_the_fixes(tmp_path, capsys):
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump({"model": "llama-small", "train": {"batch_size": 256, "grad_accum": 2,
@@ -103,6 +109,7 @@ def test_plan_cli_says_does_not_fit_and_names_the_fixes(tmp_path, capsys):
     assert "largest micro-batch that fits: " in out
 
 
+@pytest.mark.slow
 def test_impossible_plans_are_one_line(tmp_path, capsys):
     # Explicit attention keeps T×T scores per head: at 32k tokens one block's exceeds 24 GiB, checkpointed or not.
     path = tmp_path / "long.yaml"
@@ -118,6 +125,7 @@ def test_impossible_plans_are_one_line(tmp_path, capsys):
     assert "hardware 'a100-90gb' is not in" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_plan_two_thousand_blocks_deep_is_refused_in_one_line_at_once(capsys):
     """`model.n_layer=2000` (a slip for 20): not even its weights, gradients and AdamW state fit one GPU, and FSDP
@@ -136,6 +144,7 @@ def test_a_plan_two_thousand_blocks_deep_is_refused_in_one_line_at_once(capsys):
     assert needed > 16 * (one + 1999 * (two - one))  # fp32 weights and gradients, AdamW's two moments
 
 
+@pytest.mark.slow
 def test_a_plan_whose_static_memory_overflows_the_gpu_traces_only_the_configured_micro_batch(monkeypatch):
     """llama-3b's fp32 weights, gradients and AdamW state alone exceed an L4's 24 GiB: no micro-batch or variant on
     one L4 fits, so none is traced, and the plan's one fix is FSDP."""
@@ -160,6 +169,7 @@ def test_a_plan_whose_static_memory_overflows_the_gpu_traces_only_the_configured
     assert set(traced) == {2}
 
 
+@pytest.mark.slow
 def test_check_fits_refuses_a_plan_too_big_for_a_faked_cuda_device():
     cuda = torch.device("cuda")  # never touched: memory and attention kernels are given
     with pytest.raises(BurnoutError) as info:
@@ -172,6 +182,7 @@ def test_check_fits_refuses_a_plan_too_big_for_a_faked_cuda_device():
     check_fits(small(), torch.device("cpu"), 1, "bf16")  # a CPU has no fixed budget
 
 
+@pytest.mark.slow
 def test_a_cpu_plan_has_no_verdict(tmp_path, capsys):
     path = tmp_path / "cpu.yaml"
     path.write_text(yaml.safe_dump({"model": "llama-small", "train": {"batch_size": 2, "seq_len": 512}}))
@@ -199,11 +210,13 @@ def test_train_asks_the_plan_before_building_anything(tiny_run_config, tiny_bpe_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu, expected", [("t4", "fp16"), ("v100", "fp16"), ("a100-80gb", "bf16"), ("cpu", "fp32")])
 def test_plan_picks_what_precision_auto_would_on_that_hardware(gpu, expected):
     assert plan_run(load_run_config("quickstart"), gpu)["precision"] == expected
 
 
+@pytest.mark.slow
 def test_plan_takes_a_model_preset_a_run_config_or_a_run_folder_and_says_small_runs_in_human_units(sampled_runs,
                                                                                                      capsys):
     """llama-small (29.4M parameters) as a preset with `train --model`'s settings, and as the model of the
@@ -238,6 +251,7 @@ def test_adamw8bit_shrinks_the_optimizer_line_alone():
         {k: v for k, v in adamw.items() if k not in ("optimizer", "overhead", "total")}
 
 
+@pytest.mark.slow
 def test_llama_3b_on_one_a100_80gb_names_checkpointing_and_its_speed_cost(capsys):
     """The preset's plan: eager does not fit one A100 80GB; activation checkpointing alone does, said with
     what it costs in speed (not measured yet)."""
@@ -248,6 +262,7 @@ def test_llama_3b_on_one_a100_80gb_names_checkpointing_and_its_speed_cost(capsys
     assert "(speed: checkpointing runs each block's forward again in backward" in fix and "not measured" in fix
 
 
+@pytest.mark.slow
 def test_the_smallest_change_set_that_fits_combines_checkpointing_and_8bit_states(capsys):
     """llama-3b with AdamW on an A100 40GB: fp32 weights, gradients and AdamW's moments alone exceed it, so no
     checkpointing or micro-batch fits without 8-bit states, and 8-bit states fit only checkpointed: the plan names
@@ -278,6 +293,7 @@ def test_fsdp_cpu_offload_keeps_the_shards_in_cpu_memory():
     assert plan_mod.offloaded_memory(cfg, 1) == 0  # one process: no FSDP, nothing offloaded
 
 
+@pytest.mark.slow
 def test_cpu_offload_is_the_fix_when_fsdp_alone_fits_on_no_number_of_gpus(capsys):
     """4,000 blocks at a tiny micro-batch: their sharded fp32 state exceeds an 80 GB GPU even over 64 GPUs, while
     the checkpointed activations are small: FSDP with CPU offload on the fewest GPUs is the one fix. (In fp32: under
@@ -369,6 +385,7 @@ def test_a_micro_batch_that_cannot_fit_is_refused_before_the_model_is_built(tiny
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_plan_of_a_vast_accumulation_searches_the_divisors_not_every_number(capsys):
     """8 × 10^18 sequences a step: the largest micro-batch that fits is a divisor of it, found among its divisors
@@ -402,3 +419,54 @@ def test_a_fine_tunes_micro_batch_is_checked_before_its_model_is_built(tiny_run,
     with pytest.raises(BurnoutError, match="^a training step at micro-batch 1,000,000,000,000 × 64 tokens .* lower "
                                            "train.batch_size"):
         start_training(cfg, tmp_path / "sft", on_event=lambda line: None, progress=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# What the tokens buy (issue 50): tokens per parameter, and the planner's speed calibrated on published runs
+
+
+def test_plan_says_the_runs_tokens_per_parameter_and_warns_far_below_what_its_size_needs(capsys):
+    """`burnout plan PRESET` trains the quickstart's steps: a sliver of a token per parameter of llama-small, which the
+    plan says beside its dollars, with the warning (red when the plan says the dollars without a word)."""
+    assert main(["plan", "llama-small", "--gpu", "h100"]) == 0
+    out = capsys.readouterr().out
+    plan = plan_run(plan_mod.plan_config("llama-small"), "h100")
+    tokens, params = sum(r["tokens"] for r in plan["phases"]), plan["params"]
+    assert tokens / params < 2 and plan["tokens_per_parameter"] == tokens / params
+    assert (f"{format_count(tokens)} tokens for {format_count(params)} parameters: {tokens / params:.3g} tokens per "
+            "parameter\n") in out
+    assert (f"warning: {format_count(tokens)} tokens for {format_count(params)} parameters: {tokens / params:.3g} "
+            "tokens per parameter, far below the ~20") in out
+
+
+@pytest.mark.parametrize("ratio, warned", [(1.99, True), (2.0, False), (11.3, False)])
+def test_far_below_is_under_a_tenth_of_the_twenty_tokens_per_parameter(ratio, warned):
+    """Under 2 tokens per parameter (a tenth of Hoffmann et al.'s ~20) a model trained from scratch is warned; a
+    continued run is told its ratio alone, its parent's tokens unknown to it (red when the threshold moves)."""
+    params = 1_000_000
+    words, warning = plan_mod.tokens_per_parameter_note(ratio * params, params)
+    assert words == f"{ratio:.3g} tokens per parameter" and (warning is not None) == warned
+    words, warning = plan_mod.tokens_per_parameter_note(ratio * params, params, from_scratch=False)
+    assert warning is None and "its parent trained on its own" in words
+
+
+def test_the_a100s_mfu_is_the_blogs_1b_and_predicts_llm_cs_gpt2_124m_within_15_percent():
+    """hardware.yaml's A100 80GB MFU is the blog's GPUburnout-1B, recomputed here by hand: 90,000 steps of 131,072
+    tokens for $175 at $1.45/h, at llama-1b's training FLOPs per token (6 × its matmul weights, plus 12·L·T·d for
+    attention). At that MFU the planner's hours for llm.c's GPT-2 124M (19,073 steps of 524,288 tokens on 8 A100
+    80GB SXM, reported ~90 minutes) are this hand computation's, within 15% of llm.c's (red when the table's MFU, the
+    FLOPs count or the planner's arithmetic moves)."""
+    d, layers, ffn, kv, vocab, seq = 2048, 16, 8192, 512, 32005, 2048  # llama-1b: GQA 32/8 heads of 64
+    flops_1b = 6 * (layers * (2 * d * d + 2 * d * kv + 3 * d * ffn) + vocab * d) + 12 * layers * seq * d
+    blog_mfu = 90_000 * 131_072 * flops_1b / (175 / 1.45 * 3600 * 312e12)
+    a100 = hardware_table()["a100-80gb"]
+    assert a100["mfu"] == pytest.approx(blog_mfu, abs=0.005)  # the table keeps it to two digits
+    d, layers, vocab, seq = 768, 12, 50257, 1024  # GPT-2 124M, its head tied to the embedding
+    flops_124m = 6 * (layers * 12 * d * d + vocab * d) + 12 * layers * seq * d
+    hours = 19_073 * 524_288 * flops_124m / (312e12 * a100["mfu"] * 8) / 3600
+    cfg = plan_mod.plan_config("gpt2-124m", ["train.seq_len=1024", "train.batch_size=16", "train.grad_accum=4",
+                                             "train.max_steps=19073", "train.precision=bf16", "train.distributed=ddp"])
+    plan = plan_run(cfg, "a100-80gb", devices=8)
+    assert plan["flops_per_token"] == flops_124m and plan["mfu_note"] == a100["mfu_note"]
+    assert sum(r["hours"] for r in plan["phases"]) == pytest.approx(hours, rel=1e-9)
+    assert abs(hours - 1.5) / 1.5 < 0.15, hours

@@ -2,9 +2,12 @@
 
 import time
 
+import pytest
 import torch
 
 from burnout.train import probe
+
+pytestmark = pytest.mark.slow  # every test here trains, installs or drives a browser: not in `make test-fast`
 
 
 def test_a_budget_plans_with_the_fastest_step_timed(tiny_run_config, tiny_bpe_data, monkeypatch):

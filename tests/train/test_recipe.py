@@ -150,3 +150,17 @@ def test_a_run_continued_with_its_parents_config_re_warms_to_a_lower_peak(tiny_r
     assert yaml.safe_load((tmp_path / "own" / "config.yaml").read_text())["train"]["optim"]["lr"] == 2e-3
     child = _child(tmp_path, tiny_run, "configured")
     assert yaml.safe_load((child / "config.yaml").read_text())["train"]["optim"]["lr"] == CHILD["train"]["lr"]
+
+
+def test_a_continued_run_measures_its_own_step_and_start_up(tiny_run_config, tiny_bpe_data, tmp_path):
+    """A parent trained on a time budget keeps its measured step and start-up in config.yaml; the config a run
+    continued from it starts from leaves both out, so that its own budget measures them (red when the parent's
+    start-up would plan the new run's steps)."""
+    from burnout.runs import parent_run_config, start_training
+
+    parent = tmp_path / "parent"
+    start_training(tiny_run_config(max_steps=2, max_minutes=10), parent, data_dir=tiny_bpe_data,
+                   on_event=lambda line: None, progress=False)
+    assert yaml.safe_load((parent / "config.yaml").read_text())["train"]["budget"]["startup_seconds"] > 0
+    budget = parent_run_config(parent)["train"]["budget"]
+    assert budget["max_minutes"] == 10 and not {"step_seconds", "startup_seconds"} & budget.keys()

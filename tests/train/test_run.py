@@ -29,6 +29,7 @@ def _error_line(capsys) -> str:
     return err.strip()
 
 
+@pytest.mark.slow
 def test_the_boot_command_run_twice_refuses_the_second_and_a_killed_first_frees_the_folder(tiny_run, tmp_path,
                                                                                             capsys):
     config = tmp_path / "run.yaml"
@@ -72,6 +73,7 @@ def test_a_resume_is_refused_while_another_process_writes_the_run(tiny_run, tmp_
         holder.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_a_run_killed_while_it_prepares_its_data_is_resumed_by_the_command_resume_names(shared_data, tmp_path, capsys):
     """`burnout train CONFIG --out RUN` killed (SIGKILL) while it prepares the config's sources into RUN/data:
     `--resume RUN` has no config to go on with, so it names the command that started it, in one line; that
@@ -125,6 +127,7 @@ def _resume(run: Path, *overrides: str) -> int:
     return main(["train", "--resume", str(run), "train.max_steps=4", *overrides])
 
 
+@pytest.mark.slow
 def test_a_run_names_its_own_data_relative_to_itself_and_a_copy_resumes_on_its_copy(own_data_run, tmp_path,
                                                                                      capsys):
     original, copy = tmp_path / "original", tmp_path / "copy"

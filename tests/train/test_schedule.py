@@ -17,7 +17,7 @@ from burnout.cli import main
 from burnout.config import load_run_config
 from burnout.train import loop, probe
 from burnout.train.metrics import read_metrics
-from burnout.train.schedule import lr_at
+from burnout.train.schedule import budget_steps, lr_at
 from burnout.train.step import TrainStep
 
 
@@ -52,24 +52,24 @@ def _lrs(run: Path) -> list[float]:
 
 
 def _final_lr(run: Path) -> tuple[float, int]:
-    """The schedule's last LR as the run's config.yaml plans it, and the steps planned."""
+    """The schedule's last LR as the run's config.yaml plans it, and the steps planned (in what the start-up left)."""
     tc = load_run_config(run / "config.yaml").train
-    planned = int(tc.max_minutes * 60 / tc.step_seconds)
+    planned = budget_steps(tc.max_minutes, tc.step_seconds, tc.startup_seconds)
     return lr_at(planned - 1, tc, planned), planned
 
 
 def test_a_run_whose_steps_slow_down_still_ends_its_schedule_at_the_budget(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                            monkeypatch, capsys):
-    """The probe measures 1 s a step, so one minute plans 60; from step 20 each step takes 3 s. The run stops
-    near the minute, well short of 60 steps, and its last step is at the schedule's final LR (red when a step's
-    LR follows its step alone, or when the time budget stops the run without having given its last step the
-    final LR)."""
+    """The probe measures 1 s a step (a warm-up and six steps: 7 s of the minute), so one minute plans 53; from step
+    20 each step takes 3 s. The run stops near the minute, well short of 53 steps, and its last step is at the
+    schedule's final LR (red when a step's LR follows its step alone, or when the time budget stops the run without
+    having given its last step the final LR)."""
     StepClock(monkeypatch, lambda step: 1.0 if step < 20 else 3.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
                  "--data", str(tiny_bpe_data), "--minutes", "1"]) == 0
     out = capsys.readouterr().out
-    assert "budget 1 min: measured 1 s/step → planning 60 steps; the LR schedule ends at the budget" in out
+    assert "budget 1 min: measured 1 s/step → planning 53 steps; the LR schedule ends at the budget" in out
     final, planned = _final_lr(run)
     lrs = _lrs(run)
     assert 30 <= len(lrs) < planned, len(lrs)  # 20 steps of 1 s and about 13 of 3 s fill the minute
@@ -82,30 +82,31 @@ def test_a_run_whose_steps_slow_down_still_ends_its_schedule_at_the_budget(tiny_
     assert main(["train", "--resume", str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("burnout: error: --resume: "), err
-    assert "has trained 1m02s of its time budget (train.max_minutes=1" in err and "--minutes 3" in err, err
+    assert "has trained 1m00s of its time budget (train.max_minutes=1" in err and "--minutes 2" in err, err
 
 
 
 def test_a_run_that_trained_every_planned_step_resumes_at_its_end(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                   monkeypatch, capsys):
-    """Each step takes the 1 s the probe measured: the run trains all 60 steps the minute planned, which spends its
-    budget. Resumed, it is at its end rather than past its budget: nothing is left to train, and it says it is done
-    (red when a spent budget refuses the resume of a run already at its last step)."""
+    """Each step takes the 1 s the probe measured: the run trains all 53 steps the minute planned after the probe's
+    7 s, which spends its budget. Resumed, it is at its end rather than past its budget: nothing is left to train, and
+    it says it is done (red when a spent budget refuses the resume of a run already at its last step)."""
     StepClock(monkeypatch, lambda step: 1.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
                  "--data", str(tiny_bpe_data), "--minutes", "1"]) == 0
-    assert len(_lrs(run)) == 60
+    assert len(_lrs(run)) == 53
     capsys.readouterr()
     assert main(["train", "--resume", str(run)]) == 0
-    assert "done: step 60," in capsys.readouterr().out
+    assert "done: step 53," in capsys.readouterr().out
 
 def test_a_sudden_slowdown_overruns_the_budget_by_at_most_one_step(tiny_run_config, tiny_bpe_data, tmp_path,
                                                                     monkeypatch):
-    """From step 40 of the 60 planned each step takes 10 s instead of 1: the next step is predicted at the latest
-    step's 10 s, not the median of the last five (still 1 s), so the run ends within one slow step of the minute
-    (red when the prediction follows the median alone: three slow steps pass before it moves)."""
-    StepClock(monkeypatch, lambda step: 1.0 if step < 40 else 10.0)
+    """From step 33 of the 53 planned (40 s into the minute, the probe's 7 s and 33 steps) each step takes 10 s
+    instead of 1: the next step is predicted at the latest step's 10 s, not the median of the last five (still 1 s),
+    so the run ends within one slow step of the minute (red when the prediction follows the median alone: three
+    slow steps pass before it moves)."""
+    StepClock(monkeypatch, lambda step: 1.0 if step < 33 else 10.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
                  "--data", str(tiny_bpe_data), "--minutes", "1"]) == 0
@@ -130,7 +131,7 @@ def test_a_dollar_budget_is_the_time_budget_it_buys_at_the_price_per_hour(tiny_r
     tc = load_run_config(run / "config.yaml").train
     final, planned = _final_lr(run)
     assert tc.max_dollars == dollars and tc.max_minutes == pytest.approx(dollars / price * 60)
-    assert planned == int(dollars / price * 3600 / tc.step_seconds)
+    assert planned == int((dollars / price * 3600 - tc.startup_seconds) / tc.step_seconds)
     assert (f"budget ${dollars:g} ({tc.max_minutes:g} min at ${price:.2f}/h): measured 1 s/step → planning "
             f"{planned} steps; the LR schedule ends at the budget") in out
     lrs = _lrs(run)
@@ -164,13 +165,13 @@ def test_a_resumed_budget_goes_on_where_the_elapsed_time_puts_its_schedule(tiny_
 
 
 def test_sft_with_minutes_finishes_its_warmup_and_decays(tiny_run, fine_tune_data, tmp_path, monkeypatch, capsys):
-    """sft's warmup (train.warmup_steps 100 by default) is longer than the 30 steps half a minute plans at 1 s a
-    step: the budget warms up over a tenth of them, then decays to the final LR on the last step (red when the
+    """sft's warmup (train.warmup_steps 100 by default) is longer than the 30 steps 37 s plan at 1 s a step after the
+    probe's 7: the budget warms up over a tenth of them, then decays to the final LR on the last step (red when the
     warmup is not fitted to the plan: the run would end still warming up)."""
     StepClock(monkeypatch, lambda step: 1.0)
     run = tmp_path / "sft"
     assert main(["sft", str(tiny_run.run_dir), "--data", str(fine_tune_data.chats), "--out", str(run), "--minutes",
-                 "0.5", "train.device=cpu", "train.precision=fp32", "train.batch_size=4", "train.seq_len=64",
+                 "0.62", "train.device=cpu", "train.precision=fp32", "train.batch_size=4", "train.seq_len=64",
                  "train.log_interval=1"]) == 0
     assert "planning 30 steps" in capsys.readouterr().out
     tc = load_run_config(run / "config.yaml").train
@@ -179,7 +180,9 @@ def test_sft_with_minutes_finishes_its_warmup_and_decays(tiny_run, fine_tune_dat
     assert tc.warmup_steps == 100 and len(lrs) == planned == 30
     # Warm up over 3 steps to the peak (the budget's share rides the loss's float32 all-reduce: 1e-7 of a step).
     assert lrs[:3] == pytest.approx([tc.lr / 3, 2 * tc.lr / 3, tc.lr], rel=1e-6)
-    assert all(a > b for a, b in zip(lrs[2:], lrs[3:])) and lrs[-1] == final < tc.lr / 2
+    # The first decay step may sit at the peak: the clock no longer runs ahead of the step (the start-up is out of
+    # the time the steps were planned in).
+    assert lrs[2] >= lrs[3] and all(a > b for a, b in zip(lrs[3:], lrs[4:])) and lrs[-1] == final < tc.lr / 2
 
 
 def test_without_a_budget_each_step_has_the_lr_of_its_step(tiny_run_config, tiny_bpe_data, tmp_path):

@@ -3,6 +3,7 @@ learns in the same all-reduce whether any rank's time is up or got a signal."""
 
 import os
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -46,6 +47,7 @@ def _rank(rank: int, world_size: int, init_file: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_stop_flags_ride_on_the_loss_all_reduce(tmp_path):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = str(tmp_path / "result")
