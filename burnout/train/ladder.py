@@ -9,8 +9,8 @@ set), each trained at LEVELS compute levels C0·2^l, D = C / the shape's FLOPs p
 with its own LR decay to its own end (the training settings of `burnout train --model`, the quickstart's), so its
 final loss is a finished run's. The depth set is the largest of DEPTH_SETS whose top level gives its second-largest
 size at least CHINCHILLA_TOKENS_PER_PARAM tokens per parameter (so the isoFLOP curves reach the compute-optimal
-size), judged at the FLOP rate of the first set, whose step times are measured as the quickstart measures them (train/probe.py);
-C0 is then what makes the rungs' measured steps fill the budget. Rungs under MIN_RUNG_STEPS steps are left out. WSD
+size), judged at the FLOP rate of the first set, whose step times are measured as the quickstart measures them
+(train/probe.py); C0 is then what makes the rungs' measured steps fill the budget. Rungs under MIN_RUNG_STEPS steps are left out. WSD
 decay branches would give several token counts from one run per size for less compute; a branch started from a
 checkpoint as a new run re-reads its data from the start, so they are not used (docs/USAGE.md, "What can I train").
 
