@@ -10,9 +10,10 @@ with its own LR decay to its own end (the training settings of `burnout train --
 final loss is a finished run's. The depth set is the largest of DEPTH_SETS whose top level gives its second-largest
 size at least CHINCHILLA_TOKENS_PER_PARAM tokens per parameter (so the isoFLOP curves reach the compute-optimal
 size), judged at the FLOP rate of the first set, whose step times are measured as the quickstart measures them
-(train/probe.py); C0 is then what makes the rungs' measured steps fill the budget. Rungs under MIN_RUNG_STEPS steps are left out. WSD
-decay branches would give several token counts from one run per size for less compute; a branch started from a
-checkpoint as a new run re-reads its data from the start, so they are not used (docs/USAGE.md, "What can I train").
+(train/probe.py); C0 is then what makes the rungs' measured steps fill the budget. Rungs under MIN_RUNG_STEPS steps
+are left out. WSD decay branches would give several token counts from one run per size for less compute; a branch
+started from a checkpoint as a new run re-reads its data from the start, so they are not used (docs/USAGE.md, "What
+can I train").
 
 Each rung is an ordinary run folder (LADDER/rungs/NAME: report, eval, resume work on it), started as `burnout train`
 starts a pretraining run (train/run.py). LADDER/ladder.json holds the design from before the first rung, each finished

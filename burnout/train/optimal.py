@@ -151,9 +151,8 @@ def budget_plan(source: dict, hardware: str | None, hours: float | None = None, 
         hours = dollars / (per_hour * devices)
     precision = "fp32" if hardware == "cpu" else "bf16" if "bf16" in _peaks(hardware) else "fp16"
     hw = get_hardware(hardware, precision, price)
-    mfu, _ = planned_mfu(mfu, hw)
     words = (f"${dollars:g}" if dollars is not None else f"{hours:g} h") + f" on {devices} × {hw.name}"
-    flops = hours * 3600 * hw.peak_flops * mfu * devices
+    flops = hours * 3600 * hw.peak_flops * planned_mfu(mfu, hw)[0] * devices
     seq_len = source["seq_len"] or SEQ_LEN["cpu" if hardware == "cpu" else "gpu"]
     chosen = choose_shape(source["law"], flops, source["vocab"], seq_len, source["seqs"] * seq_len, words)
     seqs, steps = batch_for(chosen["tokens"], source["seqs"], seq_len)

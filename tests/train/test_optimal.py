@@ -27,7 +27,7 @@ def blog_budget() -> dict:
 def test_a_dollar_budget_buys_its_flops_and_the_least_predicted_loss(blog_budget):
     entry = hardware_table()["a100-80gb"]
     hours = 175 / entry["price_per_hour"]
-    assert blog_budget["flops"] == pytest.approx(hours * 3600 * entry["peak_tflops"]["bf16"] * 1e12 * 0.4)
+    assert blog_budget["flops"] == pytest.approx(hours * 3600 * entry["peak_tflops"]["bf16"] * 1e12 * entry["mfu"])
     law, chosen, seq_len = scaling.PUBLISHED["besiroglu2024"], blog_budget["chosen"], 1024
     # Every candidate at the tokens the budget buys it predicts no less than the chosen one.
     for _, model in optimal.candidates(optimal.DEFAULT_VOCAB, seq_len):
