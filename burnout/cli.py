@@ -611,35 +611,128 @@ def cmd_bench(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-@command("plan", help="predicted hours, dollars and peak memory on a given GPU: will it fit?",
-         description="Predict time and cost per phase from FLOPs per token, tokens per phase, the "
+@command("plan", help="predicted hours, dollars and peak memory on a given GPU, or what a budget buys",
+         description="With CONFIG: predict time and cost per phase from FLOPs per token, tokens per phase, the "
                      "GPU's peak and price (burnout/configs/hardware.yaml) and its MFU (measured, or assumed); and the "
                      "peak memory per GPU at the configured micro-batch (eager and compiled, with and "
                      "without activation checkpointing, DDP or FSDP over --gpus), whether it fits the "
-                     "GPU's memory, the largest micro-batch that does and what would make it fit.")
+                     "GPU's memory, the largest micro-batch that does and what would make it fit. "
+                     "With a budget instead (--dollars X or --hours H on --gpu G, or --minutes N of this machine): "
+                     "the compute-optimal shape and tokens, the predicted val loss with its interval (from --ladder, "
+                     "else the published fits), hours, dollars, memory and the data it reads; --write-config FILE "
+                     "writes the run config, with its prediction, for `burnout train FILE`.",
+         computes=True)
 def cmd_plan(p: argparse.ArgumentParser) -> Handler:
-    p.add_argument("config", metavar="CONFIG_PRESET_OR_RUN",
+    p.add_argument("config", nargs="?", metavar="CONFIG_PRESET_OR_RUN",
                    help="a run config (YAML or a built-in name, e.g. gpuburnout-1b), a model preset (e.g. llama-small, "
                         "with the train settings of `burnout train --model`) or a run folder")
-    p.add_argument("--gpu", default="a100-80gb", help="a burnout/configs/hardware.yaml entry or cpu (measured peak)")
+    p.add_argument("--gpu", help="a burnout/configs/hardware.yaml entry or cpu (measured peak); default a100-80gb")
     p.add_argument("--mfu", type=fraction, default=None,
                    help="model FLOPs utilization (default: the one hardware.yaml records as measured on the GPU, "
                         "else an assumed 0.4)")
     p.add_argument("--price", type=non_negative, default=None, help="dollars per device-hour (default: the table's)")
-    p.add_argument("--gpus", type=counting, default=1,
+    p.add_argument("--gpus", "--devices", type=counting, default=1,
                    help="devices training together (default 1); train.distributed picks DDP or FSDP")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None,
                    help="default: the config's, or bf16 on a GPU")
+    p.add_argument("--dollars", type=positive, help="a budget in dollars on --gpu: what it buys")
+    p.add_argument("--hours", type=positive, help="a budget in hours on --gpu: what it buys")
+    p.add_argument("--minutes", type=positive, help="a budget in minutes of this machine (a step measured on the data)")
+    p.add_argument("--ladder", metavar="LADDER", help="predict from this `burnout ladder` fit (default: the published "
+                                                      "fits, not your data's); with CONFIG: its model's loss, and "
+                                                      "what twice the tokens or the compute-optimal shape would buy")
+    p.add_argument("--data", metavar="DIR", help="the prepared data the run reads (default: the ladder's)")
+    p.add_argument("--write-config", metavar="FILE", help="write the planned run config, with its prediction, here")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
 
     def run(args, overrides):
+        budgets = [f"--{b}" for b in ("dollars", "hours", "minutes") if getattr(args, b) is not None]
+        if args.config is None:
+            return _plan_budget(args, budgets, overrides)
+        if budgets or args.data or args.write_config:
+            raise BurnoutError(f"plan {args.config}: {(budgets + ['--data or --write-config'])[0]} plans a budget, not "
+                               "a config; give CONFIG or a budget")
         from burnout.train.plan import format_plan, plan_config, plan_run
 
         cfg = plan_config(args.config, overrides)
-        plan = plan_run(cfg, args.gpu, mfu=args.mfu, price_per_hour=args.price, devices=args.gpus,
+        plan = plan_run(cfg, args.gpu or "a100-80gb", mfu=args.mfu, price_per_hour=args.price, devices=args.gpus,
                         precision=args.precision)
-        print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
+        lines = []
+        if args.ladder:  # what the named model is predicted to reach, and what more would buy
+            from burnout.train.optimal import named_model_lines, prediction_source
+
+            lines = named_model_lines(cfg, plan, prediction_source(args.ladder, None))
+        print(json.dumps({**plan, "ladder": lines} if lines else plan, indent=2) if args.json else
+              "\n".join([format_plan(plan), *([""] + lines if lines else [])]))
+    return run
+
+
+def _plan_budget(args: argparse.Namespace, budgets: list[str], overrides: list[str]) -> None:
+    """`burnout plan` with a budget: checked in one line before anything is measured, then planned and printed."""
+    if len(budgets) != 1:
+        raise BurnoutError("plan needs a CONFIG, or one budget: --dollars X or --hours H (on --gpu G), or --minutes N "
+                           f"(this machine){'; got ' + ' and '.join(budgets) if budgets else ''}")
+    if overrides or args.precision:
+        raise BurnoutError(f"plan {budgets[0]}: {'--precision' if args.precision else overrides[0]} applies to a "
+                           "CONFIG's plan; a budget's plan chooses the run's settings")
+    if args.minutes is not None and (args.gpu or args.gpus != 1 or args.price is not None):
+        raise BurnoutError("--minutes plans for this machine; drop --gpu, --devices and --price (or give --dollars "
+                           "or --hours for a GPU)")
+    from burnout.train.optimal import (
+        budget_plan,
+        check_config_path,
+        format_budget_plan,
+        prediction_source,
+        write_config,
+    )
+
+    source = prediction_source(args.ladder, args.data)
+    if args.write_config:
+        check_config_path(args.write_config, source)
+    say = (lambda line: None) if args.json else print
+    plan = budget_plan(source, args.gpu or "a100-80gb", hours=args.hours, dollars=args.dollars,
+                       minutes=args.minutes, devices=args.gpus, mfu=args.mfu, price=args.price, say=say)
+    if args.json:
+        print(json.dumps({"budget": plan["budget"], "flops": plan["flops"], "preset": plan["chosen"]["preset"],
+                          "model": dataclasses.asdict(plan["cfg"].model), "params": plan["chosen"]["params"],
+                          "tokens": plan["tokens"], "steps": plan["steps"], "prediction": plan["prediction"],
+                          "plan": plan["planned"]}, indent=2))
+    else:
+        print(format_budget_plan(plan))
+    if args.write_config:
+        write_config(plan, args.write_config)
+        if not args.json:
+            print(f"wrote {args.write_config}: burnout train {shlex.quote(args.write_config)} --out RUN, then "
+                  "burnout report RUN sets its final val loss beside the prediction")
+
+
+@command("ladder", help="small models on your data and the scaling law fitted to them, for `burnout plan --ladder`",
+         description="Train a ladder of small LLaMAs of one family (the depth dial) on a prepared folder, sizes and "
+                     "token counts chosen for the budget (--minutes of this machine, or --dollars at --gpu's price), "
+                     "each rung an ordinary run folder under LADDER/rungs; fit L(N, D) = E + A/N^alpha + B/D^beta "
+                     "with bootstrap intervals and the fit's own error on its largest rungs; write LADDER/ladder.json "
+                     "and LADDER/ladder.png. Run the same command again to continue a stopped ladder.",
+         computes=True)
+def cmd_ladder(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("data", metavar="DATA", help="a prepared data folder (`burnout data prepare`)")
+    p.add_argument("--out", required=True, metavar="LADDER", help="the ladder's folder (new, or this ladder's own)")
+    p.add_argument("--minutes", type=positive, help="the ladder's budget in minutes of this machine")
+    p.add_argument("--dollars", type=positive, help="the ladder's budget in dollars, at --gpu's price per hour")
+    p.add_argument("--gpu", help="with --dollars: the hardware.yaml entry whose price the dollars buy time at")
+    p.add_argument("--price", type=positive, help="with --dollars: dollars per hour instead of the table's")
+    p.add_argument("--seq-len", type=counting, default=256,
+                   help="tokens per sequence of every rung, 8 sequences a step (default 256, the quickstart's); "
+                        "shorter gives a small budget more steps")
+
+    def run(args, overrides):
+        from burnout.train.ladder import PLOT_FILE, format_ladder, ladder_budget, run_ladder
+
+        budget = ladder_budget(args.minutes, args.dollars, args.gpu, args.price, args.seq_len)
+        ladder = run_ladder(args.data, args.out, budget)
+        print(format_ladder(ladder))
+        print(f"wrote {Path(args.out) / 'ladder.json'} and {Path(args.out) / PLOT_FILE}; next: burnout plan "
+              f"--dollars X --gpu G --ladder {shlex.quote(args.out)} (or --minutes N)")
     return run
 
 

@@ -646,6 +646,25 @@ class RLConfig(FineTuneSource):
 
 
 @dataclass
+class PredictionConfig:
+    """prediction: the final val loss `burnout plan --write-config` predicted for this run, with its interval and where
+    it came from; the run folder's config.yaml keeps it, and `burnout report` sets the loss achieved beside it."""
+    val_loss: float
+    low: float
+    high: float
+    level: float  # the interval's coverage, e.g. 0.9
+    source: str  # "ladder", or the published fit's label
+    params: int  # N and D the prediction is for
+    tokens: int
+    ladder: str | None = None  # the ladder.json it came from, when a ladder
+
+    def validate(self) -> None:
+        if not 0 < self.low <= self.val_loss <= self.high:
+            raise BurnoutError(f"prediction: val_loss {self.val_loss} must lie in its interval [low {self.low}, high "
+                               f"{self.high}], all positive; `burnout plan --write-config` writes this section")
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -657,6 +676,8 @@ class RunConfig:
     dpo: DPOConfig | None = None
     # Set: reinforcement learning (GRPO) from rl.base on questions with checkable answers.
     rl: RLConfig | None = None
+    # Set: the loss `burnout plan` predicted for this run (`burnout report` compares the final val loss with it).
+    prediction: PredictionConfig | None = None
 
     @property
     def fine_tune(self) -> FineTuneSource | None:
@@ -688,6 +709,8 @@ class RunConfig:
             self.dpo.validate()
         if self.rl is not None:
             self.rl.validate()
+        if self.prediction is not None:
+            self.prediction.validate()
         if self.train.init_from and self.fine_tune is not None:
             raise BurnoutError("train.init_from: a fine-tune starts from its base (sft.base / dpo.base / rl.base); "
                                "drop train.init_from")

@@ -138,11 +138,12 @@ def continued_config(init_from: str | Path, settings: Sequence[str]) -> RunConfi
 
 def parent_run_config(init_from: str | Path) -> dict:
     """The config a continued run with no CONFIG of its own starts from: its parent checkpoint's, as pretraining
-    (no fine-tune section), without the parent's measured train.step_seconds and train.startup_seconds (a time budget
-    measures its own), and with its peak LRs (train.lr, train.muon_lr; train.min_lr with them) × CONTINUED_LR_SCALE."""
+    (no fine-tune section; no prediction, which was the parent's), without the parent's measured train.step_seconds
+    and train.startup_seconds (a time budget measures its own), and with its peak LRs (train.lr, train.muon_lr;
+    train.min_lr with them) × CONTINUED_LR_SCALE."""
     raw = read_saved_config(parent_checkpoint(str(init_from), print) / RUN_CONFIG_FILE)
-    for fine_tune in ("sft", "dpo", "rl"):
-        raw.pop(fine_tune, None)
+    for section in ("sft", "dpo", "rl", "prediction"):
+        raw.pop(section, None)
     train = raw.setdefault("train", {})
     for measured in ("step_seconds", "startup_seconds"):
         train.setdefault("budget", {}).pop(measured, None)

@@ -157,8 +157,8 @@ def grow_run(source: str | Path, out_dir: str | Path, overrides: Iterable[str],
     line = _check_grown_fits(old, new, list(overrides), Path(out_dir))
     if on_event is not None:
         on_event(line)
-    # A start point: where the parent itself started from is the parent's record, not this folder's.
-    cfg = dataclasses.replace(ckpt.config, model=new,
+    # A start point: where the parent itself started from, and the loss predicted for it, are the parent's records.
+    cfg = dataclasses.replace(ckpt.config, model=new, prediction=None,
                               train=dataclasses.replace(ckpt.config.train, init_from=None, init_optimizer="fresh"))
     with torch.device("meta"):  # no random init of weights about to be replaced
         model = Transformer(new)

@@ -25,6 +25,7 @@ from burnout.finetune.rl import EXAMPLES_FILE
 from burnout.report import plots
 from burnout.report.runlog import RunLog, anomalies, eval_rows, load_run, phase_rows, throughput
 from burnout.train.checkpointing import best_checkpoint
+from burnout.train.ladder import ladder_figure, read_ladder
 
 
 @dataclass
@@ -106,6 +107,7 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
         Block("p", f"Run folder `{run.path}`. Every number below comes from its config.yaml, metrics.jsonl, "
                    "checkpoints and eval files."),
         Block("table", columns=["", "value"], rows=summary),
+        *prediction_blocks(run),
         *lineage_blocks(run),
         *fine_tune_blocks(run),
         Block("h2", "Loss and learning rate"),
@@ -154,6 +156,46 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
                                                                        "throughput drop, val loss above a uniform "
                                                                        "guess or far above train in the log"])]
     return f"Run report: {run.name}", blocks
+
+
+def prediction_verdict(run: RunLog) -> str | None:
+    """What `burnout plan` predicted for a run written with --write-config (its prediction section) against its final
+    val loss: inside the interval or not, and by how much; None for a run without one."""
+    p = run.config.get("prediction")
+    if not isinstance(p, dict):
+        return None
+    kind = f"{p['level']:.0%} interval" if p.get("ladder") else "the published fits' range"
+    said = f"predicted val loss {p['val_loss']:.4f} ({kind} {p['low']:.4f}–{p['high']:.4f})"
+    steps, _, losses = run.series("val_loss")
+    end = run.config.get("train", {}).get("max_steps")
+    if not losses or steps[-1] != end:
+        return f"{said}; the run has no final val loss yet (its last evaluation is not at step {end})"
+    final, off = losses[-1], losses[-1] / p["val_loss"] - 1
+    where = "inside the interval" if p["low"] <= final <= p["high"] else \
+        f"outside the interval ({'below' if final < p['low'] else 'above'} it)"
+    return f"{said}; final val loss {final:.4f}, {off:+.2%} from the prediction: {where}"
+
+
+def prediction_blocks(run: RunLog) -> list[Block]:
+    """A planned run's section: the prediction against the final val loss and, when the prediction came from a
+    ladder that is still there, the ladder's plot with this run's point on it."""
+    verdict = prediction_verdict(run)
+    if verdict is None:
+        return []
+    p = run.config["prediction"]
+    blocks = [Block("h2", "Predicted against achieved"),
+              Block("p", f"{verdict}. Source: {'the ladder ' + p['ladder'] if p.get('ladder') else p['source']}, "
+                         f"for {p['params']:,} parameters and {p['tokens']:,} tokens.")]
+    if p.get("ladder"):
+        try:
+            ladder = read_ladder(p["ladder"], "prediction.ladder")
+        except BurnoutError as exc:
+            return [*blocks, Block("p", f"The ladder's plot is left out: {exc}")]
+        final = run.last_value("val_loss") if "final val loss" in verdict else None
+        point = {"flops": run.model["flops_per_token"] * p["tokens"], "predicted": p["val_loss"], "low": p["low"],
+                 "high": p["high"], "val_loss": final, "label": run.name}
+        blocks.append(Block("image", "ladder", png=ladder_figure(ladder, point)))
+    return blocks
 
 
 def lineage_blocks(run: RunLog) -> list[Block]:
@@ -288,6 +330,9 @@ def terminal_summary(runs: list[RunLog], written: list[Path]) -> str:
         steps, _, losses = run.series("train_loss")
         lines.append(text_curve(steps, losses))
         lines += [f"  anomaly: {a}" for a in anomalies(run)]
+        verdict = prediction_verdict(run)
+        if verdict is not None:
+            lines.append(f"  {verdict}")
     lines += [f"wrote {p}" for p in written]
     if len(runs) == 1:  # the commands whose results the report would show, and does not yet
         run, rows = shlex.quote(str(runs[0].path)), []

@@ -37,7 +37,7 @@ from burnout.errors import BurnoutError
 from burnout.models.info import model_info
 from burnout.models.memory import FP32, compiled_saved, measure_step, param_counts, static_bytes
 from burnout.models.size import activations_floor, addressable, describe, machine_memory, refuse_unless_fits
-from burnout.train.hardware import HARDWARE_FILE, get_hardware, hardware_table
+from burnout.train.hardware import HARDWARE_FILE, Hardware, get_hardware, hardware_table
 from burnout.train.schedule import total_steps
 
 GIB = 2**30
@@ -102,6 +102,16 @@ def _plan_targets() -> str:
     return f"give a run config ({', '.join(configs)}, or a YAML file), a model preset ({presets}) or a run folder"
 
 
+def planned_mfu(mfu: float | None, hw: Hardware) -> tuple[float, str]:
+    """(the MFU a plan runs at, where it comes from): `mfu` when given, else the one hardware.yaml records as measured
+    on that GPU, else DEFAULT_MFU (assumed)."""
+    if mfu is not None:
+        return mfu, "given"
+    if hw.mfu is not None:
+        return hw.mfu, hw.mfu_note
+    return DEFAULT_MFU, "assumed"
+
+
 def plan_run(cfg: RunConfig, hardware: str, mfu: float | None = None, price_per_hour: float | None = None,
              devices: int = 1, precision: str | None = None) -> dict:
     """Per-phase steps, tokens, FLOPs, hours and dollars (one phase 'run' when the config has none), the run's
@@ -119,8 +129,7 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float | None = None, price_per_
         # What `precision: auto` would pick there: fp32 on a CPU; bf16 on a GPU with bf16 tensor cores, else fp16.
         precision = tc.precision if tc.precision != "auto" else _auto_precision(hardware)
     hw = get_hardware(hardware, precision, price_per_hour if price_per_hour is not None else tc.budget.price_per_hour)
-    mfu, mfu_note = ((mfu, "given") if mfu is not None else (hw.mfu, hw.mfu_note) if hw.mfu is not None
-                     else (DEFAULT_MFU, "assumed"))
+    mfu, mfu_note = planned_mfu(mfu, hw)
     seq_len = tc.seq_len or cfg.model.context_length
     info = model_info(cfg.model, seq_len=seq_len, precision="bf16" if precision != "fp32" else "fp32")
     fpt = info["flops_per_token"]

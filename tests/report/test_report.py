@@ -367,3 +367,31 @@ def test_a_run_that_ends_worse_than_it_started_is_an_anomaly(sampled_runs, tiny_
     last = [r for r in read_metrics(run) if "val_loss" in r][-1]["val_loss"]
     assert (f"step 28: val loss {last:.4f} ends above {first['val_loss']:.4f}, its first, at step {first['step']}: "
             "the run ended worse than it started") in _anomalies(capsys)
+
+
+def _with_prediction(run: Path, to: Path, low: float, central: float, high: float) -> Path:
+    """A copy of `run` whose config.yaml carries a prediction, as `burnout plan --write-config` writes it."""
+    shutil.copytree(run, to)
+    cfg = yaml.safe_load((to / "config.yaml").read_text())
+    cfg["prediction"] = {"val_loss": central, "low": low, "high": high, "level": 0.9, "source": "ladder",
+                         "params": 1000, "tokens": 2000, "ladder": str(to / "no-ladder-here")}
+    (to / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return to
+
+
+def test_a_planned_run_is_reported_against_its_prediction(sampled_runs, tmp_path, capsys):
+    final = [r for r in read_metrics(sampled_runs[0]) if "val_loss" in r][-1]["val_loss"]
+    # Above the central prediction, below the interval's top: inside.
+    inside = _with_prediction(sampled_runs[0], tmp_path / "inside", final * 0.97, final * 0.99, final * 1.03)
+    assert main(["report", str(inside)]) == 0
+    out = capsys.readouterr().out
+    assert (f"predicted val loss {final * 0.99:.4f} (90% interval {final * 0.97:.4f}–{final * 1.03:.4f}); final val "
+            f"loss {final:.4f}, {final / (final * 0.99) - 1:+.2%} from the prediction: inside the interval") in out
+    md = (inside / "report" / "report.md").read_text()
+    assert "## Predicted against achieved" in md and "The ladder's plot is left out: prediction.ladder" in md
+    below = _with_prediction(sampled_runs[0], tmp_path / "below", final * 0.90, final * 0.92, final * 0.95)
+    assert main(["report", str(below)]) == 0
+    assert "outside the interval (above it)" in capsys.readouterr().out
+    assert main(["report", str(sampled_runs[1]), "--out", str(tmp_path / "plain")]) == 0
+    assert "predicted" not in capsys.readouterr().out
+    assert "Predicted against achieved" not in (tmp_path / "plain" / "report.md").read_text()

@@ -1,0 +1,85 @@
+"""A scaling ladder on each prepared corpus, then the held-out run the plan chooses at 4× the largest rung's compute
+or more: every rung, the fit, the prediction and the truth (issue 50's Evidence).
+
+    .venv/bin/python -m benchmarks.bench_ladder DATA [DATA ...] [--minutes 20] [--out DIR]
+
+DATA is a folder `burnout data prepare` made, e.g. WikiText-2's test text (`burnout data prepare
+../shared/data/wikitext2/wiki.test.raw --out data/wt2 --tokenizer bpe:4096`) and Python's docs (`burnout data prepare
+default --out data/py`). Per corpus: `burnout ladder DATA --minutes M`; then `burnout plan --minutes H --ladder`, H
+chosen so that the plan's run has at least HELD_OUT_FACTOR × the largest rung's FLOPs, with --write-config; `burnout
+train` of that config; its final val loss against the prediction (within 3% and inside the interval is the goal).
+Each run is a subprocess, as a user runs it. Nothing is appended to results.jsonl: the figures depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from burnout.config import load_run_config
+from burnout.models.info import model_info
+
+HELD_OUT_FACTOR = 4.0
+GOAL = 0.03  # the held-out run's val loss within 3% of the prediction
+
+
+def burnout(*args: str) -> str:
+    """Run `burnout ARGS` in a fresh process, echo its output, and return it; stop the benchmark if it fails."""
+    proc = subprocess.run([sys.executable, "-m", "burnout", *args], capture_output=True, text=True)
+    print(proc.stdout, end="")
+    if proc.returncode:
+        sys.exit(f"burnout {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def corpus(data: Path, out: Path, minutes: float) -> dict:
+    """The ladder, the plan at HELD_OUT_FACTOR × its largest rung, the planned run: what each predicted and gave."""
+    ladder_dir = out / "ladder"
+    burnout("ladder", str(data), "--out", str(ladder_dir), "--minutes", f"{minutes:g}")
+    ladder = json.loads((ladder_dir / "ladder.json").read_text())
+    largest = max(ladder["design"]["rungs"], key=lambda r: r["flops"])
+    # The plan buys minutes, the rungs' FLOP rate holds roughly: the largest rung's minutes × the factor, and 20% more
+    # for a larger model's lower rate (the plan measures its own; the ratio reached is printed).
+    held_minutes = HELD_OUT_FACTOR * largest["steps"] * largest["step_seconds"] / 60 * 1.2
+    config, run = out / "held_out.yaml", out / "held_out"
+    burnout("plan", "--minutes", f"{held_minutes:.3g}", "--ladder", str(ladder_dir), "--write-config", str(config))
+    burnout("train", str(config), "--out", str(run))
+    prediction = yaml.safe_load(config.read_text())["prediction"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    final = [r["val_loss"] for r in records if "val_loss" in r][-1]
+    cfg = load_run_config(str(config))
+    flops = model_info(cfg.model, seq_len=cfg.train.seq_len)["flops_per_token"] * prediction["tokens"]
+    burnout("report", str(run), "--md")
+    return {"data": str(data), "ratio": flops / largest["flops"], "prediction": prediction, "final": final,
+            "held_out_error": ladder["fit"]["held_out"]["mean_abs_error"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", nargs="+", type=Path, help="prepared data folders, one ladder each")
+    parser.add_argument("--minutes", type=float, default=20.0, help="each ladder's budget (default 20)")
+    parser.add_argument("--out", type=Path, help="where the ladders and runs go (default: a temporary folder)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.out or Path(tmp)
+        found = [corpus(data, root / data.name, args.minutes) for data in args.data]
+    print(f"\nladders of {args.minutes:g} minutes; held-out run at ≥ {HELD_OUT_FACTOR:g}× the largest rung's compute")
+    for f in found:
+        p, final = f["prediction"], f["final"]
+        off = final / p["val_loss"] - 1
+        inside = p["low"] <= final <= p["high"]
+        print(f"{f['data']}: predicted {p['val_loss']:.4f} ({p['level']:.0%} interval {p['low']:.4f}–{p['high']:.4f}) "
+              f"for {p['params']:,} parameters × {p['tokens']:,} tokens; final val loss {final:.4f}, {off:+.2%}: "
+              f"{'inside' if inside else 'outside'} the interval, {'within' if abs(off) <= GOAL else 'beyond'} "
+              f"{GOAL:.0%}; at {f['ratio']:.1f}× the largest rung's compute; the ladder's own held-out error "
+              f"{f['held_out_error']:.2%}")
+
+
+if __name__ == "__main__":
+    main()
