@@ -302,6 +302,7 @@ def _filler(documents: int, vocabulary: list[str], seed: int) -> list[str]:
 FILLER_WORDS = ["the", "a", "of", "in", "is", "and", "value", "list", "file", "object", "returns", "module"]
 
 
+@pytest.mark.slow
 def test_spread_is_reproducible_from_the_reports_own_figures():
     """spread = (runs + 1) / (expected runs + 1), the chance runs over gaps of 1 + run_gap_chars / mean document
     length: a term in four pairs of neighbouring long documents."""

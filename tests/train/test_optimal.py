@@ -24,6 +24,7 @@ def blog_budget() -> dict:
     return optimal.budget_plan(optimal.prediction_source(None, None), "a100-80gb", dollars=175)
 
 
+@pytest.mark.slow
 def test_a_dollar_budget_buys_its_flops_and_the_least_predicted_loss(blog_budget):
     entry = hardware_table()["a100-80gb"]
     hours = 175 / entry["price_per_hour"]
@@ -43,6 +44,7 @@ def test_a_dollar_budget_buys_its_flops_and_the_least_predicted_loss(blog_budget
     assert blog_budget["tokens"] == pytest.approx(chosen["tokens"], rel=0.01)
 
 
+@pytest.mark.slow
 def test_without_a_ladder_the_prediction_is_the_published_fits_with_the_warning(blog_budget):
     p = blog_budget["prediction"]
     values = [law.loss(p["params"], p["tokens"]) for law in scaling.PUBLISHED.values()]
@@ -53,6 +55,7 @@ def test_without_a_ladder_the_prediction_is_the_published_fits_with_the_warning(
     assert "data: none named" in text
 
 
+@pytest.mark.slow
 def test_hours_and_dollars_buy_the_same_plan(blog_budget):
     hours = 175 / hardware_table()["a100-80gb"]["price_per_hour"]
     by_hours = optimal.budget_plan(optimal.prediction_source(None, None), "a100-80gb", hours=hours)
@@ -69,6 +72,7 @@ def test_the_data_line_counts_passes(tiny_bpe_data):
     assert "Muennighoff" not in optimal.data_line(source, have * 2)
 
 
+@pytest.mark.slow
 def test_a_written_config_trains_with_its_prediction(tiny_bpe_data, tmp_path, capsys):
     path = tmp_path / "planned.yaml"
     assert main(["plan", "--hours", "0.001", "--gpu", "t4", "--data", str(tiny_bpe_data), "--write-config",
@@ -84,6 +88,7 @@ def test_a_written_config_trains_with_its_prediction(tiny_bpe_data, tmp_path, ca
     assert cfg.model.vocab_size == optimal.prediction_source(None, tiny_bpe_data)["vocab"]
 
 
+@pytest.mark.slow
 def test_the_config_plan_is_as_it_was(capsys):
     assert main(["plan", "llama-tiny", "--gpu", "h100"]) == 0
     out = capsys.readouterr().out

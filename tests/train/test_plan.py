@@ -82,6 +82,7 @@ def test_largest_fitting_keeps_tokens_per_step():
     assert largest_fitting(64, 64, lambda b: False, start_fits=False) is None
 
 
+@pytest.mark.slow
 def test_the_blog_config_fits_an_a100_80gb_with_headroom(capsys):
     plan = plan_run(load_run_config("gpuburnout-1b"), "a100-80gb")
     memory = plan["memory"]
@@ -425,6 +426,7 @@ def test_a_fine_tunes_micro_batch_is_checked_before_its_model_is_built(tiny_run,
 # What the tokens buy (issue 50): tokens per parameter, and the planner's speed calibrated on published runs
 
 
+@pytest.mark.slow
 def test_plan_says_the_runs_tokens_per_parameter_and_warns_far_below_what_its_size_needs(capsys):
     """`burnout plan PRESET` trains the quickstart's steps: a sliver of a token per parameter of llama-small, which the
     plan says beside its dollars, with the warning (red when the plan says the dollars without a word)."""
@@ -450,6 +452,7 @@ def test_far_below_is_under_a_tenth_of_the_twenty_tokens_per_parameter(ratio, wa
     assert warning is None and "its parent trained on its own" in words
 
 
+@pytest.mark.slow
 def test_the_a100s_mfu_is_the_blogs_1b_and_predicts_llm_cs_gpt2_124m_within_15_percent():
     """hardware.yaml's A100 80GB MFU is the blog's GPUburnout-1B, recomputed here by hand: 90,000 steps of 131,072
     tokens for $175 at $1.45/h, at llama-1b's training FLOPs per token (6 × its matmul weights, plus 12·L·T·d for

@@ -95,6 +95,7 @@ def test_the_published_fits_are_the_papers():
     assert "Hoffmann" in h.label and "Besiroglu" in b.label
 
 
+@pytest.mark.slow
 def test_bootstrap_and_interval_are_reproducible_and_hold_the_prediction():
     n, d, loss = _grid(0.003, seed=4)
     first = scaling.bootstrap(n, d, loss, samples=20, seed=7)
