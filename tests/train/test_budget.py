@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -18,31 +17,11 @@ from burnout.cli import main
 from burnout.config import load_run_config
 from burnout.data.shards import read_meta
 from burnout.models.memory import param_counts
-from burnout.train import loop, probe, recipe
+from burnout.train import recipe
 from burnout.train import run as run_module
 from burnout.train.budget import PLAN_PROBE_STEPS
 from burnout.train.metrics import read_metrics
 from burnout.train.schedule import lr_at
-from burnout.train.step import TrainStep
-
-
-class StepClock:
-    """The loop's and the probe's clock, moved by `seconds` at each train step (the probe's too) and by what a test
-    adds to `now`, whatever the steps really took."""
-
-    def __init__(self, monkeypatch, seconds: float):
-        self.now, real_call, self.probe_steps = 0.0, TrainStep.__call__, 0
-
-        def timed_call(train_step, loader, step, *args, **kwargs):
-            result = real_call(train_step, loader, step, *args, **kwargs)
-            self.now += seconds
-            self.probe_steps += kwargs.get("flags") is None  # the loop's steps ask for the stop flags
-            return result
-
-        monkeypatch.setattr(TrainStep, "__call__", timed_call)
-        clock = SimpleNamespace(perf_counter=lambda: self.now)
-        monkeypatch.setattr(loop, "time", clock)
-        monkeypatch.setattr(probe, "time", clock)
 
 
 def _config(tiny_run_config, folder: Path, **train) -> str:
@@ -58,12 +37,12 @@ def _run_words(tokens: int, train_tokens: int, params: int) -> str:
 
 
 def test_train_says_its_steps_time_and_tokens_per_parameter_before_its_first_step(tiny_run_config, tiny_bpe_data,
-                                                                                  tmp_path, monkeypatch, capsys):
+                                                                                  tmp_path, capsys, step_clock):
     """No budget: a warm-up and PLAN_PROBE_STEPS steps are timed (1 s each here), and before step 1's line the run
     says its 12 steps, their 12 s at 1 s a step, its tokens (12 × 4 × 32), its passes over the data and its tokens
     per parameter, with the warning: far below the ~20 its size needs (red when the plan comes after the first step,
     when no step is timed for it, or when the warning is missing)."""
-    clock = StepClock(monkeypatch, 1.0)
+    clock = step_clock(lambda step: 1.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=12, log_interval=1), "--out", str(run),
                  "--data", str(tiny_bpe_data)]) == 0
@@ -81,11 +60,11 @@ def test_train_says_its_steps_time_and_tokens_per_parameter_before_its_first_ste
     assert cfg.train.step_seconds is None  # the plan's measurement plans nothing: config.yaml is as it was
 
 
-def test_a_session_that_ends_at_a_phase_says_its_own_cost_and_the_runs(tiny_run_config, tiny_bpe_data, tmp_path,
-                                                                       monkeypatch, capsys):
+def test_a_session_that_ends_at_a_phase_says_its_own_cost_and_the_runs(tiny_run_config, tiny_bpe_data, tmp_path, capsys,
+                                                                       step_clock):
     """A phase ends the session at step 4 of 12; at $3.60 an hour and 100 s a step it costs 6m40s and $0.40, the run
     20m00s and $1.20; the resumed session says what is left (red when the price or the session's end is ignored)."""
-    StepClock(monkeypatch, 100.0)
+    step_clock(lambda step: 100.0)
     config = _config(tiny_run_config, tmp_path, max_steps=12, price_per_hour=3.6,
                      phases=[{"name": "first", "steps": 4}])
     run = tmp_path / "run"
@@ -97,12 +76,12 @@ def test_a_session_that_ends_at_a_phase_says_its_own_cost_and_the_runs(tiny_run_
     assert "plan: steps 4 → 12, about 13m20s, $0.80 at 100 s a step (measured); the run: " in capsys.readouterr().out
 
 
-def test_a_fine_tune_says_its_passes_and_no_tokens_per_parameter(tiny_run, fine_tune_data, tmp_path, monkeypatch,
-                                                                 capsys):
+def test_a_fine_tune_says_its_passes_and_no_tokens_per_parameter(tiny_run, fine_tune_data, tmp_path, capsys,
+                                                                 step_clock):
     """sft, unpacked: 12 steps of 4 rows are 48 conversations, over those it holds for training: the plan says those
     passes, and neither tokens per parameter nor a warning, though its tokens are a sliver of its parameters: a
     fine-tune starts from a trained model (red when the pretraining rule reaches a fine-tune)."""
-    StepClock(monkeypatch, 1.0)
+    step_clock(lambda step: 1.0)
     run = tmp_path / "sft"
     assert main(["sft", str(tiny_run.run_dir), "--data", str(fine_tune_data.chats), "--out", str(run),
                  "train.device=cpu", "train.precision=fp32", "train.batch_size=4", "train.seq_len=64",
@@ -115,12 +94,12 @@ def test_a_fine_tune_says_its_passes_and_no_tokens_per_parameter(tiny_run, fine_
 
 
 def test_a_budget_covers_the_data_preparation_and_elapsed_s_holds_it(tiny_run_config, tiny_bpe_data, tmp_path,
-                                                                     monkeypatch, capsys):
+                                                                     monkeypatch, capsys, step_clock):
     """`--minutes 1` at train.step_seconds=1, and preparing the data takes 30 s of the command's clock: the budget
     plans the 30 steps the other 30 s hold, config.yaml keeps the start-up for a resume's plan, the first step is the
     schedule's first (its warmup not skipped), and elapsed_s counts the preparation, so the run ends at the minute
     (red when the clock starts after the data are prepared, or at the first step)."""
-    clock = StepClock(monkeypatch, 1.0)
+    clock = step_clock(lambda step: 1.0)
 
     def prepared_slowly(cfg, data_dir, *args, **kwargs):
         shutil.copytree(tiny_bpe_data, data_dir)
@@ -142,11 +121,11 @@ def test_a_budget_covers_the_data_preparation_and_elapsed_s_holds_it(tiny_run_co
 
 
 @pytest.mark.parametrize("minutes, planned", [(1, 53), (2, 113)])
-def test_a_budget_plans_from_what_the_step_measurement_left(tiny_run_config, tiny_bpe_data, tmp_path, monkeypatch,
-                                                           capsys, minutes, planned):
+def test_a_budget_plans_from_what_the_step_measurement_left(tiny_run_config, tiny_bpe_data, tmp_path, capsys, minutes,
+                                                            planned, step_clock):
     """The budget's probe times a warm-up and six steps, 1 s each: the start-up took 7 s, so a minute plans 53 steps
     and two 113 (red when the measurement is left out of the start-up)."""
-    StepClock(monkeypatch, 1.0)
+    step_clock(lambda step: 1.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000, log_interval=1), "--out", str(run),
                  "--data", str(tiny_bpe_data), "--minutes", str(minutes), "train.max_steps=3"]) == 0
@@ -156,11 +135,11 @@ def test_a_budget_plans_from_what_the_step_measurement_left(tiny_run_config, tin
 
 
 def test_a_resumed_budget_keeps_its_plan_and_counts_its_own_start_up(tiny_run_config, tiny_bpe_data, tmp_path,
-                                                                    monkeypatch, capsys):
+                                                                    monkeypatch, capsys, step_clock):
     """A run whose config.yaml holds a step's seconds and no start-up (a budget planned before start-ups counted)
     keeps its 60 planned steps when resumed, though checking its data took 5 s of the resumed session; those 5 s are
     in its elapsed_s (red when a resume plans anew from its own start-up, or leaves it out of the time)."""
-    clock = StepClock(monkeypatch, 1.0)
+    clock = step_clock(lambda step: 1.0)
     config = _config(tiny_run_config, tmp_path, max_steps=1000, log_interval=1, phases=[{"name": "first", "steps": 10}])
     run = tmp_path / "run"
     assert main(["train", config, "--out", str(run), "--data", str(tiny_bpe_data), "--minutes", "1",

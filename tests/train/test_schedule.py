@@ -8,35 +8,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from burnout.cli import main
 from burnout.config import load_run_config
-from burnout.train import loop, probe
 from burnout.train.metrics import read_metrics
 from burnout.train.schedule import budget_steps, lr_at
-from burnout.train.step import TrainStep
-
-
-class StepClock:
-    """The training loop's and the step probe's clock, moved at each train step, whatever the step really took:
-    by 1 s at each of the probe's steps, by `seconds(step)` at each of the run's (the loop's, which ask for flags)."""
-
-    def __init__(self, monkeypatch, seconds):
-        self.now, real_call = 0.0, TrainStep.__call__
-
-        def timed_call(train_step, loader, step, *args, **kwargs):
-            result = real_call(train_step, loader, step, *args, **kwargs)
-            self.now += seconds(step) if kwargs.get("flags") is not None else 1.0
-            return result
-
-        monkeypatch.setattr(TrainStep, "__call__", timed_call)
-        clock = SimpleNamespace(perf_counter=lambda: self.now)
-        monkeypatch.setattr(loop, "time", clock)
-        monkeypatch.setattr(probe, "time", clock)
 
 
 def _config(tiny_run_config, folder: Path, **train) -> str:
@@ -59,12 +38,12 @@ def _final_lr(run: Path) -> tuple[float, int]:
 
 
 def test_a_run_whose_steps_slow_down_still_ends_its_schedule_at_the_budget(tiny_run_config, tiny_bpe_data, tmp_path,
-                                                                           monkeypatch, capsys):
+                                                                           capsys, step_clock):
     """The probe measures 1 s a step (a warm-up and six steps: 7 s of the minute), so one minute plans 53; from step
     20 each step takes 3 s. The run stops near the minute, well short of 53 steps, and its last step is at the
     schedule's final LR (red when a step's LR follows its step alone, or when the time budget stops the run without
     having given its last step the final LR)."""
-    StepClock(monkeypatch, lambda step: 1.0 if step < 20 else 3.0)
+    step_clock(lambda step: 1.0 if step < 20 else 3.0, probe_seconds=1.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
                  "--data", str(tiny_bpe_data), "--minutes", "1"]) == 0
@@ -86,12 +65,12 @@ def test_a_run_whose_steps_slow_down_still_ends_its_schedule_at_the_budget(tiny_
 
 
 
-def test_a_run_that_trained_every_planned_step_resumes_at_its_end(tiny_run_config, tiny_bpe_data, tmp_path,
-                                                                  monkeypatch, capsys):
+def test_a_run_that_trained_every_planned_step_resumes_at_its_end(tiny_run_config, tiny_bpe_data, tmp_path, capsys,
+                                                                  step_clock):
     """Each step takes the 1 s the probe measured: the run trains all 53 steps the minute planned after the probe's
     7 s, which spends its budget. Resumed, it is at its end rather than past its budget: nothing is left to train, and
     it says it is done (red when a spent budget refuses the resume of a run already at its last step)."""
-    StepClock(monkeypatch, lambda step: 1.0)
+    step_clock(lambda step: 1.0, probe_seconds=1.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
                  "--data", str(tiny_bpe_data), "--minutes", "1"]) == 0
@@ -101,12 +80,12 @@ def test_a_run_that_trained_every_planned_step_resumes_at_its_end(tiny_run_confi
     assert "done: step 53," in capsys.readouterr().out
 
 def test_a_sudden_slowdown_overruns_the_budget_by_at_most_one_step(tiny_run_config, tiny_bpe_data, tmp_path,
-                                                                    monkeypatch):
+                                                                   step_clock):
     """From step 33 of the 53 planned (40 s into the minute, the probe's 7 s and 33 steps) each step takes 10 s
     instead of 1: the next step is predicted at the latest step's 10 s, not the median of the last five (still 1 s),
     so the run ends within one slow step of the minute (red when the prediction follows the median alone: three
     slow steps pass before it moves)."""
-    StepClock(monkeypatch, lambda step: 1.0 if step < 33 else 10.0)
+    step_clock(lambda step: 1.0 if step < 33 else 10.0, probe_seconds=1.0)
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run),
                  "--data", str(tiny_bpe_data), "--minutes", "1"]) == 0
@@ -117,12 +96,12 @@ def test_a_sudden_slowdown_overruns_the_budget_by_at_most_one_step(tiny_run_conf
 
 
 def test_a_dollar_budget_is_the_time_budget_it_buys_at_the_price_per_hour(tiny_run_config, tiny_bpe_data, tmp_path,
-                                                                         monkeypatch, capsys):
+                                                                          capsys, step_clock):
     """--dollars at train.price_per_hour buys its minutes, planned as --minutes plans them (the probe's 1 s a step),
     and ends its LR schedule at the budget when the steps slow to 3 s; config.yaml keeps the dollars and the
     minutes they bought (red when the dollars are not turned into minutes at the price). Spent, a resume says so
     in dollars."""
-    StepClock(monkeypatch, lambda step: 1.0 if step < 20 else 3.0)
+    step_clock(lambda step: 1.0 if step < 20 else 3.0, probe_seconds=1.0)
     dollars, price = 0.01, 0.6
     run = tmp_path / "run"
     assert main(["train", _config(tiny_run_config, tmp_path, max_steps=1000), "--out", str(run), "--data",
@@ -142,12 +121,12 @@ def test_a_dollar_budget_is_the_time_budget_it_buys_at_the_price_per_hour(tiny_r
 
 
 def test_a_resumed_budget_goes_on_where_the_elapsed_time_puts_its_schedule(tiny_run_config, tiny_bpe_data, tmp_path,
-                                                                          monkeypatch, capsys):
+                                                                           capsys, step_clock):
     """Steps take 2 s where 1 s was measured, so the budget's clock, not the step, places each step. A run split
     at a phase end and resumed follows the schedule by the time it spent across both sessions: its LR goes on
     falling at the resume, and it ends at the step and the LR of the run left alone (red when a resumed session
     counts its own time alone)."""
-    StepClock(monkeypatch, lambda step: 2.0)
+    step_clock(lambda step: 2.0, probe_seconds=1.0)
     config = _config(tiny_run_config, tmp_path, max_steps=1000, phases=[{"name": "first", "steps": 10}])
     whole, split = tmp_path / "whole", tmp_path / "split"
     common = ["--data", str(tiny_bpe_data), "--minutes", "1"]
@@ -164,11 +143,11 @@ def test_a_resumed_budget_goes_on_where_the_elapsed_time_puts_its_schedule(tiny_
     assert resumed[10] < lr_at(10, tc, planned)  # it is ahead of the step, where 22 s of the minute put it
 
 
-def test_sft_with_minutes_finishes_its_warmup_and_decays(tiny_run, fine_tune_data, tmp_path, monkeypatch, capsys):
+def test_sft_with_minutes_finishes_its_warmup_and_decays(tiny_run, fine_tune_data, tmp_path, capsys, step_clock):
     """sft's warmup (train.warmup_steps 100 by default) is longer than the 30 steps 37 s plan at 1 s a step after the
     probe's 7: the budget warms up over a tenth of them, then decays to the final LR on the last step (red when the
     warmup is not fitted to the plan: the run would end still warming up)."""
-    StepClock(monkeypatch, lambda step: 1.0)
+    step_clock(lambda step: 1.0, probe_seconds=1.0)
     run = tmp_path / "sft"
     assert main(["sft", str(tiny_run.run_dir), "--data", str(fine_tune_data.chats), "--out", str(run), "--minutes",
                  "0.62", "train.device=cpu", "train.precision=fp32", "train.batch_size=4", "train.seq_len=64",
