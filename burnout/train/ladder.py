@@ -95,7 +95,7 @@ def shape_run_config(data_dir: Path | None, model: ModelConfig | str, steps: int
 
 
 @dataclasses.dataclass(frozen=True)
-class Budget:
+class LadderBudget:
     """What the ladder may spend: `minutes` of this machine (`--dollars` at a GPU's price, converted), in words; and
     its rungs' sequence length (shorter sequences: more steps in a small budget)."""
     minutes: float
@@ -104,14 +104,14 @@ class Budget:
 
 
 def ladder_budget(minutes: float | None, dollars: float | None, gpu: str | None, price: float | None,
-                  seq_len: int = SEQ_LEN) -> Budget:
+                  seq_len: int = SEQ_LEN) -> LadderBudget:
     """`--minutes M`, or `--dollars X` at `gpu`'s price per hour (hardware.yaml) or `price`: checked in one line."""
     if (minutes is None) == (dollars is None):
         raise BurnoutError("ladder needs one budget: --minutes M (of this machine) or --dollars X with --gpu G")
     if minutes is not None:
         if gpu or price is not None:
             raise BurnoutError("--gpu and --price convert --dollars into time; with --minutes drop them")
-        return Budget(minutes, f"{minutes:g} minutes", seq_len)
+        return LadderBudget(minutes, f"{minutes:g} minutes", seq_len)
     if price is None:
         if gpu is None:
             raise BurnoutError("--dollars needs --gpu G (whose price per hour buys the time) or --price P")
@@ -119,10 +119,10 @@ def ladder_budget(minutes: float | None, dollars: float | None, gpu: str | None,
         if price is None:
             raise BurnoutError(f"--dollars: no price per hour is known for {what}; give --price P")
     minutes = float(f"{dollars / price * 60:.6g}")
-    return Budget(minutes, f"${dollars:g} at ${price:.2f}/h ({minutes:g} minutes)", seq_len)
+    return LadderBudget(minutes, f"${dollars:g} at ${price:.2f}/h ({minutes:g} minutes)", seq_len)
 
 
-def design(data_dir: Path, budget: Budget, say: Callable[[str], None]) -> dict:
+def design(data_dir: Path, budget: LadderBudget, say: Callable[[str], None]) -> dict:
     """The rungs for `budget` (the module's docstring says how), each {name, depth, level, steps, N, D, flops}."""
     meta = read_meta(data_dir)
     vocab, seq_len = meta["vocab_size"], budget.seq_len
@@ -191,7 +191,7 @@ def _base_compute(depths, step_s: dict[int, float], vocab: int, seq_len: int, se
     return seconds / per_c0
 
 
-def run_ladder(data_dir: str | Path, out: str | Path, budget: Budget, say: Callable[[str], None] = print,
+def run_ladder(data_dir: str | Path, out: str | Path, budget: LadderBudget, say: Callable[[str], None] = print,
                samples: int = scaling.BOOTSTRAP_SAMPLES) -> dict:
     """Train the ladder's rungs into `out` (continuing one that was stopped), fit the law, write ladder.json; the
     ladder's record. `out` is new, empty, or this command's for the same data and budget."""
@@ -210,7 +210,7 @@ def run_ladder(data_dir: str | Path, out: str | Path, budget: Budget, say: Calla
     return ladder
 
 
-def _read_or_design(out: Path, data_dir: Path, budget: Budget, say: Callable[[str], None]) -> dict:
+def _read_or_design(out: Path, data_dir: Path, budget: LadderBudget, say: Callable[[str], None]) -> dict:
     """The ladder `out` holds (refused when of other data or another budget), else a new design, written at once."""
     path, fingerprint = out / LADDER_FILE, data_fingerprint(data_dir)
     if path.is_file():
