@@ -140,7 +140,8 @@ def test_a_numeric_flag_takes_a_finite_number_in_range_or_exits_2_with_one_line(
     try:
         args, _ = cli.build_parser().parse_known_args(argv)
     except BurnoutError as exc:  # main() prints it as one line, exit 2 (tests/test_cli.py)
-        assert str(exc).startswith(f"argument {option}: ") and "\n" not in str(exc), exc
+        named = "/".join(action.option_strings)  # argparse names a flag by all its spellings (--gpus/--devices)
+        assert str(exc).startswith(f"argument {named}: ") and "\n" not in str(exc), exc
         return
     _assert_in_bounds(getattr(args, action.dest), action.type.bounds, action.type.integer)
 
