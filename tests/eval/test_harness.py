@@ -223,6 +223,7 @@ def test_metrics_identical_to_lm_eval_hf(runs):
             assert ours["n-samples"][task] == theirs["n-samples"][task]
 
 
+@pytest.mark.slow  # the module's `runs` fixture takes seconds
 def test_loglikelihoods_within_1e4_of_lm_eval_hf(runs):
     theirs, ours = runs.trained
     for task in ("bl_arc_easy", "bl_wikitext"):
@@ -240,6 +241,7 @@ def test_loglikelihoods_within_1e4_of_lm_eval_hf(runs):
     assert max(windows) > 3 * 128, "no line long enough for several rolling windows"
 
 
+@pytest.mark.slow  # the module's `runs` fixture takes seconds
 def test_a_context_ending_in_a_space_scores_as_lm_eval_hf(runs):
     """"Answer: " before each choice with no delimiter: TemplateLM._encode_pair moves the space onto the choice,
     and our log-likelihoods are its HF backend's within 1e-4 (red when the space stays with the context)."""
@@ -267,6 +269,7 @@ def test_pairs_are_split_as_template_lm_splits_them(trained_run):
     assert lm.encode_pairs(pairs) == [TemplateLM._encode_pair(lm, context, choice) for context, choice in pairs]
 
 
+@pytest.mark.slow  # the module's `runs` fixture takes seconds
 def test_generations_identical_to_lm_eval_hf(runs):
     texts = []
     for which in ("trained", "random"):
@@ -302,6 +305,7 @@ def test_generations_identical_to_lm_eval_hf(runs):
         assert c == min((f.split(stop)[0] for stop in LINE_STOPS), key=len)
 
 
+@pytest.mark.slow  # the module's `runs` fixture takes seconds
 def test_results_file(runs):
     run_dir, (_, ours) = runs.run_dir, runs.trained
     saved = json.loads((run_dir / "eval" / f"harness_{list_checkpoints(run_dir)[-1].name}.json").read_text())
@@ -325,6 +329,7 @@ def custom_tasks_only(shared_data, tmp_path, monkeypatch):
     return write_task_yamls(tmp_path / "tasks", shared_data)
 
 
+@pytest.mark.slow  # the module's `runs` fixture takes seconds
 def test_cli_prints_lm_evals_table(runs, custom_tasks_only, tmp_path, capsys):
     """`burnout eval RUN --harness TASK --harness-include DIR`: lm-eval's table on stdout, the file written."""
     run_dir = runs.run_dir
@@ -338,6 +343,7 @@ def test_cli_prints_lm_evals_table(runs, custom_tasks_only, tmp_path, capsys):
     assert saved["limit"] == 3 and saved["results"]["bl_arc_easy"]["acc,none"] in (0, 1 / 3, 2 / 3, 1)
 
 
+@pytest.mark.slow  # the module's `runs` fixture takes seconds
 def test_unknown_task_is_one_error_line(runs, custom_tasks_only, capsys):
     run_dir = runs.run_dir
     assert main(["eval", str(run_dir), "--harness", "bl_arc_easyy", "--harness-include", str(custom_tasks_only)]) == 2

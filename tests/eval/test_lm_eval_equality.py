@@ -101,6 +101,7 @@ def test_scores_equal_lm_evaluation_harness(scored, shared_data):
     assert truncated > 0, "no context was long enough to exercise left truncation"
 
 
+@pytest.mark.slow  # the module's `scored` fixture takes seconds
 def test_icl_engine_equals_lm_evaluation_harness(scored, shared_data):
     model, tokenizer, theirs_by_name = scored
     suite = {t.label: t for t in load_suite(shared_data / "icl" / "dclm_mmlu_and_lowvar.yaml", shared_data).tasks}

@@ -133,6 +133,7 @@ def test_planted_artifact_ranks_in_top_10_of_its_source(audited, artifact, tag):
     assert artifact in stdout
 
 
+@pytest.mark.slow  # the module's `audited` fixture takes seconds
 def test_exact_duplicates_found_with_counts(audited):
     report, stdout, mix, planted, _ = audited
     groups = report["exact_duplicates"]["top"]
@@ -147,6 +148,7 @@ def test_exact_duplicates_found_with_counts(audited):
     assert "exact duplicates:" in stdout
 
 
+@pytest.mark.slow  # the module's `audited` fixture takes seconds
 def test_near_duplicate_cluster_found_with_counts(audited):
     report, _, _, planted, _ = audited
     clusters = report["near_duplicates"]["top"]
@@ -178,6 +180,7 @@ def _expected_junk_documents(mix: Path, pattern: str) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow  # the module's `audited` fixture takes seconds
 def test_junk_pattern_hits_per_source(audited):
     report, stdout, mix, planted, _ = audited
     for pattern in JUNK:
@@ -192,6 +195,7 @@ def test_junk_pattern_hits_per_source(audited):
     assert "junk '@-@'" in stdout
 
 
+@pytest.mark.slow  # the module's `audited` fixture takes seconds
 def test_boilerplate_line_reported(audited):
     report, stdout, _, planted, _ = audited
     lines = _source(report, "planted")["repeated_lines"]
@@ -203,6 +207,7 @@ def test_boilerplate_line_reported(audited):
                    for r in s["repeated_lines"])
 
 
+@pytest.mark.slow  # the module's `audited` fixture takes seconds
 def test_outliers_and_histograms(audited):
     report, *_ = audited
     for src in report["sources"]:
@@ -247,6 +252,7 @@ def _check(value, schema, where: str) -> None:
         assert isinstance(value, types), f"{where}: {type(value).__name__}"
 
 
+@pytest.mark.slow  # the module's `audited` fixture takes seconds
 def test_audit_json_schema_and_page(audited):
     report, stdout, _, _, out = audited
     _check(report, SCHEMA, "audit")

@@ -123,6 +123,7 @@ def test_planted_garbage_ranks_in_its_sources_top_10(audited, source, key):
     assert (row["shape"] == "markup") == (key in ("user_name", "nbsp"))  # a template's delimiters, an entity
 
 
+@pytest.mark.slow  # the module's `audited` fixture takes seconds
 def test_a_planted_lines_words_are_one_row(audited):
     """The log line's words come in the same documents: one row, its best word shown, the others with it."""
     report, _ = audited
@@ -285,6 +286,7 @@ def test_an_identifier_is_the_sources_own_when_written_in_its_style_and_words():
     assert not prose.own_identifier("OSError")  # a source that writes no identifiers has none of its own
 
 
+@pytest.mark.slow  # the module's `audited` fixture takes seconds
 def test_an_identifier_in_the_docs_own_style_and_words_gets_half_the_code_bonus(audited):
     """`AttributeError` (CapWords, the docs' words) is the docs' own; `getElementById` (lowerCamel) is not."""
     report, _ = audited
