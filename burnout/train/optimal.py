@@ -37,8 +37,8 @@ from burnout.errors import BurnoutError
 from burnout.models.info import model_info
 from burnout.train import ladder as ladders
 from burnout.train import scaling
-from burnout.train.hardware import get_hardware, hardware_price, hardware_table
-from burnout.train.plan import format_plan, memory_plan, plan_run, planned_mfu
+from burnout.train.hardware import get_hardware, hardware_price
+from burnout.train.plan import auto_precision, format_plan, memory_plan, plan_run, planned_mfu
 from burnout.train.probe import measure_step_seconds
 from burnout.train.schedule import budget_steps
 
@@ -149,8 +149,7 @@ def budget_plan(source: dict, hardware: str | None, hours: float | None = None, 
             raise BurnoutError(f"--dollars: no price per hour is known for {what}; give --price (dollars per "
                                "device-hour) or --hours")
         hours = dollars / (per_hour * devices)
-    precision = "fp32" if hardware == "cpu" else "bf16" if "bf16" in _peaks(hardware) else "fp16"
-    hw = get_hardware(hardware, precision, price)
+    hw = get_hardware(hardware, auto_precision(hardware), price)
     words = (f"${dollars:g}" if dollars is not None else f"{hours:g} h") + f" on {devices} × {hw.name}"
     flops = hours * 3600 * hw.peak_flops * planned_mfu(mfu, hw)[0] * devices
     seq_len = source["seq_len"] or SEQ_LEN["cpu" if hardware == "cpu" else "gpu"]
@@ -166,11 +165,6 @@ def budget_plan(source: dict, hardware: str | None, hours: float | None = None, 
     tokens = steps * seqs * seq_len
     return {"budget": words, "flops": flops, "chosen": chosen, "cfg": cfg, "steps": steps, "tokens": tokens,
             "prediction": predict_loss(source, chosen["params"], tokens), "planned": planned, "source": source}
-
-
-def _peaks(hardware: str) -> dict:
-    """A table GPU's peaks by precision; an unknown name counts as having bf16 (get_hardware then refuses it)."""
-    return hardware_table().get(hardware, {}).get("peak_tflops", {"bf16": None})
 
 
 def _data(source: dict) -> Path | None:

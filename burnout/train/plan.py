@@ -127,7 +127,7 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float | None = None, price_per_
     tc = cfg.train
     if precision is None:
         # What `precision: auto` would pick there: fp32 on a CPU; bf16 on a GPU with bf16 tensor cores, else fp16.
-        precision = tc.precision if tc.precision != "auto" else _auto_precision(hardware)
+        precision = tc.precision if tc.precision != "auto" else auto_precision(hardware)
     hw = get_hardware(hardware, precision, price_per_hour if price_per_hour is not None else tc.budget.price_per_hour)
     mfu, mfu_note = planned_mfu(mfu, hw)
     seq_len = tc.seq_len or cfg.model.context_length
@@ -154,7 +154,8 @@ def plan_run(cfg: RunConfig, hardware: str, mfu: float | None = None, price_per_
             "memory": memory_plan(cfg, hw.key, precision, devices)}
 
 
-def _auto_precision(hardware: str) -> str:
+def auto_precision(hardware: str) -> str:
+    """What `precision: auto` picks on `hardware`: fp32 on a CPU; bf16 on a GPU with bf16 tensor cores, else fp16."""
     if hardware == "cpu":
         return "fp32"
     return "bf16" if _has_bf16(hardware) else "fp16"
