@@ -642,6 +642,18 @@ CASES = [
                                             "{dir}/run", "--minutes", "1", "train.startup_seconds=-5"],
          ["train.startup_seconds: -5", "is negative", "measured when not given"]),
     Case("plan-mfu-above-one", ["plan", "llama-tiny", "--mfu", "1.5"], ["--mfu", "1.5"]),
+    # trackers
+    Case("train-an-unknown-tracker", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
+                                      "--tracker", "mlflow"],
+         ["argument --tracker: invalid choice: 'mlflow'", "'tensorboard', 'wandb', 'trackio', 'none'"]),
+    Case("train-an-unknown-tracker-key", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
+                                          "train.tracker=mlflow"],
+         ["train.tracker: 'mlflow' is not one of 'tensorboard', 'wandb', 'trackio'"]),
+    Case("resume-with-an-unknown-tracker", ["train", "--resume", "{dir}/run", "train.tracker=mlflow"],
+         ["train.tracker: 'mlflow' is not one of"], setup=_copy_run),
+    Case("train-both-old-tracker-switches", ["train", "{dir}/run.yaml", "--out", "{dir}/run"],
+         ["config.train: tensorboard and wandb are both on", "give train.tracker=tensorboard (or wandb)"],
+         setup=lambda d, *_: _config(d, "train:\n  log: {tensorboard: true, wandb: true}\n")),
 ]
 
 
