@@ -860,10 +860,12 @@ def _tracker_from_switches(train: dict, where: str) -> None:
     if len(on) > 1:
         raise BurnoutError(f"{where}: {' and '.join(on)} are both on; a run streams to one tracker: give "
                            f"train.tracker={on[0]} (or {on[1]}) instead")
-    if on:
-        log = train.setdefault("log", {})
-        if isinstance(log, dict):
-            log.setdefault("tracker", on[0])
+    log = train.setdefault("log", {}) if on else None
+    if isinstance(log, dict):
+        if log.get("tracker", on[0]) != on[0]:
+            raise BurnoutError(f"{where}: {on[0]}: true and tracker: {log['tracker']} name two trackers; a run streams "
+                               f"to one: keep train.tracker alone")
+        log["tracker"] = on[0]
 
 
 def setting_name(dotted: str) -> str:

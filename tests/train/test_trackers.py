@@ -189,6 +189,29 @@ def test_wandb_offline_run_holds_metrics_jsonl_and_a_resume_continues_its_id(tin
     assert_same(wandb_history(folder), {**scalars, **texts})
 
 
+@pytest.mark.slow  # two torchrun ranks start
+def test_under_torchrun_only_rank_0_writes_the_tracker(tiny_run_config, tiny_bpe_data, tmp_path):
+    """Two gloo ranks: one TensorBoard writer (rank 0's), holding what its metrics.jsonl holds."""
+    cfg = tiny_run_config(sample_prompt="The ", sample_tokens=6, max_steps=6)
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps(cfg.to_dict()))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(port), "-m", "burnout", "train", str(config), "--out", str(run), "--data",
+                           str(tiny_bpe_data), "--tracker", "tensorboard"], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = run / "tracker" / "tensorboard"
+    assert len(list(folder.glob("events.out.tfevents.*"))) == 1
+    scalars, texts = expected(read_metrics(run))
+    read_scalars, read_texts = tensorboard_events(folder)
+    assert_same(read_scalars, as_float32(scalars))
+    assert_same(read_texts, texts)
+
+
 def _read_trackio(store: Path, run_name: str) -> list[dict]:
     """trackio's own reader (SQLiteStorage.get_logs) over the store, in a process of its own: trackio reads its
     store's folder (TRACKIO_DIR) once, at import."""
@@ -232,6 +255,9 @@ def test_a_missing_library_is_one_line_naming_the_extra_and_nothing_is_written(t
     assert err == [f"burnout: error: train.tracker={tracker}: the {package} package is not installed; pip install "
                    f"'gpuburnout[track]' (or pip install {package}), or drop --tracker / train.tracker"]
     assert not run.exists()
+    assert main(["quickstart", "--out", str(tmp_path / "quickstart"), "--tracker", tracker]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == err
+    assert not (tmp_path / "quickstart").exists()
 
 
 def test_tracker_flag_is_train_tracker_on_every_training_command(monkeypatch):
@@ -273,3 +299,6 @@ def test_configs_saved_with_the_old_switches_read_as_train_tracker(tiny_run_conf
     both = {**raw, "train": {**raw["train"], "log": {"tensorboard": True, "wandb": True}}}
     with pytest.raises(BurnoutError, match="tensorboard and wandb are both on; a run streams to one tracker"):
         load_run_config(both)
+    two = {**raw, "train": {**raw["train"], "log": {"wandb": True, "tracker": "trackio"}}}
+    with pytest.raises(BurnoutError, match="wandb: true and tracker: trackio name two trackers"):
+        load_run_config(two)
