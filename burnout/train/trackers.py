@@ -109,8 +109,9 @@ class WeightsAndBiases(Tracker):
         settings = wandb.Settings(mode="offline", console="off", silent=True, x_disable_stats=True,
                                   x_disable_meta=True, x_disable_machine_info=True, disable_git=True,
                                   x_save_requirements=False)
-        self.run = wandb.init(project=PROJECT, name=run_name, id=run_id, dir=str(folder), config=config,
-                              resume="allow", settings=settings)
+        with _environment(WANDB_ERROR_REPORTING="false"):  # nor its service's crash reports (read as it starts)
+            self.run = wandb.init(project=PROJECT, name=run_name, id=run_id, dir=str(folder), config=config,
+                                  resume="allow", settings=settings)
         self.line = (f"tracker: W&B offline run {run_id} in {Path(self.run.dir).parent} (nothing leaves this "
                      f"machine; upload it when you choose: wandb sync {folder}/wandb/offline-run-*)")
 

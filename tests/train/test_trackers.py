@@ -182,6 +182,8 @@ def test_wandb_offline_run_holds_metrics_jsonl_and_a_resume_continues_its_id(tin
     run_id = (folder / "run_id").read_text().strip()
     first = [p.name for p in folder.glob("wandb/offline-run-*")]
     assert first and all(name.endswith(f"-{run_id}") for name in first)
+    # Its service started without its crash reports (W&B's own log of the start says so).
+    assert '"disable-analytics":true' in next(folder.glob("wandb/offline-run-*/logs/debug-core.log")).read_text()
     # Resumed to step 12 (train.max_steps raised): the same W&B run id, its history now metrics.jsonl's.
     resume_training(run, ["train.max_steps=12"], on_event=lambda line: None, progress=False)
     assert all(p.name.endswith(f"-{run_id}") for p in folder.glob("wandb/offline-run-*"))
