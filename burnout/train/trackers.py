@@ -20,6 +20,7 @@ import io
 import json
 import os
 import secrets
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,10 +40,28 @@ def _missing(name: str) -> BurnoutError:
                         f"'gpuburnout[track]' (or pip install {PACKAGES[name]}), or drop --tracker / train.tracker")
 
 
-def check_tracker(name: str | None) -> None:
-    """Refuse, before anything is written, a tracker whose library is not installed."""
-    if name is not None and importlib.util.find_spec(PACKAGES[name]) is None:
+def check_tracker(name: str | None, run_dir: Path | None = None) -> None:
+    """Refuse, before anything is written, a tracker whose library is not installed, and (given the run folder) a
+    trackio that this process imported with another store than the run's."""
+    if name is None:
+        return
+    if importlib.util.find_spec(PACKAGES[name]) is None:
         raise _missing(name)
+    if name == "trackio" and run_dir is not None and "trackio.utils" in sys.modules:
+        _check_trackio_store(sys.modules["trackio.utils"], _folder(run_dir, name))
+
+
+def _folder(run_dir: Path, name: str) -> Path:
+    return Path(run_dir).absolute() / TRACKER_DIR / name
+
+
+def _check_trackio_store(utils, folder: Path) -> None:
+    """trackio reads its store's folder (TRACKIO_DIR) once, when first imported: refused where that was not `folder`."""
+    store = Path(utils.TRACKIO_DIR)
+    if store.resolve() != folder.resolve():
+        raise BurnoutError(f"train.tracker=trackio: trackio was imported in this process already, with its store at "
+                           f"{store}, and it reads that folder once; a run's store is its own ({folder}): train each "
+                           "trackio run in a process of its own (burnout train ...)")
 
 
 def _library(name: str, module: str):
@@ -124,14 +143,9 @@ class WeightsAndBiases(Tracker):
 
 class Trackio(Tracker):
     def __init__(self, folder: Path, run_name: str, config: dict):
-        # trackio reads its store's folder (TRACKIO_DIR) once, when first imported.
         with _environment(TRACKIO_DIR=str(folder), **dict.fromkeys(_TRACKIO_REMOTE)):
             trackio = _library("trackio", "trackio")
-            store = Path(trackio.utils.TRACKIO_DIR)
-            if store.resolve() != folder.resolve():
-                raise BurnoutError(f"train.tracker=trackio: trackio was imported in this process already, with its "
-                                   f"store at {store}, and it reads that folder once; a run's store is its own "
-                                   f"({folder}): train each trackio run in a process of its own (burnout train ...)")
+            _check_trackio_store(trackio.utils, folder)
             with contextlib.redirect_stdout(io.StringIO()):  # its lines name its default store, not this one
                 self.run = trackio.init(project=PROJECT, name=run_name, config=config, resume="allow", embed=False,
                                         auto_log_gpu=False, auto_log_cpu=False)
@@ -172,7 +186,7 @@ def open_tracker(cfg: RunConfig, run_dir: Path, resumed_at: int | None) -> Track
     name = cfg.train.log.tracker
     if name is None:
         return None
-    folder = Path(run_dir).absolute() / TRACKER_DIR / name
+    folder = _folder(run_dir, name)
     if name == "tensorboard":
         return TensorBoard(folder, resumed_at)
     folder.mkdir(parents=True, exist_ok=True)

@@ -245,6 +245,26 @@ def test_trackio_local_store_holds_metrics_jsonl(tiny_run_config, tiny_bpe_data,
     assert not (tmp_path / "hf_home").exists()
 
 
+def test_trackio_imported_with_another_store_is_one_line_before_anything_is_written(tiny_run_config, tiny_bpe_data,
+                                                                                    tmp_path, monkeypatch):
+    """trackio chooses its store once per process: a run in a process that imported it with another is refused."""
+    from burnout.errors import BurnoutError
+
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "elsewhere"))
+    import trackio  # noqa: F401  (its store is chosen now, unless an earlier import chose it)
+
+    run = tmp_path / "run"
+    with pytest.raises(BurnoutError, match=r"trackio was imported in this process already, with its store at .*; "
+                                           r"a run's store is its own .*: train each trackio run in a process of"):
+        _train(tiny_run_config, tiny_bpe_data, run, "train.tracker=trackio")
+    assert not run.exists() and not (tmp_path / "elsewhere").exists()
+    from burnout.train.trackers import open_tracker  # as the Trainer opens it, for a caller of the Trainer itself
+
+    with pytest.raises(BurnoutError, match="trackio was imported in this process already"):
+        open_tracker(tiny_run_config(["train.tracker=trackio"]), run, None)
+    assert not (tmp_path / "elsewhere").exists()
+
+
 @pytest.mark.parametrize("tracker, package", [("tensorboard", "tensorboard"), ("wandb", "wandb"),
                                               ("trackio", "trackio")])
 def test_a_missing_library_is_one_line_naming_the_extra_and_nothing_is_written(tracker, package, tiny_bpe_data,
