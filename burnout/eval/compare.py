@@ -7,7 +7,8 @@ a suspicious string (from `--suspicious`, e.g. what `burnout data audit` found),
 
 A fine-tune's table starts with the model it started from (sft.base or dpo.base), so the report shows what
 the fine-tuning changed. A chat model answers each prompt as one user message in its chat template, up to
-<|im_end|>; a base model continues the prompt as text.
+<|im_end|>; a base model continues the prompt as text. An empty answer is said as such in compare.md (compare.json
+keeps it as generated).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from burnout.errors import BurnoutError
 from burnout.eval.degeneration import summarize
 from burnout.generate.chat import chat_replies
 from burnout.generate.prompts import COMPARE_PROMPTS, builtin_prompts_for
-from burnout.generate.sampling import generate_texts
+from burnout.generate.sampling import generate_texts, shown
 
 
 def select_checkpoints(run_dir: Path, steps: Sequence[int | str] | None) -> list[Path]:
@@ -96,7 +97,7 @@ def compare_checkpoints(
     for i, prompt in enumerate(prompts):
         lines += [f"## {_cell(prompt)}", "", "| checkpoint | step | tokens | answer |", "|---|---:|---:|---|"]
         lines += [f"| {r['checkpoint']}{' 💬' if r['chat'] else ''} | {r['step']} | {r['tokens'] or ''} | "
-                  f"{_cell(r['continuations'][i])} |" for r in rows]
+                  f"{_cell(shown(r['continuations'][i]))} |" for r in rows]
         lines.append("")
     table = "\n".join(lines)
     write_atomic(run_dir / COMPARE_MD, table)
