@@ -952,7 +952,8 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
 def cmd_compare(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("run")
     p.add_argument("--checkpoints", nargs="+", metavar="STEP", help="steps (e.g. 500 1000) or step_* names")
-    p.add_argument("--prompts", help="file with one prompt per line (default: a few built-in prompts)")
+    p.add_argument("--prompts", help="file with one prompt per line (default: a base model's run its own sample "
+                                     "prompts, else a few built-in prompts)")
     p.add_argument("--suspicious", metavar="FILE",
                    help="strings that mark an answer degenerate: one per line, or `burnout data audit`'s audit.json")
     # Sampled with a fixed seed, as the blog compared its checkpoints: greedy decoding of a small model loops
@@ -965,7 +966,7 @@ def cmd_compare(p: argparse.ArgumentParser) -> Handler:
         from burnout.eval.degeneration import read_suspicious
         from burnout.generate.prompts import read_prompts
 
-        prompts = read_prompts(args.prompts) if args.prompts else None  # None: the built-in ones the model can encode
+        prompts = read_prompts(args.prompts) if args.prompts else None  # None: the run's sample prompts, or built-in
         suspicious = read_suspicious(args.suspicious) if args.suspicious else []
         table = compare_checkpoints(Path(args.run), checkpoints=args.checkpoints, prompts=prompts,
                                     max_new_tokens=args.max_new_tokens, device=args.device, suspicious=suspicious,

@@ -413,14 +413,16 @@ def test_without_a_sample_prompt_a_run_samples_words_of_its_val_split_recorded_a
     drawn = data_prompts(tiny_bpe_data, cfg.train.seed, load_tokenizer(tiny_bpe_data / "tokenizer.json"),
                          cfg.model.context_length)
     assert len(drawn) == RUN_PROMPTS
-    assert json.loads((run / SAMPLE_PROMPTS_FILE).read_text()) == {"prompts": drawn, "from": "the val split's documents"}
+    record = json.loads((run / SAMPLE_PROMPTS_FILE).read_text())
+    assert record == {"prompts": drawn, "from": "the val split's documents"}
     assert sample_prompts(run) == drawn
     assert f"sample prompts, from the val split's documents ({SAMPLE_PROMPTS_FILE}): " \
            + ", ".join(map(json.dumps, drawn)) in events
     samples = [r for r in read_metrics(run) if "sample" in r]
     assert [r["step"] for r in samples] == [2, 4]
     assert all(r["sample_prompt"] == drawn[0] and r["sample"].startswith(drawn[0]) for r in samples)
-    assert [e for e in events if e.startswith("step 2 sample: ")] == [f"step 2 sample: {json.dumps(samples[0]['sample'])}"]
+    lines = [e for e in events if e.startswith("step 2 sample: ")]
+    assert lines == [f"step 2 sample: {json.dumps(samples[0]['sample'])}"]
 
     write_sample_prompts(run, ["Hand written words to go on"], "the val split's documents")
     resume_training(run, ["train.max_steps=6"], on_event=_quiet, progress=False)
