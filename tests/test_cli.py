@@ -283,7 +283,7 @@ def test_prepare_and_train_end_with_next_steps_that_run(tmp_path, monkeypatch, c
     assert run_step(steps["export"]) == 0
     assert steps["export"][-2:] == ["--to", "hf/stories"] and Path("hf/stories/model.safetensors").is_file()
     load = next_steps(capsys.readouterr().out)["transformers"]
-    assert load[:2] == ["python", "-c"] and '"hf/stories"' in load[2]
+    assert load[:2] == ["python", "-c"] and '"hf/stories"' in load[2] and f"({json.dumps(prompt)}," in load[2]
     assert run_step(steps["report"]) == 0
     assert next_steps(capsys.readouterr().out) == {"compare": ["burnout", "compare", str(run)]}  # eval is done
 
