@@ -13,6 +13,7 @@ from burnout.data.prepare import prepare_data
 from burnout.data.tokenizer import load_tokenizer, unencodable
 from burnout.errors import BurnoutError
 from burnout.generate.prompts import (
+    PLACES_TRIED,
     PROMPT_WORDS,
     RUN_PROMPTS,
     data_prompts,
@@ -57,7 +58,13 @@ def test_prompts_open_lines_of_val_documents_that_go_on_past_them(wiki):
     tok = load_tokenizer(wiki / "tokenizer.json")
     prompts = data_prompts(wiki, 1337, tok, 256)
     assert len(prompts) == RUN_PROMPTS == len(set(prompts))
-    assert set(prompts) <= _line_openings(wiki, "val")  # within one document: none runs into the next
+    openings = _line_openings(wiki, "val")
+    assert set(prompts) <= openings  # within one document: none runs into the next
+    # So are those of every place looked at, under ten seeds: some places are in headings of a few words
+    # (" = = Background = = "), which a window read past their document's end would run into the next one.
+    for seed in range(10):
+        every = data_prompts(wiki, seed, tok, 256, count=PLACES_TRIED)
+        assert len(every) > 2 * RUN_PROMPTS and set(every) <= openings
     assert all(len(p.split()) == PROMPT_WORDS and not unencodable(tok, p) for p in prompts)
     # Seeded: the same seed the same prompts, another seed others.
     assert data_prompts(wiki, 1337, tok, 256) == prompts
