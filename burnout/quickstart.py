@@ -80,10 +80,9 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     say(f"[4/4] done in {(time.perf_counter() - started) / 60:.1f} min: {result.step} steps, "
         f"{result.tokens:,} tokens at {result.tokens_per_s:,.0f} tokens/s; "
         f"val loss {result.val_loss:.3f} (a uniform guess scores {math.log(meta['vocab_size']):.3f})")
-    # Learning a person can see: the same prompts at each kept checkpoint, sampled as the blog sampled them
-    # (greedy decoding of a small model loops on "the the the", which hides the progress). Also compare.md,
-    # which the report shows.
-    # The prompts are the run's own sample prompts (words of its val split), None (the built-in ones) without any.
+    # Learning a person can see: the run's own sample prompts (words of its val split; without any, compare's
+    # built-in ones) at each kept checkpoint, sampled as the blog sampled them (greedy decoding of a small model
+    # loops on "the the the", which hides the progress). Also compare.md, which the report shows.
     compare_checkpoints(run_dir, prompts=sample_prompts(run_dir) or None, max_new_tokens=40, say=lambda line: None,
                         temperature=0.8, top_k=50, seed=0)
     compared = json.loads((run_dir / COMPARE_JSON).read_text(encoding="utf-8"))

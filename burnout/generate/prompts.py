@@ -23,8 +23,9 @@ from burnout.errors import BurnoutError
 COMPARE_PROMPTS = ("What is the capital of France?", "The meaning of life is", "def fibonacci(n):")
 # A run's sample prompts when train.sample_prompt gives none (`data_prompts`): the first PROMPT_WORDS words of a line
 # of its val split that goes on past them, RUN_PROMPTS distinct ones, looked for at PLACES_TRIED seeded places, each
-# in the first WINDOW_TOKENS tokens read there. Words of its own kind of text, which the model continues: the text
-# goes on after them in the data, where "The " (with its space) ended most of WikiText-2's lines.
+# in the first WINDOW_TOKENS tokens read there. Words of its own kind of text that the text goes on after, which the
+# model continues: on WikiText-2, whose every line ends with a lone space token, "The " (a space last) ended every
+# sample at once.
 PROMPT_WORDS, RUN_PROMPTS, PLACES_TRIED, WINDOW_TOKENS = 6, 3, 64, 512
 
 
