@@ -457,7 +457,7 @@ def _stopped(result) -> int:
         from burnout.runs import trained_run_steps
 
         cfg = load_run_config(result.run_dir / RUN_CONFIG_FILE)
-        steps = trained_run_steps(result.run_dir, is_chat_model(cfg), result.stop_reason)
+        steps = trained_run_steps(result.run_dir, is_chat_model(cfg), stop_reason=result.stop_reason)
         print("\n".join([result.summary(), *next_steps(steps)]))
     return 130 if result.stop_reason == "signal" else 0
 

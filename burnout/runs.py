@@ -154,7 +154,7 @@ def parent_run_config(init_from: str | Path) -> dict:
     return raw
 
 
-def trained_run_steps(run_dir: str | Path, chat: bool, stop_reason: str = "done",
+def trained_run_steps(run_dir: str | Path, chat: bool, *, stop_reason: str = "done",
                       export_to: str | Path | None = None, report: Path | None = None) -> list[tuple[str, str]]:
     """What to do with a run that training (quickstart, train, sft, dpo) made, as next_steps' rows: a chat model is
     talked to and tuned with DPO, a base model continues its first sample prompt (generate/prompts.py's
