@@ -654,6 +654,11 @@ CASES = [
     Case("train-both-old-tracker-switches", ["train", "{dir}/run.yaml", "--out", "{dir}/run"],
          ["config.train: tensorboard and wandb are both on", "give train.tracker=tensorboard (or wandb)"],
          setup=lambda d, *_: _config(d, "train:\n  log: {tensorboard: true, wandb: true}\n")),
+    # issue 51: a run's sample prompts
+    Case("report-with-a-damaged-sample-prompts-record", ["report", "{dir}/run"],
+         ["{dir}/run/sample_prompts.json does not hold a run's sample prompts", "delete it"],
+         setup=lambda d, data, run: (_copy_run(d, data, run),
+                                     (d / "run" / "sample_prompts.json").write_text('{"prompts": "The "}'))),
 ]
 
 
