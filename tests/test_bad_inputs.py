@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -716,9 +717,14 @@ def _shrink_val(data: Path) -> None:
     blob = (data / shard["file"]).read_bytes()[:40]
     (data / shard["file"]).write_bytes(blob)
     shard.update(tokens=20, sha256=hashlib.sha256(blob).hexdigest())
-    meta["splits"]["val"].update(tokens=20, shards=[shard])
     for extra in meta["splits"]["val"]["shards"][1:]:
         (data / extra["file"]).unlink()
+    meta["splits"]["val"].update(tokens=20, shards=[shard])
+    docs = np.load(data / "val_docs.npy")  # the document index keeps the documents that start in those 20 tokens
+    kept = docs[docs["start"] < 20]
+    np.save(data / "val_docs.npy", kept)
+    if "documents" in meta["splits"]["val"]:
+        meta["splits"]["val"]["documents"] = len(kept)
     (data / "meta.json").write_text(json.dumps(meta))
 
 

@@ -143,7 +143,7 @@ def test_tensorboard_holds_metrics_jsonl_evals_and_samples(tiny_run_config, tiny
                      events=events, max_steps=8)
     scalars, texts = expected(records)
     assert {"train_loss", "lr", "tokens_per_s", "mfu", "val_loss", "eval/hellaswag/acc_norm"} <= {k for _, k in scalars}
-    assert {k for _, k in texts} == {"sample"}
+    assert {k for _, k in texts} == {"sample", "sample_prompt"}
     folder = run / "tracker" / "tensorboard"
     read_scalars, read_texts = tensorboard_events(folder)
     assert_same(read_scalars, as_float32(scalars))
