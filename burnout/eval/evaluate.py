@@ -265,6 +265,11 @@ def evaluate_checkpoint(
         val_dir = data_dir or ckpt.config.data.prepared_dir
         if not val_dir:
             raise BurnoutError(f"checkpoint {ckpt.path} names no prepared data; pass --data DIR for the val task")
+        if data_dir is None and ckpt.config.fine_tune is not None:  # its prepared_dir holds examples, not text
+            raise BurnoutError(f"checkpoint {ckpt.path} is a fine-tune of {ckpt.config.fine_tune.base}: the val task "
+                               "is the loss on a prepared corpus's val split, and this run's data are its examples "
+                               "(their val loss is in its metrics: burnout report); give a corpus prepared with its "
+                               "tokenizer with --data DIR")
         if data_dir is None and not Path(val_dir).exists():  # the run's data, moved or deleted since it trained
             raise BurnoutError(f"checkpoint {ckpt.path}: the data it trained on, {val_dir} (data.prepared_dir), are "
                                "gone; give the folder that holds them now: --data DIR")

@@ -292,3 +292,15 @@ def test_eval_says_each_tasks_chance_level_beside_its_accuracy(run, shared_data,
     assert "chance" not in record["tasks"]["lambada"] and "(chance" not in lambada_line
     assert f"Chance level, the acc of a uniform guess among each item's choices: arc_easy {expected['arc_easy']:.4f}, "\
            f"mine {expected['mine']:.4f}\n" in out
+
+
+def test_a_fine_tunes_val_is_refused_in_one_line_unless_a_corpus_is_given(chat_run, tiny_bpe_data, capsys):
+    """A fine-tune's data.prepared_dir holds its examples (an SFT folder), not a corpus: the val task says so and
+    what to give, rather than that folder's format; with --data it measures that corpus."""
+    assert main(["eval", str(chat_run), "--tasks", "val"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is a fine-tune of" in err and "--data DIR" in err
+    assert "burnout-sft-v1" not in err
+    # With --data the corpus is checked as any checkpoint's is (this one was tokenized without the chat tokens).
+    assert main(["eval", str(chat_run), "--tasks", "val", "--data", str(tiny_bpe_data), "--limit", "2"]) == 2
+    assert "was tokenized with another tokenizer than this checkpoint's" in capsys.readouterr().err
