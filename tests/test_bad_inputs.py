@@ -642,6 +642,11 @@ CASES = [
                                             "{dir}/run", "--minutes", "1", "train.startup_seconds=-5"],
          ["train.startup_seconds: -5", "is negative", "measured when not given"]),
     Case("plan-mfu-above-one", ["plan", "llama-tiny", "--mfu", "1.5"], ["--mfu", "1.5"]),
+    # issue 51: a run's sample prompts
+    Case("report-with-a-damaged-sample-prompts-record", ["report", "{dir}/run"],
+         ["{dir}/run/sample_prompts.json does not hold a run's sample prompts", "delete it"],
+         setup=lambda d, data, run: (_copy_run(d, data, run),
+                                     (d / "run" / "sample_prompts.json").write_text('{"prompts": "The "}'))),
 ]
 
 

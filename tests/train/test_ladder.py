@@ -24,8 +24,21 @@ import yaml
 from burnout.base.folders import OWNER_FILE
 from burnout.base.text import format_count
 from burnout.cli import main
+from burnout.data.shards import read_meta
+from burnout.models.info import model_info
+from burnout.train import scaling
 from burnout.train.hardware import hardware_table
-from burnout.train.ladder import LADDER_FILE, PLOT_FILE, STEP_SHARE, ladder_budget, trained_steps
+from burnout.train.ladder import (
+    DEPTH_SETS,
+    LADDER_FILE,
+    PLOT_FILE,
+    SEQS_PER_STEP,
+    STEP_SHARE,
+    design,
+    dial_shape,
+    ladder_budget,
+    trained_steps,
+)
 from burnout.train.plan import plan_config, plan_run
 from burnout.train.provenance import read_launches
 from burnout.train.scaling import ScalingLaw
@@ -47,13 +60,47 @@ def _read(out: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def killed(tiny_bpe_data, tmp_path_factory) -> dict:
+def ladder_data(tmp_path_factory) -> Path:
+    """1.5M characters of the embedded corpus with tiny_bpe_data's 512-token BPE: about 0.7M train tokens, so the
+    planned half-minute run reads them two or three times, not the 25 times tiny_bpe_data's 72K would be read, past
+    where repeats are worth fresh tokens (scaling.fresh_tokens) or a model this small stops learning them by heart."""
+    from burnout.config import DataConfig, TokenizerConfig
+    from burnout.data.prepare import prepare_data
+
+    out = tmp_path_factory.mktemp("ladder_data")
+    prepare_data(DataConfig(max_chars=1_500_000), TokenizerConfig(kind="bpe", vocab_size=512), out)
+    return out
+
+
+# The FLOP rate the rungs are designed for: a quiet 2-core EPYC's at depths 1-4 (about 5e10 FLOP/s), so the rungs, and
+# the test's minutes, are the same on a machine of any speed or load; only the planned run measures its step.
+FLOP_RATE = 5e10
+# Starts a ladder of a given design as `burnout ladder DATA --out OUT --minutes MINUTES --seq-len SEQ_LEN` would.
+START = f"""import json, sys
+from burnout.train.ladder import ladder_budget, run_ladder
+run_ladder(sys.argv[1], sys.argv[2], ladder_budget({MINUTES}, None, None, None, {SEQ_LEN}),
+           design_=json.loads(open(sys.argv[3]).read()))
+"""
+
+
+def _design_at_a_fixed_rate(data: Path) -> dict:
+    """The design `burnout ladder` makes for MINUTES on a machine of FLOP_RATE (the step times it would measure)."""
+    vocab, tokens_per_step = read_meta(data)["vocab_size"], SEQS_PER_STEP * SEQ_LEN
+    step_s = {d: model_info(dial_shape(d, vocab, SEQ_LEN), seq_len=SEQ_LEN)["flops_per_token"] * tokens_per_step
+              / FLOP_RATE for d in sorted({d for depths in DEPTH_SETS for d in depths})}
+    return design(data, ladder_budget(float(MINUTES), None, None, None, SEQ_LEN), lambda line: None, measured=step_s)
+
+
+@pytest.fixture(scope="module")
+def killed(ladder_data, tmp_path_factory) -> dict:
     """A ladder SIGKILLed once its third rung that starts from step 0 (a trunk, under the default WSD schedule) has
     written a checkpoint, then the same command run again (tests/train/test_ladder_wsd.py kills one at a branch)."""
     root = tmp_path_factory.mktemp("ladders")
-    out, log = root / "killed", root / "killed.log"
+    out, log, spec = root / "killed", root / "killed.log", root / "design.json"
+    spec.write_text(json.dumps(_design_at_a_fixed_rate(ladder_data)))
     with open(log, "w") as sink:  # a file, not a pipe that nobody reads while the ladder runs
-        proc = subprocess.Popen(_ladder(tiny_bpe_data, out), stdout=sink, stderr=subprocess.STDOUT, env=ENV)
+        proc = subprocess.Popen([sys.executable, "-c", START, str(ladder_data), str(out), str(spec)], stdout=sink,
+                                stderr=subprocess.STDOUT, env=ENV)
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
@@ -70,24 +117,25 @@ def killed(tiny_bpe_data, tmp_path_factory) -> dict:
         proc.kill()
         proc.wait(timeout=60)
     at_kill = _read(out)
-    again = subprocess.run(_ladder(tiny_bpe_data, out), capture_output=True, text=True, env=ENV, timeout=900)
+    again = subprocess.run(_ladder(ladder_data, out), capture_output=True, text=True, env=ENV, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     return {"out": out, "at_kill": at_kill, "third": third, "stdout": again.stdout}
 
 
 @pytest.mark.slow
-def test_a_killed_ladder_run_again_ends_as_the_same_design_run_without_a_stop(killed, tiny_bpe_data, tmp_path):
+@pytest.mark.timeout(1800)  # with its fixture, three ladders of a minute: 3 minutes quiet, 12 on a busy machine
+def test_a_killed_ladder_run_again_ends_as_the_same_design_run_without_a_stop(killed, ladder_data, tmp_path):
     out, at_kill, third = killed["out"], killed["at_kill"], killed["third"]
     assert third not in at_kill["done"] and "fit" not in at_kill  # killed before its third rung was finished
     assert "continuing the ladder" in killed["stdout"]
     # The third rung was resumed from its checkpoint by its own resume: a second launch of the same run folder.
     assert len(read_launches(out / "rungs" / third)) == 2
-    # The same design (step times are measured, so it is copied), run from its start without a stop.
+    # The same design (copied: in a new folder the command would design anew), run from its start without a stop.
     whole = tmp_path / "whole"
     whole.mkdir()
     shutil.copy(out / OWNER_FILE, whole / OWNER_FILE)
     (whole / LADDER_FILE).write_text(json.dumps({**at_kill, "done": {}}))
-    done = subprocess.run(_ladder(tiny_bpe_data, whole), capture_output=True, text=True, env=ENV, timeout=900)
+    done = subprocess.run(_ladder(ladder_data, whole), capture_output=True, text=True, env=ENV, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _read(whole) == _read(out)
     ladder = _read(out)
@@ -102,6 +150,10 @@ def test_a_killed_ladder_run_again_ends_as_the_same_design_run_without_a_stop(ki
     # Held out: the top compute level, predicted by a fit of the others.
     top = {i for i, r in enumerate(ladder["design"]["rungs"]) if r["level"] == ladder["design"]["levels"] - 1}
     assert {r["index"] for r in ladder["fit"]["held_out"]["held_out"]} == top
+    # Fitted at the fresh tokens each rung's D is worth on this data (scaling.fresh_tokens), repeats valued less.
+    for row in ladder["fit"]["held_out"]["held_out"]:
+        read = ladder["design"]["rungs"][row["index"]]["D"]
+        assert row["D"] == pytest.approx(float(scaling.fresh_tokens(read, ladder["design"]["train_tokens"])))
 
 
 @pytest.mark.slow
@@ -116,9 +168,9 @@ def test_each_rung_is_an_ordinary_run_folder(killed, capsys):
 
 
 @pytest.mark.slow
-def test_a_ladder_of_another_budget_is_refused_in_its_folder(killed, tiny_bpe_data, capsys):
+def test_a_ladder_of_another_budget_is_refused_in_its_folder(killed, ladder_data, capsys):
     before = (killed["out"] / LADDER_FILE).read_bytes()
-    assert main(["ladder", str(tiny_bpe_data), "--out", str(killed["out"]), "--minutes", "2", "--seq-len",
+    assert main(["ladder", str(ladder_data), "--out", str(killed["out"]), "--minutes", "2", "--seq-len",
                  str(SEQ_LEN)]) == 2
     err = capsys.readouterr().err
     assert f"--out {killed['out']} holds a ladder of {MINUTES} minutes at --seq-len {SEQ_LEN}" in err
@@ -141,7 +193,7 @@ def test_a_plan_for_half_a_minute_lands_inside_its_interval(killed, tmp_path, ca
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
     summary = capsys.readouterr().out
-    assert "inside the interval" in summary, summary
+    assert "inside the interval" in summary, said + summary  # the plan's passes over the data are in `said`
     assert (run / "report" / "ladder.png").is_file()
     assert "## Predicted against achieved" in (run / "report" / "report.md").read_text()
 
