@@ -11,14 +11,15 @@ of DEPTH_SETS whose top level gives its second-largest size at least CHINCHILLA_
 measured as the quickstart measures them (train/probe.py); C0 is then what makes the steps the rungs train fill the
 budget. Rungs under MIN_RUNG_STEPS steps are left out.
 
-How the rungs are trained (`--schedule`, SCHEDULES): `linear`, each rung a separate run with its own linear decay to
-its own end (the training settings of `burnout train --model`, the quickstart's); `wsd` (the default), one
-warmup-stable-decay run per size, its top level (the trunk), with a milestone checkpoint where each lower rung's decay
-starts: that rung is a copy of the trunk's folder at that checkpoint, resumed with its own train.max_steps, so it decays
-over its last DECAY_FRACTION of steps and reads the same tokens a WSD run of its own length would (the data order is
-the step's alone; before its decay a WSD run's LR does not depend on its end). Its steps before the decay are the
-trunk's, so a size costs its top level and the lower levels' decays: about 0.6 of the separate runs' compute, which
-buys a C0 1.6 times larger. Both were measured on the same rungs (docs/USAGE.md, "What can I train").
+How the rungs are trained (`--schedule`, SCHEDULES): `linear` (the default), each rung a separate run with its
+own linear decay to its own end (the training settings of `burnout train --model`, the quickstart's, as a plan's
+run is trained); `wsd`, one warmup-stable-decay run per size, its top level (the trunk), with a milestone checkpoint
+where each lower rung's decay starts: that rung is a copy of the trunk's folder at that checkpoint, resumed with its own
+train.max_steps, so it decays over its last DECAY_FRACTION of steps and reads the same tokens a WSD run of its own
+length would (the data order is the step's alone; before its decay a WSD run's LR does not depend on its end). Its
+steps before the decay are the trunk's, so a size costs its top level and the lower levels' decays: about 0.6 of the
+separate runs' compute, which buys a C0 1.6 times larger. Both were measured on the same rungs (docs/USAGE.md,
+"What can I train").
 
 Each rung is an ordinary run folder (LADDER/rungs/NAME: report, eval, resume work on it), started as `burnout train`
 starts a pretraining run (train/run.py). LADDER/ladder.json holds the design from before the first rung, each finished
@@ -66,7 +67,7 @@ MAX_EVAL_BATCHES = 64  # the final val loss: the val split's first windows, up t
 # Of the budget, the share the rungs' steps plan to fill: the rest is the step probes, each rung's start-up, its final
 # evaluation and checkpoints.
 STEP_SHARE = 0.8
-SCHEDULES = ("wsd", "linear")  # how the rungs are trained (the module's docstring); the first is the default
+SCHEDULES = ("linear", "wsd")  # how the rungs are trained (the module's docstring); the first is the default
 # A WSD rung's decay: the last fifth of its steps, linear to min_lr (train.decay_fraction's default).
 DECAY_FRACTION = 0.2
 

@@ -115,7 +115,8 @@ run_ladder(sys.argv[1], sys.argv[2], ladder_budget(1, None, None, None, 64, "wsd
 
 def _continue(data: Path, out: Path) -> dict:
     """The user's command run again on `out`: it continues the ladder there."""
-    done = subprocess.run([sys.executable, "-m", "burnout", "ladder", str(data), "--out", str(out), "--minutes", "1",
+    done = subprocess.run([sys.executable, "-m", "burnout", "ladder", str(data), "--out", str(out), "--schedule", "wsd",
+                           "--minutes", "1",
                            "--seq-len", str(SEQ_LEN)], capture_output=True, text=True, env=ENV, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "continuing the ladder" in done.stdout
@@ -234,7 +235,7 @@ def test_a_branch_copied_but_not_resumed_and_a_half_made_copy_are_continued(ladd
 
 
 def test_a_ladder_budget_names_its_schedule_and_refuses_another():
-    assert ladder_budget(2, None, None, None).schedule == "wsd"
+    assert ladder_budget(2, None, None, None).schedule == "linear"
     assert ladder_budget(2, None, None, None, SEQ_LEN, "linear") == LadderBudget(2, "2 minutes", SEQ_LEN, "linear")
-    with pytest.raises(BurnoutError, match="--schedule cosine: not a ladder's schedule; give one of wsd, linear"):
+    with pytest.raises(BurnoutError, match="--schedule cosine: not a ladder's schedule; give one of linear, wsd"):
         ladder_budget(2, None, None, None, SEQ_LEN, "cosine")
