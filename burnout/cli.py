@@ -744,11 +744,15 @@ def cmd_ladder(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--seq-len", type=counting, default=256,
                    help="tokens per sequence of every rung, 8 sequences a step (default 256, the quickstart's); "
                         "shorter gives a small budget more steps")
+    p.add_argument("--schedule", choices=("linear", "wsd"), default="linear",
+                   help="linear (default): each rung a separate run decaying to its own end, as a planned run "
+                        "trains; wsd: one warmup-stable run per size, each smaller token count a short decay branched "
+                        "off it (two thirds of the compute)")
 
     def run(args, overrides):
         from burnout.train.ladder import PLOT_FILE, format_ladder, ladder_budget, run_ladder
 
-        budget = ladder_budget(args.minutes, args.dollars, args.gpu, args.price, args.seq_len)
+        budget = ladder_budget(args.minutes, args.dollars, args.gpu, args.price, args.seq_len, args.schedule)
         ladder = run_ladder(args.data, args.out, budget)
         print(format_ladder(ladder))
         print(f"wrote {Path(args.out) / 'ladder.json'} and {Path(args.out) / PLOT_FILE}; next: burnout plan "

@@ -5,21 +5,28 @@ The family is a depth dial (`dial_shape`): depth k is k layers of 64·k wide wit
 RMSNorm, SwiGLU), tied embeddings; `burnout plan` chooses its larger shapes from the same dial (and the presets).
 
 The design is isoFLOP (Hoffmann et al.'s second approach, whose points serve the third's fit): four sizes (a depth
-set), each trained at LEVELS compute levels C0·2^l, D = C / the shape's FLOPs per token. Each rung is a separate run
-with its own LR decay to its own end (the training settings of `burnout train --model`, the quickstart's), so its
-final loss is a finished run's. The depth set is the largest of DEPTH_SETS whose top level gives its second-largest
-size at least CHINCHILLA_TOKENS_PER_PARAM tokens per parameter (so the isoFLOP curves reach the compute-optimal
-size), judged at the FLOP rate of the first set, whose step times are measured as the quickstart measures them
-(train/probe.py); C0 is then what makes the rungs' measured steps fill the budget. Rungs under MIN_RUNG_STEPS steps
-are left out. WSD decay branches would give several token counts from one run per size for less compute; a branch
-started from a checkpoint as a new run re-reads its data from the start, so they are not used (docs/USAGE.md, "What
-can I train").
+set), each trained at LEVELS compute levels C0·2^l, D = C / the shape's FLOPs per token. The depth set is the largest
+of DEPTH_SETS whose top level gives its second-largest size at least CHINCHILLA_TOKENS_PER_PARAM tokens per parameter
+(so the isoFLOP curves reach the compute-optimal size), judged at the FLOP rate of the first set, whose step times are
+measured as the quickstart measures them (train/probe.py); C0 is then what makes the steps the rungs train fill the
+budget. Rungs under MIN_RUNG_STEPS steps are left out.
+
+How the rungs are trained (`--schedule`, SCHEDULES): `linear` (the default), each rung a separate run with its
+own linear decay to its own end (the training settings of `burnout train --model`, the quickstart's, as a plan's
+run is trained); `wsd`, one warmup-stable-decay run per size, its top level (the trunk), with a milestone checkpoint
+where each lower rung's decay starts: that rung is a copy of the trunk's folder at that checkpoint, resumed with its own
+train.max_steps, so it decays over its last DECAY_FRACTION of steps and reads the same tokens a WSD run of its own
+length would (the data order is the step's alone; before its decay a WSD run's LR does not depend on its end). Its
+steps before the decay are the trunk's, so a size costs its top level and the lower levels' decays: about 0.6 of the
+separate runs' compute, which buys a C0 1.6 times larger. Both were measured on the same rungs (docs/USAGE.md,
+"What can I train").
 
 Each rung is an ordinary run folder (LADDER/rungs/NAME: report, eval, resume work on it), started as `burnout train`
 starts a pretraining run (train/run.py). LADDER/ladder.json holds the design from before the first rung, each finished
 rung, then the fit: its law, BOOTSTRAP_SAMPLES laws refitted on resampled rungs, the residuals, and the held-out error
 (the top compute level predicted by a fit of the others). Killed at any moment, the same command continues: finished
-rungs are kept, a rung mid-way resumes from its newest checkpoint (its own resume), and the design is read back.
+rungs are kept, a rung mid-way resumes from its newest checkpoint (its own resume), a branch not yet copied whole is
+copied again, and the design is read back.
 """
 
 from __future__ import annotations
@@ -29,14 +36,16 @@ import functools
 import io
 import json
 import math
-from collections.abc import Callable
+import os
+import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from burnout.base.files import write_atomic
-from burnout.base.folders import check_output_folder, writing_into
+from burnout.base.folders import LOCK_FILE, check_output_folder, writing_into
 from burnout.base.text import format_count, format_duration
 from burnout.config import ModelConfig, RunConfig, load_run_config
-from burnout.core.checkpoint import holds_run
+from burnout.core.checkpoint import CHECKPOINT_DIR, holds_run, list_checkpoints
 from burnout.data.mix import data_run_config, preset_train_section
 from burnout.data.prepare import CHINCHILLA_TOKENS_PER_PARAM
 from burnout.data.shards import data_fingerprint, read_meta
@@ -58,6 +67,9 @@ MAX_EVAL_BATCHES = 64  # the final val loss: the val split's first windows, up t
 # Of the budget, the share the rungs' steps plan to fill: the rest is the step probes, each rung's start-up, its final
 # evaluation and checkpoints.
 STEP_SHARE = 0.8
+SCHEDULES = ("linear", "wsd")  # how the rungs are trained (the module's docstring); the first is the default
+# A WSD rung's decay: the last fifth of its steps, linear to min_lr (train.decay_fraction's default).
+DECAY_FRACTION = 0.2
 
 
 def dial_shape(depth: int, vocab_size: int, context_length: int) -> ModelConfig:
@@ -73,16 +85,16 @@ SHAPE_KEYS = ("family", "vocab_size", "n_layer", "d_model", "n_head", "n_kv_head
 
 
 def shape_run_config(data_dir: Path | None, model: ModelConfig | str, steps: int, seqs: int, seq_len: int,
-                     micro_batch: int | None = None) -> RunConfig:
+                     micro_batch: int | None = None, extra: Sequence[str] = ()) -> RunConfig:
     """The run config that trains `model` (a shape, or a preset's name) for `steps` steps of `seqs` sequences of
     `seq_len` tokens, with `burnout train --model`'s training settings, on `data_dir` (data_run_config: its vocabulary,
     data and tokenizer sections; None: no data named, the shape's own vocabulary); evaluated at its end on the val
-    split's first windows (up to MAX_EVAL_BATCHES batches), no samples."""
+    split's first windows (up to MAX_EVAL_BATCHES batches), no samples; then the `extra` settings (key=value)."""
     micro = micro_batch or seqs
     sets = [f"train.seq_len={seq_len}", f"train.batch_size={micro}", f"train.grad_accum={seqs // micro}",
             f"train.max_steps={steps}", f"train.eval_interval={steps}", f"train.ckpt_interval={max(1, steps // 4)}",
             "train.keep_last=1", f"train.log_interval={min(10, steps)}", "train.sample_tokens=0",
-            f"train.warmup_steps={max(1, min(10, steps // 10))}"]
+            f"train.warmup_steps={max(1, min(10, steps // 10))}", *extra]
     shape = [] if isinstance(model, str) else [f"model.{key}={getattr(model, key)}" for key in SHAPE_KEYS]
     if data_dir is None:
         return load_run_config({"model": {"preset": model} if isinstance(model, str) else {},
@@ -97,21 +109,25 @@ def shape_run_config(data_dir: Path | None, model: ModelConfig | str, steps: int
 @dataclasses.dataclass(frozen=True)
 class LadderBudget:
     """What the ladder may spend: `minutes` of this machine (`--dollars` at a GPU's price, converted), in words; and
-    its rungs' sequence length (shorter sequences: more steps in a small budget)."""
+    what shapes its rungs: their sequence length (shorter sequences: more steps in a small budget) and how they are
+    trained (`schedule`, one of SCHEDULES)."""
     minutes: float
     words: str
     seq_len: int = SEQ_LEN
+    schedule: str = SCHEDULES[0]
 
 
 def ladder_budget(minutes: float | None, dollars: float | None, gpu: str | None, price: float | None,
-                  seq_len: int = SEQ_LEN) -> LadderBudget:
+                  seq_len: int = SEQ_LEN, schedule: str = SCHEDULES[0]) -> LadderBudget:
     """`--minutes M`, or `--dollars X` at `gpu`'s price per hour (hardware.yaml) or `price`: checked in one line."""
+    if schedule not in SCHEDULES:
+        raise BurnoutError(f"--schedule {schedule}: not a ladder's schedule; give one of {', '.join(SCHEDULES)}")
     if (minutes is None) == (dollars is None):
         raise BurnoutError("ladder needs one budget: --minutes M (of this machine) or --dollars X with --gpu G")
     if minutes is not None:
         if gpu or price is not None:
             raise BurnoutError("--gpu and --price convert --dollars into time; with --minutes drop them")
-        return LadderBudget(minutes, f"{minutes:g} minutes", seq_len)
+        return LadderBudget(minutes, f"{minutes:g} minutes", seq_len, schedule)
     if price is None:
         if gpu is None:
             raise BurnoutError("--dollars needs --gpu G (whose price per hour buys the time) or --price P")
@@ -119,29 +135,32 @@ def ladder_budget(minutes: float | None, dollars: float | None, gpu: str | None,
         if price is None:
             raise BurnoutError(f"--dollars: no price per hour is known for {what}; give --price P")
     minutes = float(f"{dollars / price * 60:.6g}")
-    return LadderBudget(minutes, f"${dollars:g} at ${price:.2f}/h ({minutes:g} minutes)", seq_len)
+    return LadderBudget(minutes, f"${dollars:g} at ${price:.2f}/h ({minutes:g} minutes)", seq_len, schedule)
 
 
-def design(data_dir: Path, budget: LadderBudget, say: Callable[[str], None]) -> dict:
-    """The rungs for `budget` (the module's docstring says how), each {name, depth, level, steps, N, D, flops}."""
+def design(data_dir: Path, budget: LadderBudget, say: Callable[[str], None],
+           measured: dict[int, float] | None = None) -> dict:
+    """The rungs for `budget` (the module's docstring says how), each {name, depth, level, steps, N, D, flops};
+    `measured`: seconds per step already measured, by depth, used instead of measuring those depths again."""
     meta = read_meta(data_dir)
     vocab, seq_len = meta["vocab_size"], budget.seq_len
     tokens_per_step = SEQS_PER_STEP * seq_len
     seconds = budget.minutes * 60 * STEP_SHARE
-    step_s = _measure(data_dir, DEPTH_SETS[0], vocab, seq_len, say)
+    weights = level_weights(budget.schedule)
+    step_s = _measure(data_dir, DEPTH_SETS[0], vocab, seq_len, say, measured or {})
     rate = max(_info(d, vocab, seq_len)["flops_per_token"] * tokens_per_step / s for d, s in step_s.items())
     chosen = DEPTH_SETS[0]
     for depths in DEPTH_SETS[1:]:
         c0 = _base_compute(depths, {d: _info(d, vocab, seq_len)["flops_per_token"] * tokens_per_step / rate
-                                    for d in depths}, vocab, seq_len, seconds)
+                                    for d in depths}, vocab, seq_len, seconds, weights)
         top = depths[-2]
         if c0 * 2 ** (LEVELS - 1) / _info(top, vocab, seq_len)["flops_per_token"] < \
                 CHINCHILLA_TOKENS_PER_PARAM * _info(top, vocab, seq_len)["params_total"]:
             break
         chosen = depths
     if chosen != DEPTH_SETS[0]:
-        step_s = _measure(data_dir, chosen, vocab, seq_len, say)
-    c0 = _base_compute(chosen, step_s, vocab, seq_len, seconds)
+        step_s = _measure(data_dir, chosen, vocab, seq_len, say, measured or {})
+    c0 = _base_compute(chosen, step_s, vocab, seq_len, seconds, weights)
     rungs, below = [], []
     for level in range(LEVELS):
         for depth in chosen:
@@ -160,9 +179,37 @@ def design(data_dir: Path, budget: LadderBudget, say: Callable[[str], None]) -> 
         raise BurnoutError(f"{budget.words} is too small for a ladder on {data_dir}: {len(rungs)} rungs reach "
                            f"{MIN_RUNG_STEPS} steps, and the fit needs six below the top level and one at it; give "
                            f"about {math.ceil(least)} minutes or more")
-    return {"family": "depth dial (burnout/train/ladder.py: dial_shape)", "depths": list(chosen), "levels": LEVELS,
-            "seq_len": seq_len, "seqs_per_step": SEQS_PER_STEP, "vocab_size": vocab, "base_flops": c0,
-            "train_tokens": meta["splits"]["train"]["tokens"], "rungs": rungs}
+    found = {"family": "depth dial (burnout/train/ladder.py: dial_shape)", "depths": list(chosen), "levels": LEVELS,
+             "seq_len": seq_len, "seqs_per_step": SEQS_PER_STEP, "vocab_size": vocab, "base_flops": c0,
+             "train_tokens": meta["splits"]["train"]["tokens"], "schedule": "linear", "rungs": rungs}
+    return branched(found) if budget.schedule == "wsd" else found
+
+
+def level_weights(schedule: str) -> list[float]:
+    """Per compute level, the steps a size trains for it in units of its lowest level's: 2^l for separate runs
+    (`linear`); under `wsd` the top level's whole run (the trunk) and each lower level's decay alone."""
+    if schedule == "linear":
+        return [2.0**level for level in range(LEVELS)]
+    return [DECAY_FRACTION * 2**level for level in range(LEVELS - 1)] + [2.0 ** (LEVELS - 1)]
+
+
+def branched(design_: dict) -> dict:
+    """`design_`'s rungs trained as WSD branches: each size's top-level rung is its trunk (`milestones`: the steps at
+    which it keeps a checkpoint), each lower rung of that size a branch off it (`trunk`) at `branch_step`, where the
+    decay over its last DECAY_FRACTION of steps starts. The rungs' N, D and FLOPs are unchanged."""
+    rungs = [dict(r) for r in design_["rungs"]]
+    trunks = {r["depth"]: r for r in rungs if r["level"] == design_["levels"] - 1}
+    for rung in rungs:
+        trunk = trunks[rung["depth"]]  # a size's top level has its most steps: a size without it has no rungs
+        if rung is not trunk:
+            rung.update(trunk=trunk["name"], branch_step=rung["steps"] - round(DECAY_FRACTION * rung["steps"]))
+            trunk["milestones"] = sorted([*trunk.get("milestones", []), rung["branch_step"]])
+    return {**design_, "schedule": "wsd", "decay_fraction": DECAY_FRACTION, "rungs": rungs}
+
+
+def trained_steps(rung: dict) -> int:
+    """The steps a rung trains itself: all of them, or a branch's after its trunk's checkpoint."""
+    return rung["steps"] - rung.get("branch_step", 0)
 
 
 @functools.lru_cache(maxsize=512)
@@ -171,11 +218,11 @@ def _info(depth: int, vocab: int, seq_len: int) -> dict:
     return model_info(dial_shape(depth, vocab, seq_len), seq_len=seq_len)
 
 
-def _measure(data_dir: Path, depths: tuple[int, ...], vocab: int, seq_len: int,
-             say: Callable[[str], None]) -> dict[int, float]:
-    """Each depth's seconds per step, measured as the quickstart measures it (train/probe.py)."""
-    found = {}
-    for depth in depths:
+def _measure(data_dir: Path, depths: tuple[int, ...], vocab: int, seq_len: int, say: Callable[[str], None],
+             measured: dict[int, float]) -> dict[int, float]:
+    """Each depth's seconds per step: `measured`'s, else measured as the quickstart measures it (train/probe.py)."""
+    found = {depth: measured[depth] for depth in depths if depth in measured}
+    for depth in (d for d in depths if d not in found):
         cfg = shape_run_config(data_dir, dial_shape(depth, vocab, seq_len), 10, SEQS_PER_STEP, seq_len)
         found[depth] = measure_step_seconds(cfg, data_dir)
         say(f"measured depth {depth} ({format_count(_info(depth, vocab, seq_len)['params_total'])} parameters): "
@@ -183,24 +230,28 @@ def _measure(data_dir: Path, depths: tuple[int, ...], vocab: int, seq_len: int,
     return found
 
 
-def _base_compute(depths, step_s: dict[int, float], vocab: int, seq_len: int, seconds: float) -> float:
-    """C0, the lowest level's FLOPs, such that every rung's steps at `step_s` fill `seconds`."""
+def _base_compute(depths, step_s: dict[int, float], vocab: int, seq_len: int, seconds: float,
+                  weights: list[float]) -> float:
+    """C0, the lowest level's FLOPs, such that the steps the rungs train (`weights`: level_weights) at `step_s` fill
+    `seconds`."""
     tokens_per_step = SEQS_PER_STEP * seq_len
-    per_c0 = sum(2**level * step_s[d] / (_info(d, vocab, seq_len)["flops_per_token"] * tokens_per_step)
+    per_c0 = sum(weights[level] * step_s[d] / (_info(d, vocab, seq_len)["flops_per_token"] * tokens_per_step)
                  for level in range(LEVELS) for d in depths)
     return seconds / per_c0
 
 
 def run_ladder(data_dir: str | Path, out: str | Path, budget: LadderBudget, say: Callable[[str], None] = print,
-               samples: int = scaling.BOOTSTRAP_SAMPLES) -> dict:
+               samples: int = scaling.BOOTSTRAP_SAMPLES, design_: dict | None = None) -> dict:
     """Train the ladder's rungs into `out` (continuing one that was stopped), fit the law, write ladder.json; the
-    ladder's record. `out` is new, empty, or this command's for the same data and budget."""
+    ladder's record. `out` is new, empty, or this command's for the same data and budget. `design_`: these rungs
+    instead of a new design's (benchmarks/bench_ladder.py trains one design under both schedules)."""
     data_dir, out = Path(data_dir).absolute(), Path(out)
     read_meta(data_dir)  # a folder that is not prepared data is refused before anything is written
     check_output_folder(out, "--out", "ladder", str(data_dir), reads=[data_dir])
     with writing_into(out, "ladder", str(data_dir), lock=True):
-        ladder = _read_or_design(out, data_dir, budget, say)
-        for rung in ladder["design"]["rungs"]:
+        ladder = _read_or_design(out, data_dir, budget, say, design_)
+        # A trunk before its branches: each starts from one of its checkpoints.
+        for rung in sorted(ladder["design"]["rungs"], key=lambda r: "trunk" in r):
             if rung["name"] not in ladder["done"]:
                 ladder["done"][rung["name"]] = _train_rung(out, data_dir, ladder["design"], rung, say)
                 write_atomic(out / LADDER_FILE, json.dumps(ladder, indent=1) + "\n")
@@ -210,23 +261,29 @@ def run_ladder(data_dir: str | Path, out: str | Path, budget: LadderBudget, say:
     return ladder
 
 
-def _read_or_design(out: Path, data_dir: Path, budget: LadderBudget, say: Callable[[str], None]) -> dict:
-    """The ladder `out` holds (refused when of other data or another budget), else a new design, written at once."""
+def _read_or_design(out: Path, data_dir: Path, budget: LadderBudget, say: Callable[[str], None],
+                    design_: dict | None) -> dict:
+    """The ladder `out` holds (refused when of other data or another budget), else a new design (`design_` when
+    given), written at once."""
     path, fingerprint = out / LADDER_FILE, data_fingerprint(data_dir)
     if path.is_file():
         ladder = json.loads(path.read_text(encoding="utf-8"))
-        if ladder["data_fingerprint"] != fingerprint or ladder["budget"] != dataclasses.asdict(budget):
-            raise BurnoutError(f"--out {out} holds a ladder of {ladder['budget']['words']} at --seq-len "
-                               f"{ladder['budget']['seq_len']} on data {ladder['data']}; the same command continues "
+        held = {"schedule": "linear", **ladder["budget"]}  # a ladder made before --schedule trained separate runs
+        if ladder["data_fingerprint"] != fingerprint or held != dataclasses.asdict(budget):
+            raise BurnoutError(f"--out {out} holds a ladder of {held['words']} at --seq-len {held['seq_len']} "
+                               f"--schedule {held['schedule']} on data {ladder['data']}; the same command continues "
                                "it, another ladder needs another --out")
         say(f"continuing the ladder in {out}: {len(ladder['done'])} of {len(ladder['design']['rungs'])} rungs done")
         return ladder
     say(f"designing a ladder for {budget.words} on {data_dir}")
     ladder = {"data": str(data_dir), "data_fingerprint": fingerprint, "budget": dataclasses.asdict(budget),
-              "design": design(data_dir, budget, say), "done": {}}
+              "design": design_ or design(data_dir, budget, say), "done": {}}
     rungs, have = ladder["design"]["rungs"], ladder["design"]["train_tokens"]
-    say(f"{len(rungs)} rungs, depths {ladder['design']['depths']} at {LEVELS} compute levels, about "
-        f"{format_duration(sum(r['steps'] * r['step_seconds'] for r in rungs))} of steps; the longest reads "
+    trunks = sum("milestones" in r for r in rungs)
+    how = f"{trunks} warmup-stable runs and {len(rungs) - trunks} decay branches off them" if trunks else \
+        f"{len(rungs)} separate runs"
+    say(f"{len(rungs)} rungs, depths {ladder['design']['depths']} at {LEVELS} compute levels, trained as {how}, about "
+        f"{format_duration(sum(trained_steps(r) * r['step_seconds'] for r in rungs))} of steps; the longest reads "
         f"{format_count(max(r['D'] for r in rungs))} tokens, {max(r['D'] for r in rungs) / have:.1f} passes over the "
         f"{format_count(have)} train tokens")
     write_atomic(path, json.dumps(ladder, indent=1) + "\n")
@@ -234,15 +291,28 @@ def _read_or_design(out: Path, data_dir: Path, budget: LadderBudget, say: Callab
 
 
 def _train_rung(out: Path, data_dir: Path, design_: dict, rung: dict, say: Callable[[str], None]) -> dict:
-    """Train one rung (resumed when its folder holds a run already) and return its record."""
+    """Train one rung (resumed when its folder holds a run already; a branch, copied from its trunk's checkpoint and
+    resumed with its own end) and return its record."""
     run_dir = out / "rungs" / rung["name"]
+    branch = f", a branch of {rung['trunk']} from its step {rung['branch_step']:,}" if "trunk" in rung else ""
     say(f"rung {rung['name']}: {format_count(rung['N'])} parameters, {format_count(rung['D'])} tokens "
-        f"({rung['steps']:,} steps) → {run_dir}")
-    if holds_run(run_dir):
+        f"({rung['steps']:,} steps{branch}) → {run_dir}")
+    if "trunk" in rung:
+        if not holds_run(run_dir):
+            copy_branch_point(out / "rungs" / rung["trunk"], rung["branch_step"], run_dir)
+        # Always given: a copy stopped before its first resume still holds the trunk's config.yaml.
+        ends = [f"train.max_steps={rung['steps']}", f"train.eval_interval={rung['steps']}", "train.milestones=[]",
+                "train.log_interval=1"]
+        result = resume_run(run_dir, lambda cfg: Pretraining(), ends, on_event=lambda line: None, progress=False)
+    elif holds_run(run_dir):
         result = resume_run(run_dir, lambda cfg: Pretraining(), on_event=lambda line: None, progress=False)
     else:
         model = dial_shape(rung["depth"], design_["vocab_size"], design_["seq_len"])
-        cfg = shape_run_config(data_dir, model, rung["steps"], design_["seqs_per_step"], design_["seq_len"])
+        wsd = [] if "milestones" not in rung else [
+            "train.schedule=wsd", f"train.decay_fraction={design_['decay_fraction']}",
+            f"train.milestones={rung['milestones']}"]
+        cfg = shape_run_config(data_dir, model, rung["steps"], design_["seqs_per_step"], design_["seq_len"],
+                               extra=wsd)
         result = start_run(cfg, run_dir, Pretraining(), data_dir, on_event=lambda line: None, progress=False)
     if result.stop_reason != "done":  # stopped by a signal, its checkpoint saved: the same command continues it
         say(f"rung {rung['name']} stopped at step {result.step:,}; run the same command again to continue the ladder")
@@ -250,6 +320,23 @@ def _train_rung(out: Path, data_dir: Path, design_: dict, rung: dict, say: Calla
     say(f"rung {rung['name']}: val loss {result.val_loss:.4f} in {format_duration(result.elapsed_s)}")
     # No timings here: the same rungs give the same ladder.json, however often it was stopped (each run keeps its own).
     return {"val_loss": result.val_loss, "run": str(run_dir.relative_to(out))}
+
+
+def copy_branch_point(trunk_dir: Path, step: int, run_dir: Path) -> None:
+    """Make `run_dir` the run folder `trunk_dir` was at `step`: its config, logs (a resume cuts them at that step) and
+    that step's checkpoint. Copied under a temporary name, then renamed: a stop leaves it whole or absent."""
+    source = next((p for p in list_checkpoints(trunk_dir) if int(p.name.removeprefix("step_")) == step), None)
+    if source is None:
+        raise BurnoutError(f"{trunk_dir} holds no checkpoint of step {step}, which the ladder's branch {run_dir.name} "
+                           f"starts from; move {trunk_dir} away and run the same command again to train it anew")
+    partial = run_dir.with_name(f".{run_dir.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)  # a copy a stop left unfinished
+    partial.mkdir(parents=True)
+    for item in trunk_dir.iterdir():
+        if item.is_file() and item.name != LOCK_FILE:
+            shutil.copy2(item, partial / item.name)
+    shutil.copytree(source, partial / CHECKPOINT_DIR / source.name)
+    os.rename(partial, run_dir)
 
 
 def fit_ladder(ladder: dict, samples: int = scaling.BOOTSTRAP_SAMPLES) -> dict:
@@ -291,6 +378,12 @@ def format_ladder(ladder: dict) -> str:
         lines.append(f"{r['name']:<8}{format_count(r['N']):>9}{format_count(r['D']):>9}{r['flops']:>10.2e}"
                      f"{loss:>10.4f}{float(law.loss(r['N'], r['D'], design_['train_tokens'])):>9.4f}")
     held = fit["held_out"]
+    rungs = design_["rungs"]
+    if design_.get("schedule") == "wsd":
+        share = sum(trained_steps(r) * r["flops"] / r["steps"] for r in rungs) / sum(r["flops"] for r in rungs)
+        lines.append(f"trained as WSD: one warmup-stable run per depth (its top level), each lower rung a branch off "
+                     f"it decaying over its last {design_['decay_fraction']:.0%} of steps: {share:.0%} of the FLOPs of "
+                     "separate runs")
     lines += [f"law: L(N, D) = {law.E:.3f} + {law.A:.4g}/N^{law.alpha:.3f} + {law.B:.4g}/D^{law.beta:.3f} "
               f"(N parameters, D tokens; {len(fit['bootstrap'])} bootstrap refits)",
               f"held out: the top compute level predicted by a fit of the others: mean |error| "
