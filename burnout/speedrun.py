@@ -132,14 +132,29 @@ def _command(minutes, dollars, gpu, data, chat_data, rl_data, overrides: list[st
             raise BurnoutError(f"{flag} {path}: no such file; give a .json/.jsonl/.parquet file or hf:NAME")
     per_hour = None
     if dollars is not None:
-        per_hour, what = hardware_price(gpu, None, None)
-        if not per_hour:
-            raise BurnoutError(f"--gpu {gpu}: no price per hour is known for {what}; give --minutes N instead")
+        per_hour = _gpu_price(gpu, dollars, bool(chat_data), bool(rl_data))
     argv = [f"--minutes={minutes:g}"] if minutes is not None else [f"--dollars={dollars:g}", f"--gpu={gpu}"]
     argv += [f"--{flag}={value}" for flag, value in (("data", data), ("chat-data", chat_data), ("rl-data", rl_data))
              if value] + overrides
     return {"argv": argv, "minutes": minutes, "dollars": dollars, "gpu": gpu, "price_per_hour": per_hour,
             "data": data, "chat_data": chat_data, "rl_data": rl_data, "overrides": overrides}
+
+
+def _gpu_price(gpu: str, dollars: float, chat: bool, rl: bool) -> float:
+    """The price per hour of `gpu`, after refusing in one line a budget that buys no model pretraining's minimum
+    steps (the planner's, with the published fits' vocabulary: before any data are prepared) and a machine without
+    the GPU the plan is for."""
+    per_hour, what = hardware_price(gpu, None, None)
+    if not per_hour:
+        raise BurnoutError(f"--gpu {gpu}: no price per hour is known for {what}; give --minutes N instead")
+    share = stage_shares(dollars / per_hour * 60, chat, rl)["pretrain"]["share"]
+    budget_plan(prediction_source(None, None), gpu, dollars=dollars * share, say=lambda line: None)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise BurnoutError(f"--dollars {dollars:g} --gpu {gpu}: this machine has no GPU, and the plan is for "
+                           f"{gpu}'s speed; run the speedrun on that GPU, or give --minutes N for this machine")
+    return per_hour
 
 
 def stage_shares(total_minutes: float, chat: bool, rl: bool) -> dict[str, dict]:
