@@ -239,8 +239,9 @@ def test_another_command_into_a_speedrun_folder_is_refused(tmp_path):
     out = tmp_path / "sr"
     out.mkdir()
     (out / ".burnout.json").write_text(json.dumps({"kind": "speedrun", "source": "--minutes=5"}))
+    (out / "plan.json").write_text("{}\n")
     proc = burnout("speedrun", "--out", str(out), "--minutes", "3", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"burnout: error: --out {out} holds a speedrun of --minutes=5, not of --minutes=3; "
                                    "choose another folder")
-    assert sorted(p.name for p in out.iterdir()) == [".burnout.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".burnout.json", "plan.json"]
