@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from burnout.base.files import COMPARE_MD, write_atomic
+from burnout.base.files import COMPARE_MD, RUN_CONFIG_FILE, write_atomic
 from burnout.base.folders import check_output_folder, writing_into
 from burnout.base.text import format_count, labelled, needs_package, next_steps
 from burnout.config import load_run_config
-from burnout.core.checkpoint import list_checkpoints, resolve_checkpoint
+from burnout.core.checkpoint import checkpoint_info, list_checkpoints, resolve_checkpoint
 from burnout.core.gguf_export import export_gguf
 from burnout.core.model_files import export_hf
 from burnout.data.mix import load_prepare_sections
@@ -44,8 +44,10 @@ from burnout.eval.compare import compare_checkpoints
 from burnout.eval.evaluate import evaluate
 from burnout.eval.tasks import BENCHMARKS, DEFAULT_FILES, default_data_root
 from burnout.finetune.commands import fine_tune_config
+from burnout.finetune.rl import NothingToLearn
 from burnout.report.card import (
     AUDIT_DIR,
+    AUDIT_MAX_TOKENS,
     GGUF_FILE,
     HF_DIR,
     PLAN_FILE,
@@ -228,6 +230,10 @@ def _data_stage(out: Path, plan: dict, say: Callable[[str], None]) -> None:
     if importlib.util.find_spec("datasketch") is None:
         say("      audit: " + needs_package("burnout data audit DIR/data", "datasketch", "data").split("   ")[-1])
         return
+    if meta["splits"]["train"]["tokens"] > AUDIT_MAX_TOKENS:
+        say(f"      audit: left to `burnout data audit {out / 'data'}` (more than {format_count(AUDIT_MAX_TOKENS)} "
+            "train tokens: it reads them all)")
+        return
     from burnout.forensics.audit import audit_prepared, write_audit
 
     write_audit(audit_prepared(out / "data"), out / AUDIT_DIR)
@@ -298,11 +304,40 @@ def _sft_stage(out: Path, plan: dict, say: Callable[[str], None]) -> None:
     start_or_resume(cfg, out / "sft", sets)
 
 
-def _rl_stage(out: Path, plan: dict, say: Callable[[str], None]) -> None:
-    """GRPO of the chat model on --rl-data's checkable questions into DIR/rl, on RL's share as a time budget."""
+def _rl_stage(out: Path, plan: dict, say: Callable[[str], None]) -> dict | None:
+    """GRPO of the chat model on --rl-data's checkable questions into DIR/rl, on RL's share as a time budget. Skipped,
+    the reason in plan.json, where the chat model gets one reward for every answer it is probed with (NothingToLearn:
+    every step's loss would be 0); ended at its newest checkpoint where it was stopped with its budget spent."""
+    run = out / "rl"
+    spent = _spent_budget(run)
+    if spent is not None:
+        say(f"      {spent}")
+        return None
     sets = [f"train.max_minutes={plan['stages']['rl']['minutes']:.4g}"]
     cfg = fine_tune_config("rl", out / "sft", plan["command"]["rl_data"], None, False, sets)
-    start_or_resume(cfg, out / "rl", sets)
+    try:
+        start_or_resume(cfg, run, sets)
+    except NothingToLearn as exc:
+        plan["stages"]["rl"]["skipped"] = str(exc)
+        _write_plan(out, plan)
+        say(f"      skipped: {exc}")
+        return plan
+    return None
+
+
+def _spent_budget(run: Path) -> str | None:
+    """Where the RL stage was stopped with its time budget spent (its newest checkpoint's elapsed_s and a step reach
+    it): that checkpoint is the stage's model, as a line says, since a resume could only repeat the final LR (which
+    `burnout train` refuses). None otherwise."""
+    checkpoints = list_checkpoints(run)
+    if not checkpoints:
+        return None
+    budget = load_run_config(run / RUN_CONFIG_FILE).train.budget
+    info = checkpoint_info(checkpoints[-1])
+    if budget.step_seconds is None or info["elapsed_s"] + budget.step_seconds < budget.max_minutes * 60:
+        return None
+    return (f"its time budget was spent when it was stopped: its newest checkpoint, step {info['step']:,}, is the "
+            "stage's model")
 
 
 def _eval_stage(out: Path, plan: dict, say: Callable[[str], None]) -> None:

@@ -245,3 +245,41 @@ def test_another_command_into_a_speedrun_folder_is_refused(tmp_path):
     assert proc.stderr.strip() == (f"burnout: error: --out {out} holds a speedrun of --minutes=5, not of --minutes=3; "
                                    "choose another folder")
     assert sorted(p.name for p in out.iterdir()) == [".burnout.json", "plan.json"]
+
+
+def test_dollars_on_a_machine_without_the_gpu_is_refused_before_anything_is_spent(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal is for one without")
+    proc = burnout("speedrun", "--out", str(tmp_path / "sr"), "--dollars", "2", "--gpu", "h100", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("burnout: error: --dollars 2 --gpu h100: this machine has no GPU, and the plan is "
+                                   "for h100's speed; run the speedrun on that GPU, or give --minutes N for this "
+                                   "machine")
+    assert not (tmp_path / "sr").exists()
+
+
+@pytest.mark.slow
+def test_rl_with_nothing_to_learn_is_skipped_with_the_probes_reason(speedrun, shared_data, tmp_path):
+    """RL needs a 10-minute budget (its share at least RL_MIN_MINUTES), too long for the suite: its stage is run here
+    on a copy of the speedrun, on GSM8K's questions, which a chat model this small answers wrongly every time."""
+    from burnout.report.card import write_card
+    from burnout.speedrun import _rl_stage
+
+    whole, _ = speedrun
+    out = tmp_path / "sr"
+    shutil.copytree(whole, out)
+    plan = json.loads((out / "plan.json").read_text())
+    plan["command"]["rl_data"] = str(shared_data / "gsm8k" / "test.jsonl")
+    plan["stages"]["rl"] = {"share": 0.2, "minutes": 0.2, "skipped": None}
+    said = []
+    plan = _rl_stage(out, plan, said.append)
+    reason = plan["stages"]["rl"]["skipped"]
+    assert reason.startswith(f"rl.base {out / 'sft'}: nothing to learn: before training it answered 8 train")
+    assert json.loads((out / "plan.json").read_text())["stages"]["rl"]["skipped"] == reason
+    assert said == [f"      skipped: {reason}"]
+    assert not (out / "rl").exists()  # the refused run's folder goes with it
+    write_card(out)
+    stages = tables((out / "report.md").read_text())["Stages"]
+    assert stages[4][0] == "rl" and stages[4][1].startswith(f"skipped: rl.base {out / 'sft'}: nothing to learn")

@@ -447,6 +447,11 @@ def probe_base(policy: Transformer, tokenizer: Tokenizer, tasks: Sequence[Task],
     return Probe(answered, batch, differing, rewards, example)
 
 
+class NothingToLearn(BurnoutError):
+    """The refusal of an RL run whose base gets the same reward for every answer of every question probed (the line of
+    nothing_to_learn): a command that runs RL as one stage of several (`burnout speedrun`) skips the stage on it."""
+
+
 def nothing_to_learn(probe: Probe, section: RLConfig) -> str:
     """The refusal of a run whose probe found no question with answers of differing rewards: what was sampled, what
     they all got, and what would give GRPO something to learn."""
@@ -554,7 +559,7 @@ class RL(FineTune):
         probe = probe_base(policy.to(resolve_device(cfg.train.device)), tokenizer, tasks, batches, self.reward,
                            section, cfg.train.seed, min(section.probe_questions, len(tasks)))
         if not probe.differing:
-            raise BurnoutError(nothing_to_learn(probe, section))
+            raise NothingToLearn(nothing_to_learn(probe, section))
         say(f"before training: the base answered {probe.questions} train question(s) {section.group_size} times "
             f"each; {probe.differing} of them got answers whose rewards differ (mean reward "
             f"{sum(probe.rewards) / len(probe.rewards):.3g}): something to learn")
