@@ -39,6 +39,7 @@ from burnout.core.gguf_export import export_gguf
 from burnout.core.model_files import export_hf
 from burnout.data.mix import load_prepare_sections
 from burnout.data.prepare import prepare_data
+from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 from burnout.eval.compare import compare_checkpoints
 from burnout.eval.evaluate import evaluate
@@ -220,9 +221,12 @@ def _data_stage(out: Path, plan: dict, say: Callable[[str], None]) -> None:
     prepare resumes); then its audit into DIR/audit where the audit's package is installed."""
     command = plan["command"]
     data_cfg, tok_cfg = load_prepare_sections(command["data"] or "quickstart", command["overrides"])
-    say(f"      {'the offline corpus (Python docs and stdlib source)' if not command['data'] else command['data']}"
+    # Finished by a session killed before the stage's marker: this speedrun's own, from the same command.
+    finished = (out / "data" / "meta.json").is_file()
+    say(f"      reusing {out / 'data'}" if finished else
+        f"      {'the offline corpus (Python docs and stdlib source)' if not command['data'] else command['data']}"
         f" → a {tok_cfg.kind} tokenizer → token files in {out / 'data'}")
-    meta = prepare_data(data_cfg, tok_cfg, out / "data", progress=True)
+    meta = read_meta(out / "data") if finished else prepare_data(data_cfg, tok_cfg, out / "data", progress=True)
     say(f"      {meta['splits']['train']['tokens']:,} train / {meta['splits']['val']['tokens']:,} val tokens, "
         f"vocabulary {meta['vocab_size']:,}")
     import importlib.util
@@ -236,7 +240,8 @@ def _data_stage(out: Path, plan: dict, say: Callable[[str], None]) -> None:
         return
     from burnout.forensics.audit import audit_prepared, write_audit
 
-    write_audit(audit_prepared(out / "data"), out / AUDIT_DIR)
+    # DIR/audit is this speedrun's: an audit a killed session left there is replaced.
+    write_audit(audit_prepared((out / "data").absolute()), out / AUDIT_DIR, overwrite=True)
     say(f"      audit: {out / AUDIT_DIR / 'audit.html'}")
 
 

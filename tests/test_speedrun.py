@@ -283,3 +283,23 @@ def test_rl_with_nothing_to_learn_is_skipped_with_the_probes_reason(speedrun, sh
     write_card(out)
     stages = tables((out / "report.md").read_text())["Stages"]
     assert stages[4][0] == "rl" and stages[4][1].startswith(f"skipped: rl.base {out / 'sft'}: nothing to learn")
+
+
+@pytest.mark.slow
+def test_killed_between_a_stage_and_its_marker_it_goes_on(speedrun, chat_data, tmp_path):
+    """Every stage finished, none marked (as after a kill at each stage's last moment): the same command goes on
+    through each, reusing its data and resuming each finished run, and ends with the same models and card."""
+    whole, _ = speedrun
+    out = tmp_path / "sr"
+    shutil.copytree(whole, out)
+    shutil.rmtree(out / "stages")
+    weights = {run: (list_checkpoints(out / run)[-1] / "model.safetensors").read_bytes() for run in ("pretrain", "sft")}
+    proc = burnout("speedrun", "--out", str(out), "--chat-data", str(chat_data), *BUDGET)
+    assert f"reusing {out / 'data'}" in proc.stdout
+    for run in ("pretrain", "sft"):
+        assert f"{out / run} already holds a run: resuming it" in proc.stdout
+        assert (list_checkpoints(out / run)[-1] / "model.safetensors").read_bytes() == weights[run]
+    mine, theirs = tables((out / "report.md").read_text()), tables((whole / "report.md").read_text())
+    assert column(mine["Stages"], "status") == column(theirs["Stages"], "status")
+    assert column(mine["Stages"], "tokens") == column(theirs["Stages"], "tokens")
+    assert mine["Scores"] == theirs["Scores"] and mine["Samples"] == theirs["Samples"]
