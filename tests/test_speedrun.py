@@ -263,7 +263,8 @@ def test_dollars_on_a_machine_without_the_gpu_is_refused_before_anything_is_spen
 @pytest.mark.slow
 def test_rl_with_nothing_to_learn_is_skipped_with_the_probes_reason(speedrun, shared_data, tmp_path):
     """RL needs a 10-minute budget (its share at least RL_MIN_MINUTES), too long for the suite: its stage is run here
-    on a copy of the speedrun, on GSM8K's questions, which a chat model this small answers wrongly every time."""
+    on a copy of the speedrun, on GSM8K's questions (those that leave room for an answer in the model's 256-token
+    context), which a chat model this small answers wrongly every time."""
     from burnout.report.card import write_card
     from burnout.speedrun import _rl_stage
 
@@ -276,13 +277,13 @@ def test_rl_with_nothing_to_learn_is_skipped_with_the_probes_reason(speedrun, sh
     said = []
     plan = _rl_stage(out, plan, said.append)
     reason = plan["stages"]["rl"]["skipped"]
-    assert reason.startswith(f"rl.base {out / 'sft'}: nothing to learn: before training it answered 8 train")
+    assert reason.startswith("rl.base ") and ": nothing to learn: before training it answered 8 train" in reason
     assert json.loads((out / "plan.json").read_text())["stages"]["rl"]["skipped"] == reason
     assert said == [f"      skipped: {reason}"]
     assert not (out / "rl").exists()  # the refused run's folder goes with it
     write_card(out)
     stages = tables((out / "report.md").read_text())["Stages"]
-    assert stages[4][0] == "rl" and stages[4][1].startswith(f"skipped: rl.base {out / 'sft'}: nothing to learn")
+    assert stages[4][0] == "rl" and stages[4][1].startswith("skipped: rl.base ") and "nothing to learn" in stages[4][1]
 
 
 @pytest.mark.slow
