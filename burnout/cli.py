@@ -483,7 +483,7 @@ def _stopped(result) -> int:
         from burnout.runs import trained_run_steps
 
         cfg = load_run_config(result.run_dir / RUN_CONFIG_FILE)
-        steps = trained_run_steps(result.run_dir, is_chat_model(cfg), cfg.train.eval.sample_prompt, result.stop_reason)
+        steps = trained_run_steps(result.run_dir, is_chat_model(cfg), stop_reason=result.stop_reason)
         print("\n".join([result.summary(), *next_steps(steps)]))
     return 130 if result.stop_reason == "signal" else 0
 
@@ -806,7 +806,7 @@ def cmd_generate(p: argparse.ArgumentParser) -> Handler:
         from burnout.core.device import resolve_device
         from burnout.core.model_files import load_model
         from burnout.generate.prompts import read_prompts
-        from burnout.generate.sampling import generate_texts, stream_text
+        from burnout.generate.sampling import generate_texts, shown, stream_text
 
         model, tokenizer, ckpt = load_model(args.checkpoint, resolve_device(args.device, "--device"))
         if args.chat:
@@ -815,14 +815,21 @@ def cmd_generate(p: argparse.ArgumentParser) -> Handler:
             pieces = stream_text(model, tokenizer, args.prompt, args.max_new_tokens, stop=args.stop, where="--prompt",
                                  **_sampling(args))
             sys.stdout.write(args.prompt)
+            continued = False
             for piece in pieces:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
-            sys.stdout.write("\n")
+                continued = continued or bool(piece)
+            print(flush=True)
+            if not continued:  # said on stderr: the text on stdout stays the model's
+                print(shown("", args.stop), file=sys.stderr)
             return
         prompts = read_prompts(args.prompts_file)
         texts = generate_texts(model, tokenizer, prompts, args.max_new_tokens, stop=args.stop, **_sampling(args))
         print(json.dumps([{"prompt": p, "text": t} for p, t in zip(prompts, texts)], indent=2, ensure_ascii=False))
+        for number, (prompt, text) in enumerate(zip(prompts, texts), start=1):
+            if text == prompt:
+                print(f"prompt {number}: {shown('', args.stop)}", file=sys.stderr)
     return run
 
 
@@ -971,7 +978,8 @@ def cmd_eval(p: argparse.ArgumentParser) -> Handler:
 def cmd_compare(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("run")
     p.add_argument("--checkpoints", nargs="+", metavar="STEP", help="steps (e.g. 500 1000) or step_* names")
-    p.add_argument("--prompts", help="file with one prompt per line (default: a few built-in prompts)")
+    p.add_argument("--prompts", help="file with one prompt per line (default: a base model's run its own sample "
+                                     "prompts, else a few built-in prompts)")
     p.add_argument("--suspicious", metavar="FILE",
                    help="strings that mark an answer degenerate: one per line, or `burnout data audit`'s audit.json")
     # Sampled with a fixed seed, as the blog compared its checkpoints: greedy decoding of a small model loops
@@ -984,7 +992,7 @@ def cmd_compare(p: argparse.ArgumentParser) -> Handler:
         from burnout.eval.degeneration import read_suspicious
         from burnout.generate.prompts import read_prompts
 
-        prompts = read_prompts(args.prompts) if args.prompts else None  # None: the built-in ones the model can encode
+        prompts = read_prompts(args.prompts) if args.prompts else None  # None: the run's sample prompts, or built-in
         suspicious = read_suspicious(args.suspicious) if args.suspicious else []
         table = compare_checkpoints(Path(args.run), checkpoints=args.checkpoints, prompts=prompts,
                                     max_new_tokens=args.max_new_tokens, device=args.device, suspicious=suspicious,
@@ -1061,6 +1069,7 @@ def _after_export(checkpoint: str, to: str) -> list[str]:
     from burnout.config import load_run_config
     from burnout.core.chat_template import is_chat_model
     from burnout.core.checkpoint import resolve_checkpoint
+    from burnout.generate.prompts import suggested_prompt
 
     cfg = load_run_config(resolve_checkpoint(checkpoint) / RUN_CONFIG_FILE)
     # Double quotes inside, so that the shell's single quotes around the code need no escapes.
@@ -1069,7 +1078,7 @@ def _after_export(checkpoint: str, to: str) -> list[str]:
         use = (f'chat = {model}; print(chat([{{"role": "user", "content": "Name a color."}}], max_new_tokens=60)'
                '[0]["generated_text"][-1])')
     else:
-        prompt = json.dumps(cfg.train.eval.sample_prompt or "The ")
+        prompt = json.dumps(suggested_prompt(resolve_checkpoint(checkpoint)))
         use = f'print({model}({prompt}, max_new_tokens=40)[0]["generated_text"])'
     load = f"python -c {shlex.quote(f'from transformers import pipeline; {use}')}"
     return next_steps([("transformers", needs_package(load, "transformers", "hf"))])

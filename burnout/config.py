@@ -305,6 +305,9 @@ class EvalConfig(TrainSection):
     eval_tasks: list[str] = field(default_factory=list)
     eval_task_items: int = 500
     eval_data_root: str | None = None
+    # What each evaluation samples sample_tokens of (0: no sample). "" (the default): the opening words of lines of the
+    # run's own val split, drawn with its seed (a pretraining run's; a fine-tune samples none), all recorded in
+    # RUN/sample_prompts.json, which `generate`'s suggestion, compare, the report and the playground read.
     sample_prompt: str = ""
     sample_tokens: int = 64
 

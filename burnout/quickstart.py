@@ -20,7 +20,8 @@ from burnout.data.shards import read_meta
 from burnout.data.split import older_split_rule
 from burnout.errors import BurnoutError
 from burnout.eval.compare import compare_checkpoints
-from burnout.generate.prompts import SAMPLE_PROMPTS
+from burnout.generate.prompts import sample_prompts
+from burnout.generate.sampling import shown
 from burnout.models.info import model_info
 from burnout.report.render import write_report
 from burnout.runs import trained_run_steps
@@ -79,21 +80,22 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     say(f"[4/4] done in {(time.perf_counter() - started) / 60:.1f} min: {result.step} steps, "
         f"{result.tokens:,} tokens at {result.tokens_per_s:,.0f} tokens/s; "
         f"val loss {result.val_loss:.3f} (a uniform guess scores {math.log(meta['vocab_size']):.3f})")
-    # Learning a person can see: the same prompts at each kept checkpoint, sampled as the blog sampled them
-    # (greedy decoding of a small model loops on "the the the", which hides the progress). Also compare.md,
-    # which the report shows.
-    compare_checkpoints(run_dir, prompts=SAMPLE_PROMPTS, max_new_tokens=40, say=lambda line: None,
+    # Learning a person can see: the run's own sample prompts (words of its val split; without any, compare's
+    # built-in ones) at each kept checkpoint, sampled as the blog sampled them (greedy decoding of a small model
+    # loops on "the the the", which hides the progress). Also compare.md, which the report shows.
+    compare_checkpoints(run_dir, prompts=sample_prompts(run_dir) or None, max_new_tokens=40, say=lambda line: None,
                         temperature=0.8, top_k=50, seed=0)
-    rows = json.loads((run_dir / COMPARE_JSON).read_text(encoding="utf-8"))["rows"]
+    compared = json.loads((run_dir / COMPARE_JSON).read_text(encoding="utf-8"))
     say("same prompt, different checkpoint (temperature 0.8, top-k 50, seed 0; burnout compare writes more):")
-    for i, prompt in enumerate(SAMPLE_PROMPTS):
+    for i, prompt in enumerate(compared["prompts"]):
         say(f"--- {prompt!r} ---")
-        for row in rows:
-            say(f"  step {row['step']:>5}: {prompt + row['continuations'][i]!r}"[:110])
+        for row in compared["rows"]:
+            continuation = row["continuations"][i]
+            say(f"  step {row['step']:>5}: {prompt + continuation!r}"[:110] + ("" if continuation else f" {shown('')}"))
     say("")
     _, written = write_report([run_dir])
-    steps = trained_run_steps(run_dir, chat=False, prompt=cfg.train.eval.sample_prompt, stop_reason=result.stop_reason,
-                              export_to=out_dir / "hf", report=written[-1])
+    steps = trained_run_steps(run_dir, chat=False, stop_reason=result.stop_reason, export_to=out_dir / "hf",
+                              report=written[-1])
     for line in [*labelled([("run folder", f"{run_dir}   (config.yaml, metrics.jsonl, checkpoints/)"),
                             ("checkpoint", str(result.checkpoint))]), *next_steps(steps)]:
         say(line)

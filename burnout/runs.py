@@ -27,6 +27,7 @@ from burnout.data.mix import data_run_config
 from burnout.errors import BurnoutError
 from burnout.finetune.recipes import DPO, SFT
 from burnout.finetune.rl import RL
+from burnout.generate.prompts import suggested_prompt
 from burnout.train import run
 from burnout.train.loop import TrainResult
 from burnout.train.recipe import Pretraining, Recipe, parent_checkpoint
@@ -153,19 +154,19 @@ def parent_run_config(init_from: str | Path) -> dict:
     return raw
 
 
-def trained_run_steps(run_dir: str | Path, chat: bool, prompt: str = "", stop_reason: str = "done",
+def trained_run_steps(run_dir: str | Path, chat: bool, *, stop_reason: str = "done",
                       export_to: str | Path | None = None, report: Path | None = None) -> list[tuple[str, str]]:
     """What to do with a run that training (quickstart, train, sft, dpo) made, as next_steps' rows: a chat model is
-    talked to and tuned with DPO, a base model continues `prompt` (its train.sample_prompt; "The " without one) and
-    is fine-tuned to chat; both are evaluated, reported (`report`: the page already written), exported (to
-    `export_to`, default hf/RUN's name) and served. A run stopped at a phase's end or by a signal (its
+    talked to and tuned with DPO, a base model continues its first sample prompt (generate/prompts.py's
+    suggested_prompt) and is fine-tuned to chat; both are evaluated, reported (`report`: the page already written),
+    exported (to `export_to`, default hf/RUN's name) and served. A run stopped at a phase's end or by a signal (its
     TrainResult's `stop_reason`) is resumed first."""
     run = shlex.quote(str(run_dir))
     rows = [("resume", f"burnout train --resume {run}")] if stop_reason in ("phase", "signal") else []
     if chat:
         rows.append(("chat", f"burnout chat {run}"))
     else:
-        rows.append(("generate", f"burnout generate {run} --prompt {shlex.quote(prompt or 'The ')}"))
+        rows.append(("generate", f"burnout generate {run} --prompt {shlex.quote(suggested_prompt(run_dir))}"))
     rows += [("eval", f"burnout eval {run} --tasks val"),
              ("report", f"{report}   (loss curves, tables, samples; Markdown beside it)" if report is not None
               else f"burnout report {run}"),

@@ -310,3 +310,35 @@ def export_label():
         digest = hashlib.sha256((checkpoint / "model.safetensors").read_bytes()).hexdigest()
         return f"{checkpoint.parent.parent.name}/{checkpoint.name} (weights sha256 {digest[:16]})"
     return label
+
+
+@pytest.fixture(scope="session")
+def mute_run(tiny_run_config, tiny_bpe_data, tmp_path_factory) -> tuple[Path, list[str]]:
+    """(run folder, its lines) of a 2-step run, no train.sample_prompt, a sample of 8 tokens at each step, whose model
+    ends every text at once: it starts (train.init_from, LR 1e-6) from weights set by hand, every token embedded as
+    ones and <|endoftext|> as twos, the blocks writing nothing, so the tied head gives <|endoftext|> a logit of 128
+    against 64 for every other token, whatever the prompt. Do not modify."""
+    import torch
+
+    from burnout.core.checkpoint import save_checkpoint
+    from burnout.data.tokenizer import load_tokenizer
+    from burnout.models import Transformer
+    from burnout.runs import start_training
+
+    root = tmp_path_factory.mktemp("mute_run")
+    cfg = tiny_run_config(max_steps=2)
+    model = Transformer(cfg.model)
+    eot = load_tokenizer(tiny_bpe_data / "tokenizer.json").token_to_id("<|endoftext|>")
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.down.weight")):
+                weight.zero_()
+        model.tok_emb.weight.fill_(1.0)
+        model.tok_emb.weight[eot] = 2.0
+    start = save_checkpoint(root / "start", cfg, model, {}, {"step": 0, "tokens": 0}, tiny_bpe_data / "tokenizer.json",
+                            keep_last=1)
+    events: list[str] = []
+    cfg = tiny_run_config(max_steps=2, eval_interval=1, sample_tokens=8, lr=1e-6, min_lr=0.0, warmup_steps=0,
+                          init_from=str(start))
+    start_training(cfg, root / "run", data_dir=tiny_bpe_data, on_event=events.append, progress=False)
+    return root / "run", events

@@ -669,6 +669,11 @@ CASES = [
          ["a speedrun's card is DIR/report.md and .html", "drop"], setup=lambda d, *_: _speedrun_folder(d / "sr")),
     Case("speedrun-card-of-an-edited-plan", ["report", "{dir}/sr"], ["{dir}/sr/plan.json: cannot be read"],
          setup=lambda d, *_: _speedrun_folder(d / "sr", "{cut sho")),
+    # issue 51: a run's sample prompts
+    Case("report-with-a-damaged-sample-prompts-record", ["report", "{dir}/run"],
+         ["{dir}/run/sample_prompts.json does not hold a run's sample prompts", "delete it"],
+         setup=lambda d, data, run: (_copy_run(d, data, run),
+                                     (d / "run" / "sample_prompts.json").write_text('{"prompts": "The "}'))),
 ]
 
 

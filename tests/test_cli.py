@@ -271,15 +271,19 @@ def test_prepare_and_train_end_with_next_steps_that_run(tmp_path, monkeypatch, c
     assert list(steps) == ["generate", "eval", "report", "export", "chat model", "playground"]
     assert steps["playground"] == ["burnout", "playground", str(run)]
     assert steps["chat model"][:2] == ["burnout", "sft"] and str(run) in steps["chat model"]
+    # The prompt to continue is the run's first sample prompt, words of its own val split (RUN/sample_prompts.json).
+    prompt = steps["generate"][steps["generate"].index("--prompt") + 1]
+    assert prompt == json.loads((run / "sample_prompts.json").read_text())["prompts"][0]
+    assert prompt in text.read_text() and len(prompt.split()) > 1
     assert run_step(steps["generate"], "--max-new-tokens", "4") == 0
-    assert capsys.readouterr().out.startswith(steps["generate"][steps["generate"].index("--prompt") + 1])
+    assert capsys.readouterr().out.startswith(prompt)
     assert run_step(steps["eval"]) == 0
     eval_steps = next_steps(capsys.readouterr().out)
     assert eval_steps == {"report": ["burnout", "report", str(run)]}
     assert run_step(steps["export"]) == 0
     assert steps["export"][-2:] == ["--to", "hf/stories"] and Path("hf/stories/model.safetensors").is_file()
     load = next_steps(capsys.readouterr().out)["transformers"]
-    assert load[:2] == ["python", "-c"] and '"hf/stories"' in load[2]
+    assert load[:2] == ["python", "-c"] and '"hf/stories"' in load[2] and f"({json.dumps(prompt)}," in load[2]
     assert run_step(steps["report"]) == 0
     assert next_steps(capsys.readouterr().out) == {"compare": ["burnout", "compare", str(run)]}  # eval is done
 
@@ -374,3 +378,21 @@ def test_each_fine_tuning_command_hands_every_option_to_its_function(name, flag,
                       {"minutes": 5.0, "dollars": 2.0})]
     assert main([name, "BASE", "--data", "DATA", "--out", "OUT"]) == 2
     assert calls[1] == (("BASE", "DATA", "OUT", None, False, None, []), {"minutes": None, "dollars": None})
+
+
+def test_generate_says_an_empty_continuation_on_stderr_and_prints_the_text_as_it_is(mute_run, tmp_path, capsys):
+    """A model that ends the text at once: stdout holds the prompt (and the JSON of --prompts-file) as generated, and
+    stderr says the continuation is empty rather than leaving nothing to see."""
+    run = str(mute_run[0])
+    assert main(["generate", run, "--prompt", "The ", "--max-new-tokens", "5"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "The \n" and err == "(empty: the model ended the text at once)\n"
+    assert main(["generate", run, "--prompt", "The ", "--stop", "x"]) == 0
+    assert capsys.readouterr().err == "(empty: the model ended the text, or began a stop sequence, at once)\n"
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The \nTwo words\n")
+    assert main(["generate", run, "--prompts-file", str(prompts)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [{"prompt": "The ", "text": "The "}, {"prompt": "Two words", "text": "Two words"}]
+    assert err.splitlines() == ["prompt 1: (empty: the model ended the text at once)",
+                                "prompt 2: (empty: the model ended the text at once)"]

@@ -56,6 +56,10 @@ def test_shakespeare_fast_refuses_a_bad_sample_prompt_at_once_then_trains_and_co
     _no_internal_error(*trained)
     assert (run / "data" / "meta.json").stat().st_mtime_ns == prepared  # the data were kept, not prepared again
     assert "sample: \"ROMEO:" in trained[1]
+    # Without its record and its config's train.sample_prompt: a run with no sample prompts, compared on built-ins.
+    (run / "sample_prompts.json").unlink()
+    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("sample_prompt: 'ROMEO:'",
+                                                                               "sample_prompt: ''"))
     code, out, err = _run(tmp_path, {"compare": ["compare", str(run), "--max-new-tokens", "4"]})["compare"]
     _no_internal_error(code, out, err)
     assert "left out the built-in prompt 'def fibonacci(n):': the tokenizer has no token for '(' (U+0028), ')' " \

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -48,12 +49,15 @@ def test_quickstart_generate_export(tmp_path, monkeypatch, capsys):
     assert f"report:       {run / 'report' / 'report.html'}" in first.out
     assert (run / "report" / "report.md").is_file() and (run / "report" / "loss_vs_tokens.png").is_file()
     assert f"playground:   burnout playground {run}" in first.out
-    # Learning to be seen: each sample prompt at every kept checkpoint, sampled with a fixed seed, also in
-    # compare.md, which the report shows.
+    # Learning to be seen: each of the run's sample prompts (words of its val split: the quickstart gives none) at
+    # every kept checkpoint, sampled with a fixed seed, also in compare.md, which the report shows.
     table = first.out.split("same prompt, different checkpoint")[1].split("run folder:")[0]
     steps = [int(p.name.removeprefix("step_")) for p in list_checkpoints(run)]
     assert len(steps) >= 2
-    for prompt in ("The ", "def ", "To create a"):
+    prompts = json.loads((run / "sample_prompts.json").read_text())
+    assert prompts["from"] == "the val split's documents" and len(prompts["prompts"]) == 3
+    assert f"generate:     burnout generate {run} --prompt {shlex.quote(prompts['prompts'][0])}" in first.out
+    for prompt in prompts["prompts"]:
         block = table.split(f"--- {prompt!r} ---\n")[1].split("---")[0]
         assert [int(line.split(":")[0].split()[-1]) for line in block.strip().splitlines()] == steps
     assert "temperature=0.8, top_k=50" in (run / "compare.md").read_text()

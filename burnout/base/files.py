@@ -36,9 +36,12 @@ COMPARE_MD, COMPARE_JSON = "compare.md", "compare.json"
 # `burnout data audit`'s findings, in DATA/audit/ for a prepared folder: its suspicious strings are looked for in
 # training's samples.
 AUDIT_DIR, AUDIT_JSON = "audit", "audit.json"
+# The prompts a run samples at each evaluation (its train.sample_prompt, or words drawn from its val split), which
+# every command that shows or suggests its samples reads (burnout/generate/prompts.py).
+SAMPLE_PROMPTS_FILE = "sample_prompts.json"
 # What a run folder holds besides its checkpoints and data: the record of the run, which train.mirror_dir
 # keeps a copy of.
-RUN_LOG_FILES = (RUN_CONFIG_FILE, METRICS_FILE, LAUNCHES_FILE, PHASES_FILE, RESUMES_FILE)
+RUN_LOG_FILES = (RUN_CONFIG_FILE, METRICS_FILE, LAUNCHES_FILE, PHASES_FILE, RESUMES_FILE, SAMPLE_PROMPTS_FILE)
 
 
 def tokenizer_file(path: str | Path) -> Path:

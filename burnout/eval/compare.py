@@ -7,7 +7,8 @@ a suspicious string (from `--suspicious`, e.g. what `burnout data audit` found),
 
 A fine-tune's table starts with the model it started from (sft.base or dpo.base), so the report shows what
 the fine-tuning changed. A chat model answers each prompt as one user message in its chat template, up to
-<|im_end|>; a base model continues the prompt as text.
+<|im_end|>; a base model continues the prompt as text. An empty answer is said as such in compare.md (compare.json
+keeps it as generated).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from burnout.base.files import COMPARE_JSON, COMPARE_MD, TOKENIZER_FILE, write_atomic
+from burnout.base.files import COMPARE_JSON, COMPARE_MD, RUN_CONFIG_FILE, TOKENIZER_FILE, write_atomic
 from burnout.config import load_run_config
 from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import list_checkpoints
@@ -28,8 +29,8 @@ from burnout.data.tokenizer import load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.eval.degeneration import summarize
 from burnout.generate.chat import chat_replies
-from burnout.generate.prompts import COMPARE_PROMPTS, builtin_prompts_for
-from burnout.generate.sampling import generate_texts
+from burnout.generate.prompts import COMPARE_PROMPTS, builtin_prompts_for, sample_prompts
+from burnout.generate.sampling import generate_texts, shown
 
 
 def select_checkpoints(run_dir: Path, steps: Sequence[int | str] | None) -> list[Path]:
@@ -62,9 +63,12 @@ def compare_checkpoints(
     **sampling,
 ) -> str:
     """Generate every prompt at each chosen checkpoint; returns (and writes) the Markdown comparison. `prompts`: the
-    user's, each of which must encode; None: the built-in COMPARE_PROMPTS the run's tokenizer can encode."""
+    user's, each of which must encode; None: a base model's run its own sample prompts (generate/prompts.py's
+    sample_prompts), a chat model's or a run without any the built-in COMPARE_PROMPTS its tokenizer can encode."""
     run_dir = Path(run_dir)
     paths = select_checkpoints(run_dir, checkpoints)
+    if prompts is None and not is_chat_model(load_run_config(paths[-1] / RUN_CONFIG_FILE)):
+        prompts = sample_prompts(run_dir) or None
     if prompts is None:  # the newest checkpoint's tokenizer: a fine-tune's base has the same characters
         prompts = builtin_prompts_for(load_tokenizer(paths[-1] / TOKENIZER_FILE), COMPARE_PROMPTS, say)
     dev = resolve_device(device, "--device")
@@ -96,7 +100,7 @@ def compare_checkpoints(
     for i, prompt in enumerate(prompts):
         lines += [f"## {_cell(prompt)}", "", "| checkpoint | step | tokens | answer |", "|---|---:|---:|---|"]
         lines += [f"| {r['checkpoint']}{' 💬' if r['chat'] else ''} | {r['step']} | {r['tokens'] or ''} | "
-                  f"{_cell(r['continuations'][i])} |" for r in rows]
+                  f"{_cell(shown(r['continuations'][i]))} |" for r in rows]
         lines.append("")
     table = "\n".join(lines)
     write_atomic(run_dir / COMPARE_MD, table)
@@ -115,7 +119,7 @@ def answers(model, tokenizer, cfg, prompts: list[str], max_new_tokens: int, **sa
 
 def _starting_model(checkpoint: Path, say: Callable[[str], None]) -> list[tuple[str, Path]]:
     """("base", the checkpoint a fine-tune started from) when the run is a fine-tune and that is still there."""
-    cfg = load_run_config(checkpoint / "config.yaml")
+    cfg = load_run_config(checkpoint / RUN_CONFIG_FILE)
     section = cfg.fine_tune
     if section is None:
         return []

@@ -355,16 +355,22 @@ def format_trace(result: dict) -> list[str]:
 
 
 def read_samples(run_dir: str | Path) -> list[dict]:
-    """The generated texts of a run: metrics.jsonl's "sample" values and compare.json's continuations,
-    each {"label", "text"}."""
+    """The generated texts of a run: metrics.jsonl's "sample" values, less the prompt each continued (its
+    "sample_prompt": words of the run's own data, which the model did not write), and compare.json's
+    continuations, each {"label", "text"}."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BurnoutError(f"--from-samples: run folder '{run_dir}' does not exist")
     samples = []
     if (run_dir / METRICS_FILE).is_file():
         for record in read_jsonl(run_dir / METRICS_FILE):
-            if isinstance(record, dict) and isinstance(record.get("sample"), str) and record["sample"].strip():
-                samples.append({"label": f"step {record.get('step')}", "text": record["sample"]})
+            if not (isinstance(record, dict) and isinstance(record.get("sample"), str)):
+                continue
+            text, prompt = record["sample"], record.get("sample_prompt")
+            if isinstance(prompt, str) and text.startswith(prompt):
+                text = text[len(prompt):]
+            if text.strip():
+                samples.append({"label": f"step {record.get('step')}", "text": text})
     compare = run_dir / COMPARE_JSON
     if compare.is_file():
         try:
@@ -377,8 +383,9 @@ def read_samples(run_dir: str | Path) -> list[dict]:
             raise BurnoutError(f"'{compare}' is not a compare.json ({first_line(exc)}); "
                                f"run burnout compare again") from None
     if not samples:
-        raise BurnoutError(f"'{run_dir}' has no generated samples: no 'sample' in {METRICS_FILE} (train with "
-                           f"train.sample_prompt set) and no {COMPARE_JSON} (run burnout compare {run_dir})")
+        raise BurnoutError(f"'{run_dir}' has no generated samples: no 'sample' in {METRICS_FILE} that continues "
+                           f"its prompt (train with train.sample_tokens above 0) and no {COMPARE_JSON} (run burnout "
+                           f"compare {run_dir})")
     return samples
 
 

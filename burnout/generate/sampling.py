@@ -20,6 +20,24 @@ from burnout.errors import BurnoutError
 from burnout.models import Transformer
 from burnout.models.cpu_paths import few_row_products, linear, packs_weights
 
+# An empty continuation as every place that shows one says it (a log line, the report, compare, `burnout generate`),
+# rather than printing nothing.
+EMPTY_CONTINUATION = "(empty: the model ended the text at once)"
+
+
+def shown(continuation: str, stop: Sequence[str] = ()) -> str:
+    """A continuation as a person is shown it: an empty one said as such (with `stop` sequences, which may have
+    cut it, said too)."""
+    if continuation:
+        return continuation
+    return "(empty: the model ended the text, or began a stop sequence, at once)" if stop else EMPTY_CONTINUATION
+
+
+def shown_sample(sample: str, prompt: str) -> str:
+    """A sample (`prompt` and its continuation, as training logs it) as a person is shown it: an empty
+    continuation said after the prompt."""
+    return f"{sample} {shown('')}" if sample == prompt else sample
+
 
 def check_sampling(model: Transformer, prompt_ids: Sequence[int], temperature: float, top_k: int | None,
                    top_p: float | None, repetition_penalty: float) -> None:

@@ -9,7 +9,6 @@ bounded here before anything is encoded.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -18,24 +17,23 @@ from pathlib import Path
 
 from burnout.base.files import RUN_CONFIG_FILE, tokenizer_file
 from burnout.base.values import checked_number
-from burnout.config import load_run_config, load_saved_config
+from burnout.config import RunConfig, load_run_config, load_saved_config
 from burnout.core.chat_template import is_chat_model
 from burnout.core.checkpoint import checkpoint_info, list_checkpoints
 from burnout.core.model_files import load_model
-from burnout.data.documents import iter_documents
 from burnout.data.tokenizer import encode_text, load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.finetune.tokenized import held_out_questions
 from burnout.generate.chat import TRANSCRIPT_STOP, chat_prompt, fit_messages, plain_transcript, reply_room, stream_reply
+from burnout.generate.prompts import data_prompts, sample_prompts
 from burnout.generate.sampling import stream_text as sampling_stream_text
 
 MAX_PROMPT_CHARS = 2000
 MAX_NEW_TOKENS = 500
 MAX_HISTORY_CHARS = 20_000  # of a conversation sent back by the browser; older messages are left out
-# The Generate tab's examples from a run's own data: the opening words (at most EXAMPLE_WORDS) of its val split's
-# first EXAMPLE_DOCUMENTS documents with words in their first line, looked for among its first SCANNED_DOCUMENTS;
-# the Chat tab's: the questions of a chat run's first EXAMPLE_DOCUMENTS held-out conversations.
-EXAMPLE_DOCUMENTS, EXAMPLE_WORDS, SCANNED_DOCUMENTS = 3, 6, 20
+# The Chat tab's examples from a run's own data: the questions of a chat run's first EXAMPLE_DOCUMENTS held-out
+# conversations (the Generate tab's are its sample prompts: example_prompts).
+EXAMPLE_DOCUMENTS = 3
 
 
 @dataclass(frozen=True)
@@ -81,18 +79,15 @@ def discover(sources: list[str | Path], say: Callable[[str], None] = print) -> d
 
 
 def example_prompts(entries: dict[str, Entry]) -> list[str]:
-    """Prompts for the served base models, from their own runs: each run's train.sample_prompt, then the opening
-    words of the val split it trained on (text of the kind it learnt, which it never saw); "The " when a run has
-    neither. Chat models are left out: their tab has questions."""
+    """Prompts for the served base models, from their own runs: each run's sample prompts (generate/prompts.py's
+    sample_prompts: its train.sample_prompt, or the words of its val split it recorded); for a run with none (one
+    that predates the record), words drawn as training draws them from the data folder it trained on, where still
+    readable; "The " when none has any. Chat models are left out: their tab has questions."""
     prompts: dict[str, None] = {}
-    data_dirs: dict[str, None] = {}
     for entry in entries.values():
         if not entry.chat:
-            cfg = load_saved_config(entry.path / RUN_CONFIG_FILE)
-            prompts.update(dict.fromkeys([cfg.train.eval.sample_prompt] if cfg.train.eval.sample_prompt else []))
-            data_dirs.update(dict.fromkeys([cfg.data.prepared_dir] if cfg.data.prepared_dir else []))
-    for data_dir in data_dirs:
-        prompts.update(dict.fromkeys(document_openings(Path(data_dir))))
+            found = sample_prompts(entry.path) or _drawn_prompts(load_saved_config(entry.path / RUN_CONFIG_FILE))
+            prompts.update(dict.fromkeys(found))
     return list(prompts) or ["The "]
 
 
@@ -112,22 +107,17 @@ def chat_questions(entries: dict[str, Entry]) -> list[str]:
     return list(questions)
 
 
-def document_openings(data_dir: Path) -> list[str]:
-    """The first words of the first line of the val split's first documents (EXAMPLE_DOCUMENTS of them); none when
+def _drawn_prompts(cfg: RunConfig) -> list[str]:
+    """The sample prompts a run of `cfg` draws from its data folder (generate/prompts.py's data_prompts); none when
     the folder can no longer be read (moved or deleted since the run trained on it)."""
-    openings: list[str] = []
+    if not cfg.data.prepared_dir:
+        return []
+    data_dir = Path(cfg.data.prepared_dir)
     try:
-        tokenizer = load_tokenizer(tokenizer_file(data_dir))
-        for _, ids in itertools.islice(iter_documents(data_dir, "val"), SCANNED_DOCUMENTS):
-            text = tokenizer.decode(ids[:16 * EXAMPLE_WORDS].tolist())  # tokens enough for the words, even of chars
-            words = next((line.split() for line in text.splitlines() if line.strip()), [])[:EXAMPLE_WORDS]
-            if words:
-                openings.append(" ".join(words))
-            if len(openings) == EXAMPLE_DOCUMENTS:
-                break
+        return data_prompts(data_dir, cfg.train.seed, load_tokenizer(tokenizer_file(data_dir)),
+                            cfg.model.context_length)
     except (BurnoutError, OSError):
         return []
-    return openings
 
 
 @dataclass

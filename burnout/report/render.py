@@ -22,6 +22,8 @@ from burnout.core.checkpoint import mirror_run_logs
 from burnout.errors import BurnoutError
 from burnout.eval.references import reference_table
 from burnout.finetune.rl import EXAMPLES_FILE
+from burnout.generate.prompts import sample_prompts
+from burnout.generate.sampling import shown_sample
 from burnout.report import plots
 from burnout.report.runlog import RunLog, anomalies, eval_rows, load_run, phase_rows, throughput
 from burnout.train.checkpointing import best_checkpoint
@@ -152,10 +154,14 @@ def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:
     samples = [r for r in run.records if r.get("sample")]
     if samples:
         blocks.append(Block("h2", "Samples during training"))
-        blocks.append(Block("p", "Repetition: the share of a sample's word 3-grams that repeat (1 − distinct-3); "
-                                 "a loop reads near 1."))
+        prompts = sample_prompts(run.path)
+        blocks.append(Block("p", (f"Each continues the run's first sample prompt (its prompts: "
+                                  f"{', '.join(map(json.dumps, prompts))}). " if prompts else "")
+                            + "Repetition: the share of a sample's word 3-grams that repeat (1 − distinct-3); "
+                              "a loop reads near 1."))
         blocks.append(Block("table", columns=["step", "val loss", "repetition", "sample"],
-                            rows=[[r["step"], r.get("val_loss"), r.get("sample_repetition"), r["sample"]]
+                            rows=[[r["step"], r.get("val_loss"), r.get("sample_repetition"),
+                                   shown_sample(r["sample"], r.get("sample_prompt", run.train.eval.sample_prompt))]
                                   for r in samples]))
     blocks += [Block("h2", "Launches"), _launch_table(run)]
     found = anomalies(run)

@@ -255,7 +255,8 @@ def _train_rung(out: Path, data_dir: Path, design_: dict, rung: dict, say: Calla
 def fit_ladder(ladder: dict, samples: int = scaling.BOOTSTRAP_SAMPLES) -> dict:
     """The law fitted to every rung, its bootstrap, its residuals, and the held-out error of the top level."""
     rungs = ladder["design"]["rungs"]
-    n, d, flops = ([r[key] for r in rungs] for key in ("N", "D", "flops"))
+    n, read, flops = ([r[key] for r in rungs] for key in ("N", "D", "flops"))
+    d = scaling.fresh_tokens(read, ladder["design"]["train_tokens"])  # a rung that repeats its data learns less
     loss = [ladder["done"][r["name"]]["val_loss"] for r in rungs]
     law = scaling.fit(n, d, loss, label=f"fitted to {len(rungs)} rungs")
     held_out = sum(r["level"] == ladder["design"]["levels"] - 1 for r in rungs)
@@ -288,7 +289,7 @@ def format_ladder(ladder: dict) -> str:
     for r in design_["rungs"]:
         loss = ladder["done"][r["name"]]["val_loss"]
         lines.append(f"{r['name']:<8}{format_count(r['N']):>9}{format_count(r['D']):>9}{r['flops']:>10.2e}"
-                     f"{loss:>10.4f}{float(law.loss(r['N'], r['D'])):>9.4f}")
+                     f"{loss:>10.4f}{float(law.loss(r['N'], r['D'], design_['train_tokens'])):>9.4f}")
     held = fit["held_out"]
     lines += [f"law: L(N, D) = {law.E:.3f} + {law.A:.4g}/N^{law.alpha:.3f} + {law.B:.4g}/D^{law.beta:.3f} "
               f"(N parameters, D tokens; {len(fit['bootstrap'])} bootstrap refits)",
@@ -306,7 +307,8 @@ def frontier(ladder: dict, flops) -> list[float]:
     the tokens its own FLOPs per token buy: the compute-optimal frontier `burnout plan` chooses from."""
     design_, law = ladder["design"], scaling.ScalingLaw.from_dict(ladder["fit"]["law"])
     infos = [_info(d, design_["vocab_size"], design_["seq_len"]) for d in FRONTIER_DEPTHS]
-    return [min(float(law.loss(i["params_total"], c / i["flops_per_token"])) for i in infos) for c in flops]
+    return [min(float(law.loss(i["params_total"], c / i["flops_per_token"], design_["train_tokens"])) for i in infos)
+            for c in flops]
 
 
 def ladder_figure(ladder: dict, point: dict | None = None) -> bytes:
@@ -328,8 +330,8 @@ def ladder_figure(ladder: dict, point: dict | None = None) -> bytes:
         dots, = ax.plot([r["flops"] for r in mine], [ladder["done"][r["name"]]["val_loss"] for r in mine], "o",
                         label=f"depth {depth}, {format_count(info['params_total'])} params")
         along = np.geomspace(min(r["flops"] for r in mine) / 2, most * 2, 60)
-        ax.plot(along, law.loss(info["params_total"], along / info["flops_per_token"]), "-", alpha=0.35,
-                color=dots.get_color())
+        ax.plot(along, law.loss(info["params_total"], along / info["flops_per_token"], design_["train_tokens"]), "-",
+                alpha=0.35, color=dots.get_color())
     span = np.geomspace(min(r["flops"] for r in rungs) / 2, most * 2, 80)
     ax.plot(span, frontier(ladder, span), "k--", label="fitted frontier (compute-optimal size)")
     if point:

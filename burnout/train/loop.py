@@ -32,6 +32,7 @@ from burnout.base.files import (
     AUDIT_JSON,
     RESUMES_FILE,
     RUN_CONFIG_FILE,
+    SAMPLE_PROMPTS_FILE,
     TOKENIZER_FILE,
     append_jsonl,
     write_atomic,
@@ -44,7 +45,8 @@ from burnout.data.loader import Prefetcher, check_compatible
 from burnout.data.tokenizer import encode_text, load_tokenizer
 from burnout.errors import BurnoutError
 from burnout.eval.degeneration import degeneration, read_suspicious
-from burnout.generate.sampling import generate_text
+from burnout.generate.prompts import choose_sample_prompts, write_sample_prompts
+from burnout.generate.sampling import generate_text, shown
 from burnout.models.cpu_paths import forget_packed_weights
 from burnout.models.info import flops_per_token, matmul_parameters
 from burnout.models.transformer import unwrapped
@@ -139,16 +141,18 @@ def check_sample_prompt(cfg: RunConfig, tokenizer_path: Path) -> None:
 class Validator:
     """Due every train.eval_interval steps and at a session's last step: the recipe's validation metrics over
     train.eval_batches val batches (val_loss, and any val_* it adds), train.eval_tasks' benchmarks
-    (eval/TASK/METRIC, eval/core) and, with train.sample_prompt, a sample with its repetition (1 − distinct-3)
-    and the suspicious strings it holds (those of DATA/audit/audit.json, when the data were audited). FSDP's
+    (eval/TASK/METRIC, eval/core) and, given a `prompt` (the run's first sample prompt), a sample with its
+    repetition (1 − distinct-3) and the suspicious strings it holds (those of DATA/audit/audit.json, when the data
+    were audited); an empty one is said so in its line. FSDP's
     shards must all take part in a forward; a DDP replica on rank 0 evaluates alone."""
 
     def __init__(self, cfg: RunConfig, recipe: Recipe, loader, model: torch.nn.Module, objective: torch.nn.Module,
                  train_step: TrainStep, tokenizer_path: Path, dist: DistContext, emit: Callable[[str], None],
-                 suspicious: list[str] | None = None):
+                 suspicious: list[str] | None = None, prompt: str = ""):
         fsdp = cfg.train.perf.distributed == "fsdp"
         self.tc, self.recipe, self.loader, self.train_step, self.emit = cfg.train, recipe, loader, train_step, emit
         self.suspicious = suspicious or []  # strings a sample should not contain (from the data's audit)
+        self.prompt = prompt  # what each sample continues: the run's first sample prompt ("": no sample)
         # FSDP2 shards in place: the wrapped module is the one whose forward gathers the weights.
         self.model = train_step.model if fsdp else model
         self.objective = train_step.model if fsdp else objective
@@ -179,17 +183,18 @@ class Validator:
                 record.update(scores)
                 self.emit(f"step {step} eval: " + ", ".join(f"{k.removeprefix('eval/')} {v:.4f}"
                                                             for k, v in scores.items()))
-            prompt, tokens = self.tc.eval.sample_prompt, self.tc.eval.sample_tokens
+            prompt, tokens = self.prompt, self.tc.eval.sample_tokens
             if prompt and tokens:
                 sample = generate_text(self.model, self.tokenizer, prompt, tokens, temperature=0.8, top_k=50,
                                        seed=self.tc.seed)
                 forget_packed_weights(self.model)  # its packed copies (see linear) would sit in memory while it trains
-                record["sample"] = sample
+                record["sample"], record["sample_prompt"] = sample, prompt
                 scores = degeneration(sample, self.suspicious)
                 record["sample_repetition"] = scores["repetition"]
                 if self.suspicious:
                     record["sample_suspicious"] = scores["suspicious"]
-                self.emit(f"step {step} sample: {json.dumps(sample)[:300]}")
+                empty = f" {shown('')}" if sample == prompt else ""
+                self.emit(f"step {step} sample: {json.dumps(sample)[:300]}{empty}")
         ts.model.train()
 
     def _task_scores(self) -> dict[str, float]:
@@ -238,6 +243,12 @@ class Trainer:
         meta = recipe.data_meta(cfg, data_dir, self.seq_len)
         check_compatible(meta, cfg.model.vocab_size)
         check_sample_prompt(cfg, data_dir / TOKENIZER_FILE)  # sampled at each evaluation: refused now, not then
+        # The user's prompt, else words of the run's own data (its recipe's), drawn at its start and recorded.
+        self.sample_prompts, self.prompts_from = choose_sample_prompts(
+            cfg, run_dir, lambda: recipe.sample_prompts(cfg, data_dir, self.emit))
+        if self.sample_prompts and self.prompts_from != "train.sample_prompt":
+            self.emit(f"sample prompts, from {self.prompts_from} ({SAMPLE_PROMPTS_FILE}): "
+                      + ", ".join(map(json.dumps, self.sample_prompts)))
         # Before any model is built (--auto-batch builds one to probe): what cannot fit even at the least.
         check_memory_floor(cfg, device, dist.world_size, 1 if auto_batch and not resume else None)
         if auto_batch and not resume:
@@ -314,7 +325,8 @@ class Trainer:
         audit = self.data_dir / AUDIT_DIR / AUDIT_JSON
         suspicious = read_suspicious(audit) if audit.is_file() else []
         self.validator = Validator(cfg, recipe, self.loaders["val"], model, objective, self.train_step,
-                                   tokenizer_path, self.dist, self._say, suspicious)
+                                   tokenizer_path, self.dist, self._say, suspicious, self.sample_prompts[0]
+                                   if self.sample_prompts else "")
 
     def _setup_logging(self, resume: bool, resumed_with: dict | None) -> None:
         """The phase this session runs to, the progress bar, and on rank 0 the run folder's logs."""
@@ -331,6 +343,7 @@ class Trainer:
             if resumed_with:
                 append_jsonl(self.run_dir / RESUMES_FILE, resumed_with)
             write_atomic(self.run_dir / RUN_CONFIG_FILE, saved_config_text(self.cfg, self.run_dir))
+            write_sample_prompts(self.run_dir, self.sample_prompts, self.prompts_from)
             record_launch(self.run_dir, self.step, self.device, dist.world_size, self.data_dir, self.recipe.lineage,
                           precision=self.precision)
         show_bar = dist.is_main and (sys.stderr.isatty() if self.progress is None else self.progress)

@@ -47,7 +47,7 @@ TARGET_STEPS = 2000  # the batch doubles while the run keeps at least this many 
 MAX_TOKENS_PER_STEP = 2**19
 SEQ_LEN = {"gpu": 1024, "cpu": ladders.SEQ_LEN}  # without a ladder
 DEFAULT_VOCAB = 32000  # without data: the shapes' vocabulary
-PASSES_WARNING = 4  # Muennighoff et al. 2023: up to about four passes, repeated tokens are worth nearly fresh ones
+PASSES_WARNING = 4  # Muennighoff et al. 2023: past about four passes a repeat is worth much less than a fresh token
 PROBE_DEPTH = 2
 PUBLISHED_CENTRAL = "besiroglu2024"
 
@@ -82,10 +82,12 @@ def prediction_source(ladder_path: str | Path | None, data: str | Path | None) -
 def predict_loss(source: dict, params: int, tokens: int) -> dict:
     """The predicted final val loss of `params` trained on `tokens`, with its interval (PredictionConfig's fields)."""
     if source["kind"] == "ladder":
-        found = scaling.predict(source["law"], source["samples"], source["residuals"], params, tokens)
+        found = scaling.predict(source["law"], source["samples"], source["residuals"], params, tokens,
+                                source["train_tokens"])
         return {**found, "source": "ladder", "ladder": source["ladder"], "params": params, "tokens": tokens}
-    values = [float(law.loss(params, tokens)) for law in scaling.PUBLISHED.values()]
-    return {"val_loss": float(source["law"].loss(params, tokens)), "low": min(values), "high": max(values),
+    unique = source["train_tokens"]
+    values = [float(law.loss(params, tokens, unique)) for law in scaling.PUBLISHED.values()]
+    return {"val_loss": float(source["law"].loss(params, tokens, unique)), "low": min(values), "high": max(values),
             "level": 0.0, "source": source["law"].label, "ladder": None, "params": params, "tokens": tokens}
 
 
@@ -101,9 +103,10 @@ def candidates(vocab: int, seq_len: int) -> list[tuple[str | None, ModelConfig]]
 
 
 def choose_shape(law: scaling.ScalingLaw, flops: float, vocab: int, seq_len: int, tokens_per_step: int,
-                 budget_words: str) -> dict:
+                 budget_words: str, unique: float | None = None) -> dict:
     """The candidate of least predicted loss at the tokens `flops` buy it (at least MIN_STEPS steps of
-    `tokens_per_step`); refused in one line when none has that many."""
+    `tokens_per_step`), read from `unique` distinct tokens when known (so scarce data favours a larger model); refused
+    in one line when none has that many."""
     best, smallest = None, None
     for name, model in candidates(vocab, seq_len):
         info = model_info(model, seq_len=seq_len)
@@ -112,7 +115,7 @@ def choose_shape(law: scaling.ScalingLaw, flops: float, vocab: int, seq_len: int
             smallest = (info["params_total"], info["flops_per_token"])
         if tokens < MIN_STEPS * tokens_per_step:
             continue
-        loss = float(law.loss(info["params_total"], tokens))
+        loss = float(law.loss(info["params_total"], tokens, unique))
         if best is None or loss < best["loss"]:
             best = {"preset": name, "model": model, "params": info["params_total"], "tokens": tokens, "loss": loss,
                     "flops_per_token": info["flops_per_token"]}
@@ -153,7 +156,8 @@ def budget_plan(source: dict, hardware: str | None, hours: float | None = None, 
     words = (f"${dollars:g}" if dollars is not None else f"{hours:g} h") + f" on {devices} × {hw.name}"
     flops = hours * 3600 * hw.peak_flops * planned_mfu(mfu, hw)[0] * devices
     seq_len = source["seq_len"] or SEQ_LEN["cpu" if hardware == "cpu" else "gpu"]
-    chosen = choose_shape(source["law"], flops, source["vocab"], seq_len, source["seqs"] * seq_len, words)
+    chosen = choose_shape(source["law"], flops, source["vocab"], seq_len, source["seqs"] * seq_len, words,
+                          source["train_tokens"])
     seqs, steps = batch_for(chosen["tokens"], source["seqs"], seq_len)
     cfg = ladders.shape_run_config(_data(source), _model(chosen, source), steps, seqs, seq_len)
     planned = plan_run(cfg, hardware, mfu=mfu, price_per_hour=price, devices=devices)
@@ -188,7 +192,8 @@ def _machine_plan(source: dict, minutes: float, say: Callable[[str], None]) -> d
     rate = model_info(probe, seq_len=seq_len)["flops_per_token"] * seqs * seq_len / step_s
     say(f"measured a step of the depth-{PROBE_DEPTH} model on this machine: {step_s:.3g} s, {rate:.3g} FLOP/s")
     words = f"{minutes:g} minutes of this machine"
-    chosen = choose_shape(source["law"], rate * minutes * 60, source["vocab"], seq_len, seqs * seq_len, words)
+    chosen = choose_shape(source["law"], rate * minutes * 60, source["vocab"], seq_len, seqs * seq_len, words,
+                          source["train_tokens"])
     model = _model(chosen, source)
     step_s = measure_step_seconds(ladders.shape_run_config(data_dir, model, 10, seqs, seq_len), data_dir)
     steps = budget_steps(minutes, step_s)
@@ -246,9 +251,12 @@ def data_line(source: dict, tokens: int) -> str:
     passes = tokens / source["train_tokens"]
     line = (f"data: you have {format_count(source['train_tokens'])} train tokens in {source['data']}; this plan "
             f"reads {format_count(tokens)}: {passes:.1f} passes")
+    if passes > 1:
+        fresh = scaling.fresh_tokens(tokens, source["train_tokens"])
+        line += f", worth {format_count(fresh)} fresh ones (Muennighoff et al. 2023), which the prediction is for"
     if passes > PASSES_WARNING:
-        line += (f"; past about {PASSES_WARNING} passes repeated tokens are worth less than fresh ones (Muennighoff et "
-                 "al. 2023), and the prediction assumes fresh ones: expect a higher loss, or prepare more data")
+        line += (f"; past about {PASSES_WARNING} passes a repeat is worth much less than a fresh token, and a small "
+                 "data set can be learnt by heart (val loss rising), which no fit predicts: prepare more data")
     return line
 
 
@@ -290,7 +298,8 @@ def named_model_lines(cfg: RunConfig, planned: dict, source: dict) -> list[str]:
              f"{predict_loss(source, n, 2 * d)['val_loss']:.3f}"]
     seq_len, tokens_per_step = planned["seq_len"], planned["tokens_per_step"]
     try:
-        best = choose_shape(source["law"], d * fpt, cfg.model.vocab_size, seq_len, tokens_per_step, "the same FLOPs")
+        best = choose_shape(source["law"], d * fpt, cfg.model.vocab_size, seq_len, tokens_per_step, "the same FLOPs",
+                            source["train_tokens"])
     except BurnoutError:  # too few FLOPs for MIN_STEPS of any shape: nothing to compare with
         return lines
     lines.append(f"  the compute-optimal shape for the same FLOPs ({cost(1)}): {best['model'].n_layer} layers × "

@@ -28,6 +28,7 @@ from burnout.data.split import split_warnings
 from burnout.data.tokenizer import load_tokenizer, tokenizer_sha256
 from burnout.errors import BurnoutError
 from burnout.eval.loss import evaluate_loss
+from burnout.generate.prompts import PROMPT_WORDS, data_prompts
 from burnout.models.memory import param_counts
 from burnout.train.checkpointing import newest_good_checkpoint
 from burnout.train.distributed import DistContext, load_optimizer_state
@@ -51,6 +52,7 @@ class Recipe:
         evaluate         the validation metrics, val_loss among them
         after_step       a line for the person running it, when a step has something to tell
         finish           what a session's end leaves beside the checkpoints
+        sample_prompts   the prompts sampled at each evaluation when train.sample_prompt gives none (default none)
     """
 
     # What val_loss is measured over, said beside it when the run stops ("" : the val split's tokens).
@@ -101,6 +103,10 @@ class Recipe:
 
     def finish(self, cfg: RunConfig, run_dir: Path, checkpoint: Path) -> list[str]:
         """Rank 0, at the end of every session: anything written beside the checkpoints, one line each."""
+        return []
+
+    def sample_prompts(self, cfg: RunConfig, data_dir: Path, say: Say) -> list[str]:
+        """Prompts from the run's own data for its samples when the user gave none (train.sample_prompt): none here."""
         return []
 
 
@@ -193,6 +199,16 @@ class Pretraining(Recipe):
         tc, mode = cfg.train, loader_mode(data_dir)
         return {split: TokenLoader(data_dir, split, tc.batch_size, seq_len, tc.seed, mode=mode)
                 for split in ("train", "val")}
+
+    def sample_prompts(self, cfg: RunConfig, data_dir: Path, say: Say) -> list[str]:
+        """The opening words of lines of the val split, at places the run's seed picks (generate/prompts.py); none
+        found is said, with what to do."""
+        prompts = data_prompts(data_dir, cfg.train.seed, load_tokenizer(data_dir / TOKENIZER_FILE),
+                               cfg.model.context_length)
+        if not prompts:
+            say(f"no sample during training: none of the val split's lines looked at goes on past "
+                f"{PROMPT_WORDS} words to draw a prompt from; set train.sample_prompt to sample one")
+        return prompts
 
 
 def parent_checkpoint(init_from: str, say: Say) -> Path:

@@ -8,6 +8,10 @@ finding about the original fit). Its uncertainty is a bootstrap over the rungs (
 replacement); a prediction's interval combines the bootstrap's spread with the fit's own scatter (a new run has its
 own noise). Its error is measured by fitting the smaller rungs alone and predicting the largest (`held_out_error`).
 
+Tokens read more than once are worth fewer fresh ones: L is evaluated at the fresh tokens they are worth
+(`fresh_tokens`, Muennighoff et al. 2023), on a ladder's rungs and in a plan alike, so a plan that reads its data many
+times is predicted the loss of fewer tokens.
+
 The published fits (PUBLISHED) are for their data and tokenizer (MassiveText, SentencePiece): a loss in nats per token
 does not transfer between data sets and tokenizers (TRANSFER_WARNING), so they are a shape, not a prediction.
 """
@@ -40,6 +44,10 @@ MAX_ITERATIONS = 1000
 INTERVAL_LEVEL = 0.9  # a prediction's interval: the 5th to the 95th percentile
 # Training FLOPs per parameter per token of a dense transformer (forward 2, backward 4): C ≈ 6·N·D.
 FLOPS_PER_PARAM_TOKEN = 6.0
+# Muennighoff et al. 2023 (Scaling Data-Constrained Language Models): D tokens read from U unique ones are worth
+# D' = U + U·R*·(1 − e^(−R/R*)) fresh ones, R = D/U − 1 the repeats; their fitted R* (repeats at which a repeat's worth
+# has fallen to 1/e).
+REPEAT_SCALE = 15.39
 TRANSFER_WARNING = ("a published fit was measured on its authors' data and tokenizer: a loss in nats per token does "
                     "not transfer between data sets and tokenizers, so its figure is the law's shape, not a prediction "
                     "for your data; `burnout ladder` fits yours")
@@ -55,9 +63,10 @@ class ScalingLaw:
     beta: float
     label: str = ""
 
-    def loss(self, n, d):
-        """The predicted loss of N parameters trained on D tokens (numbers or arrays)."""
-        return self.E + self.A / np.power(n, self.alpha) + self.B / np.power(d, self.beta)
+    def loss(self, n, d, unique: float | None = None):
+        """The predicted loss of N parameters trained on D tokens (numbers or arrays), read from `unique` distinct
+        ones when given (the fresh tokens they are worth: `fresh_tokens`)."""
+        return self.E + self.A / np.power(n, self.alpha) + self.B / np.power(fresh_tokens(d, unique), self.beta)
 
     def optimal(self, flops: float, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> tuple[float, float]:
         """(N, D) of the least loss for `flops` = k·N·D (Hoffmann et al.'s closed form): N = G·(C/k)^(beta/(alpha+
@@ -145,23 +154,33 @@ def bootstrap(n, d, loss, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0,
     return laws
 
 
+def fresh_tokens(d, unique: float | None):
+    """The fresh tokens D tokens read from `unique` distinct ones are worth (REPEAT_SCALE's formula); D itself when
+    `unique` is None (not known) or D ≤ unique (one pass or less)."""
+    d = np.asarray(d, dtype=float)
+    if unique is None:
+        return d
+    repeats = np.maximum(d / unique - 1.0, 0.0)
+    return np.minimum(d, unique) + unique * REPEAT_SCALE * -np.expm1(-repeats / REPEAT_SCALE)
+
+
 def log_residuals(law: ScalingLaw, n, d, loss) -> np.ndarray:
     """log(observed) − log(predicted) at each point."""
     return np.log(np.asarray(loss, dtype=float)) - np.log(law.loss(np.asarray(n, float), np.asarray(d, float)))
 
 
 def predict(law: ScalingLaw, samples: list[ScalingLaw], residuals: np.ndarray, n: float, d: float,
-            level: float = INTERVAL_LEVEL, seed: int = 0) -> dict:
+            unique: float | None = None, level: float = INTERVAL_LEVEL, seed: int = 0) -> dict:
     """The law's loss at (n, d) and its `level` interval: each bootstrap law's prediction times exp of a residual
     drawn from the fit's (inflated by sqrt(points / (points − 5)) for the five parameters fitted), percentiles of
     those. The interval is the parameters' uncertainty and a run's own scatter about the law together."""
     points = len(residuals)
     spread = np.asarray(residuals, float) * math.sqrt(points / max(1, points - 5))
     rng = np.random.default_rng(seed)
-    draws = np.array([s.loss(n, d) for s in samples]) * np.exp(rng.choice(spread, size=len(samples)))
+    draws = np.array([s.loss(n, d, unique) for s in samples]) * np.exp(rng.choice(spread, size=len(samples)))
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
-    central = float(law.loss(n, d))
+    central = float(law.loss(n, d, unique))
     return {"val_loss": central, "low": float(min(low, central)), "high": float(max(high, central)), "level": level}
 
 

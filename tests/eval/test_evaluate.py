@@ -104,6 +104,21 @@ def test_compare_writes_the_same_prompts_at_each_checkpoint(run, tmp_path, capsy
     assert (run / "compare.md").read_text() == table
 
 
+def test_compare_takes_a_base_runs_own_sample_prompts_and_says_an_empty_answer(mute_run, tmp_path):
+    """Without --prompts a base model's run is compared on its recorded sample prompts (words of its val split); an
+    answer its model ended at once is said as such in compare.md, and kept as generated in compare.json."""
+    run = shutil.copytree(mute_run[0], tmp_path / "mute")
+    prompts = json.loads((run / "sample_prompts.json").read_text())["prompts"]
+    assert main(["compare", str(run), "--max-new-tokens", "4", "--device", "cpu"]) == 0
+    saved = json.loads((run / "compare.json").read_text())
+    assert saved["prompts"] == prompts and len(prompts) == 3
+    assert all(row["continuations"] == ["", "", ""] for row in saved["rows"])
+    table = (run / "compare.md").read_text()
+    for row in saved["rows"]:
+        assert f"| {row['checkpoint']} | {row['step']} | {row['tokens'] or ''} | (empty: the model ended the text " \
+               "at once) |" in table
+
+
 def test_export_then_import_round_trip(trained_run, tmp_path):
     transformers = pytest.importorskip("transformers")
     ckpt_path = list_checkpoints(trained_run)[-1]

@@ -351,6 +351,25 @@ def test_from_samples_counts_ngrams_per_source(mixed, tmp_path):
     assert entry["first"]["source"] == "planted"
 
 
+def test_from_samples_leaves_out_the_prompt_a_sample_continued(mixed, tmp_path):
+    """A sample's prompt (its record's sample_prompt: words of the run's data) is not the model's text: only what
+    follows it is traced; a record without one (an older run's) is traced whole."""
+    data, _, planted = mixed
+    words = planted[0].split()
+    at = words.index(ARTIFACT, 1)
+    prompt = " ".join(words[at : at + 3])  # a word 3-gram found in the data, once
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "sample": prompt + " frimble snork wuzzle",
+                                                   "sample_prompt": prompt}) + "\n"
+                                       + json.dumps({"step": 2, "sample": prompt, "sample_prompt": prompt}) + "\n")
+    samples = trace.read_samples(run)
+    assert samples == [{"label": "step 1", "text": " frimble snork wuzzle"}]  # step 2 continued nothing
+    assert {g["ngram"] for g in trace.trace_samples(run, data, n=3, rare=5)["rare_ngrams"]} == {"frimble snork wuzzle"}
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "sample": prompt + " frimble snork wuzzle"}) + "\n")
+    assert trace.read_samples(run) == [{"label": "step 1", "text": prompt + " frimble snork wuzzle"}]
+
+
 def _longest_brute_force(ids: list[int], stream: np.ndarray) -> int:
     haystack = stream.astype("<u2").tobytes()
     best = 0

@@ -7,8 +7,6 @@ import pytest
 
 from burnout.errors import BurnoutError
 from burnout.playground.catalog import (
-    EXAMPLE_DOCUMENTS,
-    EXAMPLE_WORDS,
     MAX_NEW_TOKENS,
     MAX_PROMPT_CHARS,
     ModelCache,
@@ -110,22 +108,26 @@ def test_requests_refused_before_sampling_name_what_is_wrong(sampled_runs):
         _check_request("", 1, what="message")
 
 
-def test_example_prompts_come_from_the_runs_own_data(sampled_runs, tiny_bpe_data, tmp_path):
-    """The run's sample prompt, then the opening words of the first documents of the val split it trained on;
-    without its data folder, the sample prompt alone."""
-    from burnout.data.documents import iter_documents
+def test_example_prompts_come_from_the_runs_own_data(sampled_runs, tiny_run, tmp_path):
+    """Each run's recorded sample prompts (its train.sample_prompt, or the words of its val split it drew), each once;
+    a run without the record (older) and without a train.sample_prompt: the words drawn from its data folder as
+    training draws them; without that folder, "The "."""
     from burnout.data.tokenizer import load_tokenizer
+    from burnout.generate.prompts import data_prompts, sample_prompts
 
-    tokenizer = load_tokenizer(tiny_bpe_data / "tokenizer.json")
-    first_lines = [next(line for line in tokenizer.decode(ids.tolist()).splitlines() if line.strip()).split()
-                   for _, ids in iter_documents(tiny_bpe_data, "val")]
-    examples = example_prompts(discover(sampled_runs))
-    assert examples[0] == "The "  # train.sample_prompt of both runs, said once
-    assert len(examples) == 1 + EXAMPLE_DOCUMENTS
-    assert examples[1:] == [" ".join(words[:EXAMPLE_WORDS]) for words in first_lines[:EXAMPLE_DOCUMENTS]]
+    drawn = sample_prompts(tiny_run.run_dir)
+    assert len(drawn) == 3 and "The " not in drawn
+    assert example_prompts(discover([*sampled_runs, tiny_run.run_dir])) == ["The ", *drawn]
 
-    moved = tmp_path / "moved"
-    shutil.copytree(sampled_runs[0], moved)
-    config = moved / "checkpoints" / "step_0000024" / "config.yaml"
-    config.write_text(config.read_text().replace(str(tiny_bpe_data.resolve()), str(tmp_path / "gone")))
-    assert example_prompts(discover([moved / "checkpoints" / "step_0000024"])) == ["The "]
+    older = tmp_path / "older"
+    shutil.copytree(tiny_run.run_dir, older)
+    (older / "sample_prompts.json").unlink()
+    cfg = tiny_run.cfg
+    assert example_prompts(discover([older])) == data_prompts(
+        tiny_run.data_dir, cfg.train.seed, load_tokenizer(tiny_run.data_dir / "tokenizer.json"),
+        cfg.model.context_length) == drawn
+    config = older / "checkpoints" / "step_0000024" / "config.yaml"
+    config.write_text(config.read_text().replace(str(tiny_run.data_dir.resolve()), str(tmp_path / "gone")))
+    assert example_prompts(discover([older / "checkpoints" / "step_0000024"])) == ["The "]
+
+

@@ -395,3 +395,18 @@ def test_a_planned_run_is_reported_against_its_prediction(sampled_runs, tmp_path
     assert main(["report", str(sampled_runs[1]), "--out", str(tmp_path / "plain")]) == 0
     assert "predicted" not in capsys.readouterr().out
     assert "Predicted against achieved" not in (tmp_path / "plain" / "report.md").read_text()
+
+
+def test_an_empty_sample_is_said_so_in_the_samples_table(mute_run, tmp_path):
+    """The samples table shows a sample whose model ended the text at once as its prompt and the words saying so, and
+    names the run's sample prompts (RUN/sample_prompts.json)."""
+    run = tmp_path / "mute"
+    shutil.copytree(mute_run[0], run)
+    prompts = json.loads((run / "sample_prompts.json").read_text())["prompts"]
+    write_report([run], out=tmp_path / "r")
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "Each continues the run's first sample prompt (its prompts: " + ", ".join(map(json.dumps, prompts)) in md
+    samples = md.split("## Samples during training")[1].split("## ")[0]
+    for step in (1, 2):
+        assert re.search(rf"\| {step} \| [^|]+ \| [^|]+ \| {re.escape(prompts[0])} \(empty: the model ended the text "
+                         r"at once\) \|", samples)

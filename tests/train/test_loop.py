@@ -396,3 +396,47 @@ def test_the_packed_weights_of_a_sample_are_freed_before_training_goes_on(tiny_r
     start_training(cfg, tmp_path / "run", data_dir=tiny_bpe_data, on_event=lambda line: None, progress=False)
     samples = [r["step"] for r in read_metrics(tmp_path / "run") if "sample" in r]
     assert samples == [2, 4] and len(freed) == 2 and all(isinstance(m, Transformer) for m in freed)
+
+
+def test_without_a_sample_prompt_a_run_samples_words_of_its_val_split_recorded_and_kept_on_resume(
+        tiny_run_config, tiny_bpe_data, tmp_path):
+    """No train.sample_prompt: the run's prompts are drawn from its own val split (seeded), recorded in
+    RUN/sample_prompts.json, said in a line, and the first is what each evaluation samples; a resume reads the record
+    (here changed by hand) rather than drawing again."""
+    from burnout.base.files import SAMPLE_PROMPTS_FILE
+    from burnout.data.tokenizer import load_tokenizer
+    from burnout.generate.prompts import RUN_PROMPTS, data_prompts, sample_prompts, write_sample_prompts
+
+    cfg = tiny_run_config(max_steps=4, eval_interval=2, sample_tokens=8)
+    run, events = tmp_path / "run", []
+    start_training(cfg, run, data_dir=tiny_bpe_data, on_event=events.append, progress=False)
+    drawn = data_prompts(tiny_bpe_data, cfg.train.seed, load_tokenizer(tiny_bpe_data / "tokenizer.json"),
+                         cfg.model.context_length)
+    assert len(drawn) == RUN_PROMPTS
+    record = json.loads((run / SAMPLE_PROMPTS_FILE).read_text())
+    assert record == {"prompts": drawn, "from": "the val split's documents"}
+    assert sample_prompts(run) == drawn
+    assert f"sample prompts, from the val split's documents ({SAMPLE_PROMPTS_FILE}): " \
+           + ", ".join(map(json.dumps, drawn)) in events
+    samples = [r for r in read_metrics(run) if "sample" in r]
+    assert [r["step"] for r in samples] == [2, 4]
+    assert all(r["sample_prompt"] == drawn[0] and r["sample"].startswith(drawn[0]) for r in samples)
+    lines = [e for e in events if e.startswith("step 2 sample: ")]
+    assert lines == [f"step 2 sample: {json.dumps(samples[0]['sample'])}"]
+
+    write_sample_prompts(run, ["Hand written words to go on"], "the val split's documents")
+    resume_training(run, ["train.max_steps=6"], on_event=_quiet, progress=False)
+    last = [r for r in read_metrics(run) if "sample" in r][-1]
+    assert last["step"] == 6 and last["sample"].startswith("Hand written words to go on")
+
+
+def test_an_empty_sample_is_said_so_in_its_line(mute_run):
+    """A model that ends the text at once: each sample's line says so after its prompt, the record keeps the text."""
+    from burnout.generate.prompts import sample_prompts
+
+    run, events = mute_run
+    prompt = sample_prompts(run)[0]
+    records = [r for r in read_metrics(run) if "sample" in r]
+    assert [(r["step"], r["sample"]) for r in records] == [(1, prompt), (2, prompt)]
+    for step in (1, 2):
+        assert f"step {step} sample: {json.dumps(prompt)} (empty: the model ended the text at once)" in events

@@ -68,8 +68,26 @@ def test_the_data_line_counts_passes(tiny_bpe_data):
     have = source["train_tokens"]
     line = optimal.data_line(source, have * 17)
     assert f"you have {format_count(have)} train tokens in {tiny_bpe_data.absolute()}" in line
-    assert f"this plan reads {format_count(have * 17)}: 17.0 passes" in line and "Muennighoff" in line
-    assert "Muennighoff" not in optimal.data_line(source, have * 2)
+    assert f"this plan reads {format_count(have * 17)}: 17.0 passes" in line
+    # The fresh tokens 17 passes are worth, by the formula's hand computation (16 repeats, R* = 15.39), and the warning.
+    fresh = have + have * 15.39 * (1 - 2.718281828459045 ** (-16 / 15.39))
+    assert f"worth {format_count(fresh)} fresh ones" in line and "learnt by heart" in line
+    two = optimal.data_line(source, have * 2)
+    assert "fresh ones" in two and "learnt by heart" not in two
+    assert "fresh" not in optimal.data_line(source, have // 2)
+
+
+def test_a_plan_that_repeats_its_data_is_predicted_the_loss_of_the_fresh_tokens_and_leans_to_a_larger_model():
+    law, vocab, seq_len, step = scaling.PUBLISHED["besiroglu2024"], 32000, 1024, 32 * 1024
+    flops = 1e19
+    plentiful = optimal.choose_shape(law, flops, vocab, seq_len, step, "1e19 FLOPs")
+    scarce = optimal.choose_shape(law, flops, vocab, seq_len, step, "1e19 FLOPs", unique=plentiful["tokens"] / 20)
+    assert scarce["params"] > plentiful["params"]  # fewer fresh tokens: the compute goes to parameters
+    assert scarce["loss"] > plentiful["loss"]
+    source = {**optimal.prediction_source(None, None), "train_tokens": 1e8}
+    p = optimal.predict_loss(source, 10**8, 10**9)
+    assert p["val_loss"] == pytest.approx(float(law.loss(1e8, scaling.fresh_tokens(1e9, 1e8))))
+    assert p["val_loss"] > float(law.loss(1e8, 1e9))
 
 
 @pytest.mark.slow

@@ -114,3 +114,13 @@ def test_bootstrap_and_interval_are_reproducible_and_hold_the_prediction():
 def test_a_fit_needs_five_points():
     with pytest.raises(ValueError, match="at least five points"):
         scaling.fit([1e6] * 4, [1e7] * 4, [3.0] * 4)
+
+
+def test_repeated_tokens_are_worth_the_fresh_ones_of_muennighoffs_formula():
+    # Hand computation of D' = U + U·R*·(1 − e^(−R/R*)), R = D/U − 1, R* = 15.39: two passes over 100 tokens.
+    assert float(scaling.fresh_tokens(200, 100)) == pytest.approx(100 + 1539 * (1 - np.exp(-1 / 15.39)), rel=1e-9)
+    assert float(scaling.fresh_tokens(200, 100)) == pytest.approx(196.82, abs=0.01)
+    assert float(scaling.fresh_tokens(60, 100)) == 60 and float(scaling.fresh_tokens(60, None)) == 60
+    assert float(scaling.fresh_tokens(1e12, 100)) == pytest.approx(100 * (1 + 15.39))  # endless repeats: a ceiling
+    assert TRUE.loss(1e6, 5e8, 1e8) == pytest.approx(TRUE.loss(1e6, scaling.fresh_tokens(5e8, 1e8)))
+    assert TRUE.loss(1e6, 5e8, 1e8) > TRUE.loss(1e6, 5e8)
