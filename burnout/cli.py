@@ -118,12 +118,13 @@ def cmd_quickstart(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--out", default="runs/quickstart", help="folder for data, run and checkpoints")
     p.add_argument("--minutes", type=positive, default=3.0,
                    help="time budget: most of it trains, the rest validates and samples (default 3)")
+    _tracker_option(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.batch_size=8")
 
     def run(args, overrides):
         from burnout.quickstart import quickstart
 
-        quickstart(Path(args.out), minutes=args.minutes, overrides=overrides)
+        quickstart(Path(args.out), minutes=args.minutes, overrides=_with_tracker(overrides, args.tracker))
     return run
 
 
@@ -451,6 +452,7 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
                    help="resume --out when it already holds a run, else start it: one command for every boot "
                         "of a spot machine")
     _budget_options(p)
+    _tracker_option(p)
     p.add_argument("--init-from", metavar="RUN",
                    help="continued pretraining: start from this run's newest good checkpoint (or RUN/checkpoints/"
                         "step_N) with its model and tokenizer, a fresh optimizer (train.init_optimizer=carry keeps "
@@ -467,8 +469,8 @@ def cmd_train(p: argparse.ArgumentParser) -> Handler:
         from burnout.runs import train
 
         return _stopped(train(args.config, args.out, args.resume, args.data, args.model, args.auto_batch,
-                              args.resume_if_exists, overrides, minutes=args.minutes, init_from=args.init_from,
-                              dollars=args.dollars))
+                              args.resume_if_exists, _with_tracker(overrides, args.tracker), minutes=args.minutes,
+                              init_from=args.init_from, dollars=args.dollars))
     return run
 
 
@@ -494,6 +496,22 @@ def _budget_options(p: argparse.ArgumentParser) -> None:
                    help="time budget: plan the steps that fit in N minutes, the LR schedule ending there")
     p.add_argument("--dollars", type=positive, metavar="D",
                    help="dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as --minutes")
+
+
+def _tracker_option(p: argparse.ArgumentParser) -> None:
+    """--tracker: the dashboard a training command also streams its records to (train.tracker)."""
+    from burnout.config import TRACKERS
+
+    p.add_argument("--tracker", choices=[*TRACKERS, "none"], metavar="NAME",
+                   help=f"also stream the records of metrics.jsonl to {', '.join(TRACKERS)} (W&B offline, trackio "
+                        "local) in RUN/tracker/; none: metrics.jsonl alone (train.tracker)")
+
+
+def _with_tracker(overrides: list[str], tracker: str | None) -> list[str]:
+    """--tracker NAME as the override it stands for, last so that it wins."""
+    if tracker is None:
+        return overrides
+    return [*overrides, f"train.tracker={'null' if tracker == 'none' else tracker}"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -547,7 +565,8 @@ FINE_TUNE_COMMANDS = (
 
 def fine_tune_commands(table: tuple[FineTuneCommand, ...] = FINE_TUNE_COMMANDS) -> None:
     """Register each fine-tuning command of `table`: `burnout NAME BASE --data DATA --out RUN [--config] [--lora]
-    [its option] [--minutes] [--dollars] [KEY=VALUE ...]`, which calls burnout.finetune.commands.NAME with them."""
+    [its option] [--minutes] [--dollars] [--tracker] [KEY=VALUE ...]`, which calls burnout.finetune.commands.NAME
+    with them."""
     for spec in table:
         command(spec.name, help=spec.help, description=spec.description, computes=True)(
             functools.partial(_fine_tune_setup, spec))
@@ -563,6 +582,7 @@ def _fine_tune_setup(spec: FineTuneCommand, p: argparse.ArgumentParser) -> Handl
     for flag, keywords in [spec.option, *shared] if spec.option_first else [*shared, spec.option]:
         p.add_argument(flag, **keywords)
     _budget_options(p)
+    _tracker_option(p)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=spec.overrides_help)
     own = spec.option[0].removeprefix("--")
 
@@ -570,8 +590,8 @@ def _fine_tune_setup(spec: FineTuneCommand, p: argparse.ArgumentParser) -> Handl
         from burnout.finetune import commands
 
         function = getattr(commands, spec.name)
-        return _stopped(function(args.base, args.data, args.out, args.config, args.lora, getattr(args, own), overrides,
-                                 minutes=args.minutes, dollars=args.dollars))
+        return _stopped(function(args.base, args.data, args.out, args.config, args.lora, getattr(args, own),
+                                 _with_tracker(overrides, args.tracker), minutes=args.minutes, dollars=args.dollars))
     return run
 
 

@@ -378,12 +378,21 @@ class BudgetConfig(TrainSection):
                                "start-up took (0 or more), measured when not given")
 
 
+# train.tracker: a dashboard a run's records also stream to (burnout/train/trackers.py).
+Tracker = Literal["tensorboard", "wandb", "trackio"]
+TRACKERS: tuple[str, ...] = typing.get_args(Tracker)
+# train.log's switches before train.tracker, which every config.yaml saved then holds (false): a true one is that
+# tracker (regroup_train).
+_TRACKER_SWITCHES = ("tensorboard", "wandb")
+
+
 @dataclass
 class LogConfig(TrainSection):
-    """train.log: how often a step is logged, and the trackers that receive the logs besides metrics.jsonl."""
+    """train.log: how often a step is logged, and the tracker that also receives the records metrics.jsonl holds."""
     log_interval: int = 10
-    tensorboard: bool = False
-    wandb: bool = False
+    # None: metrics.jsonl alone. tensorboard, wandb (offline) or trackio (local): each record streamed to it too,
+    # into RUN/tracker/ (needs its library: pip install 'gpuburnout[track]').
+    tracker: Tracker | None = None
 
     def validate(self) -> None:
         _require_positive("train.log_interval", self.log_interval)
@@ -833,6 +842,7 @@ def regroup_train(train: Any, where: str) -> list[str]:
     the keys moved, in the order written. `where` names the section in an error."""
     if not isinstance(train, dict):
         return []
+    _tracker_from_switches(train, where)
     moved = [key for key in train if key in TRAIN_SECTION_OF]
     for key in moved:
         name = TRAIN_SECTION_OF[key]
@@ -841,6 +851,24 @@ def regroup_train(train: Any, where: str) -> list[str]:
             raise BurnoutError(f"{where}.{name}: expected a mapping, got {_describe(section)}")
         section[key] = train.pop(key)
     return moved
+
+
+def _tracker_from_switches(train: dict, where: str) -> None:
+    """Read train.log's switches of configs saved before train.tracker (tensorboard, wandb: booleans, flat or in
+    train.log) as train.tracker, in place: a run saved then resumes and is read as it was."""
+    on = []
+    for section in (train, train.get("log")):
+        if isinstance(section, dict):
+            on += [key for key in _TRACKER_SWITCHES if isinstance(section.get(key), bool) and section.pop(key)]
+    if len(on) > 1:
+        raise BurnoutError(f"{where}: {' and '.join(on)} are both on; a run streams to one tracker: give "
+                           f"train.tracker={on[0]} (or {on[1]}) instead")
+    log = train.setdefault("log", {}) if on else None
+    if isinstance(log, dict):
+        if log.get("tracker", on[0]) != on[0]:
+            raise BurnoutError(f"{where}: {on[0]}: true and tracker: {log['tracker']} name two trackers; a run streams "
+                               f"to one: keep train.tracker alone")
+        log["tracker"] = on[0]
 
 
 def setting_name(dotted: str) -> str:

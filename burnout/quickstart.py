@@ -29,6 +29,7 @@ from burnout.train.probe import measure_step_seconds
 from burnout.train.recipe import Pretraining
 from burnout.train.run import start_run
 from burnout.train.schedule import budget_steps
+from burnout.train.trackers import check_tracker
 
 # Share of the budget the training takes; the rest is for validation, samples and checkpoints.
 _TRAINING_SHARE = 0.85
@@ -40,6 +41,7 @@ def quickstart(out_dir: Path, minutes: float = 3.0, overrides: list[str] = (), s
     started = time.perf_counter()
     out_dir = Path(out_dir)
     cfg = load_run_config("quickstart", overrides)
+    check_tracker(cfg.train.log.tracker)  # before the data are prepared
 
     data_dir = out_dir / "data"
     meta = read_meta(data_dir) if (data_dir / "meta.json").exists() else None

@@ -46,6 +46,7 @@ from burnout.eval.evaluate import evaluate
 from burnout.eval.tasks import BENCHMARKS, DEFAULT_FILES, default_data_root
 from burnout.finetune.commands import fine_tune_config
 from burnout.finetune.rl import NothingToLearn
+from burnout.generate.prompts import suggested_prompt
 from burnout.report.card import (
     AUDIT_DIR,
     AUDIT_MAX_TOKENS,
@@ -385,9 +386,10 @@ def _export_stage(out: Path, plan: dict, say: Callable[[str], None]) -> None:
 
 def _finish_lines(out: Path, plan: dict, written: list[Path]) -> list[str]:
     """Where everything is, and how to talk to the model, serve it and run its GGUF file."""
-    run = shlex.quote(str(_final_run(out, plan)))
+    final = _final_run(out, plan)
+    run = shlex.quote(str(final))
     chat = plan["stages"]["sft"]["skipped"] is None
-    talk = f"burnout chat {run}" if chat else f"burnout generate {run} --prompt 'The '"
+    talk = f"burnout chat {run}" if chat else f"burnout generate {run} --prompt {shlex.quote(suggested_prompt(final))}"
     rows = [("report card", f"{written[1]}   (and {written[0].name}; burnout report {shlex.quote(str(out))} "
                             "rebuilds it)"),
             ("chat" if chat else "generate", talk),

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -669,6 +670,18 @@ CASES = [
          ["a speedrun's card is DIR/report.md and .html", "drop"], setup=lambda d, *_: _speedrun_folder(d / "sr")),
     Case("speedrun-card-of-an-edited-plan", ["report", "{dir}/sr"], ["{dir}/sr/plan.json: cannot be read"],
          setup=lambda d, *_: _speedrun_folder(d / "sr", "{cut sho")),
+    # trackers
+    Case("train-an-unknown-tracker", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
+                                      "--tracker", "mlflow"],
+         ["argument --tracker: invalid choice: 'mlflow'", "'tensorboard', 'wandb', 'trackio', 'none'"]),
+    Case("train-an-unknown-tracker-key", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
+                                          "train.tracker=mlflow"],
+         ["train.tracker: 'mlflow' is not one of 'tensorboard', 'wandb', 'trackio'"]),
+    Case("resume-with-an-unknown-tracker", ["train", "--resume", "{dir}/run", "train.tracker=mlflow"],
+         ["train.tracker: 'mlflow' is not one of"], setup=_copy_run),
+    Case("train-both-old-tracker-switches", ["train", "{dir}/run.yaml", "--out", "{dir}/run"],
+         ["config.train: tensorboard and wandb are both on", "give train.tracker=tensorboard (or wandb)"],
+         setup=lambda d, *_: _config(d, "train:\n  log: {tensorboard: true, wandb: true}\n")),
     # issue 51: a run's sample prompts
     Case("report-with-a-damaged-sample-prompts-record", ["report", "{dir}/run"],
          ["{dir}/run/sample_prompts.json does not hold a run's sample prompts", "delete it"],
@@ -738,9 +751,14 @@ def _shrink_val(data: Path) -> None:
     blob = (data / shard["file"]).read_bytes()[:40]
     (data / shard["file"]).write_bytes(blob)
     shard.update(tokens=20, sha256=hashlib.sha256(blob).hexdigest())
-    meta["splits"]["val"].update(tokens=20, shards=[shard])
     for extra in meta["splits"]["val"]["shards"][1:]:
         (data / extra["file"]).unlink()
+    meta["splits"]["val"].update(tokens=20, shards=[shard])
+    docs = np.load(data / "val_docs.npy")  # the document index keeps the documents that start in those 20 tokens
+    kept = docs[docs["start"] < 20]
+    np.save(data / "val_docs.npy", kept)
+    if "documents" in meta["splits"]["val"]:
+        meta["splits"]["val"]["documents"] = len(kept)
     (data / "meta.json").write_text(json.dumps(meta))
 
 

@@ -324,6 +324,8 @@ _OUT = ("--out", "RUN", "run folder to create")
 _BUDGET = [("--minutes", "N", "time budget: plan the steps that fit in N minutes, the LR schedule ending there"),
            ("--dollars", "D", "dollar budget: the minutes D dollars buy at the GPU's price per hour, planned as "
                               "--minutes")]
+_TRACKER = [("--tracker", "NAME", "also stream the records of metrics.jsonl to tensorboard, wandb, trackio (W&B "
+                                  "offline, trackio local) in RUN/tracker/; none: metrics.jsonl alone (train.tracker)")]
 
 
 def _shared(section: str) -> list[tuple]:
@@ -335,15 +337,16 @@ FINE_TUNE_OPTIONS = {
     "sft": [("base", "BASE_RUN_OR_CKPT", "the model to fine-tune"),
             ("--data", "SOURCE", "conversations: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME"), _OUT,
             *_shared("sft"), ("--layout", None, "messages, sharegpt, alpaca, qa, oasst (default: auto)"), *_BUDGET,
-            ("overrides", "KEY=VALUE", None)],
+            *_TRACKER, ("overrides", "KEY=VALUE", None)],
     "dpo": [("base", "SFT_RUN_OR_CKPT", "the chat model to tune (policy and reference)"),
             ("--data", "PAIRS", "preference pairs: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME"), _OUT,
-            *_shared("dpo"), ("--beta", None, "DPO's β (default 0.1)"), *_BUDGET, ("overrides", "KEY=VALUE", None)],
+            *_shared("dpo"), ("--beta", None, "DPO's β (default 0.1)"), *_BUDGET, *_TRACKER,
+            ("overrides", "KEY=VALUE", None)],
     "rl": [("base", "CHAT_RUN_OR_CKPT", "the chat model to tune"),
            ("--data", "TASKS", "questions and answers: a .json/.jsonl/.parquet file, folder or glob, or hf:NAME"),
            _OUT, ("--reward", "REWARD", "gsm8k (the final '#### n' matches; default), exact, regex:PATTERN, or "
                                         "module:function (your function(prompt, answer, reference) -> float)"),
-           *_shared("rl"), *_BUDGET,
+           *_shared("rl"), *_BUDGET, *_TRACKER,
            ("overrides", "KEY=VALUE", "e.g. rl.group_size=8 rl.max_new_tokens=128 rl.temperature=1.0 rl.kl_coef=0 "
                                       "train.lr=…")],
 }

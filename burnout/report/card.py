@@ -20,6 +20,7 @@ from burnout.data.shards import read_meta
 from burnout.errors import BurnoutError
 from burnout.eval.references import REFERENCES_FILE, reference_table
 from burnout.forensics.audit_summary import summary as audit_summary
+from burnout.generate.sampling import shown
 from burnout.report.render import Block, write_blocks
 from burnout.report.runlog import RunLog, load_run
 from burnout.train.optimal import prediction_words
@@ -32,7 +33,6 @@ AUDIT_DIR, HF_DIR, GGUF_FILE = "audit", "hf", "model.gguf"
 # The data stage audits a corpus of at most this many train tokens (the audit reads every one; on a 2-core CPU the
 # offline corpus's 0.75M took seconds); a larger one's audit is left to `burnout data audit`, as the card says.
 AUDIT_MAX_TOKENS = 20_000_000
-EMPTY = "(empty: the model ended its answer at once)"
 
 
 def is_speedrun(folder: str | Path) -> bool:
@@ -198,7 +198,7 @@ def sample_blocks(out: Path, plan: dict) -> list[Block]:
         if plan["stages"][name]["skipped"] or not path.is_file():
             continue
         found = json.loads(path.read_text(encoding="utf-8"))
-        rows += [[name, f"{row['checkpoint']}{' (chat)' if row['chat'] else ''}", prompt, answer or EMPTY]
+        rows += [[name, f"{row['checkpoint']}{' (chat)' if row['chat'] else ''}", prompt, shown(answer)]
                  for row in found["rows"] for prompt, answer in zip(found["prompts"], row["continuations"])
                  if not (name == "sft" and row["checkpoint"] == "base")]  # the pretrained model's rows say these
     if not rows:

@@ -2,7 +2,7 @@
 `Trainer.fit` repeats the training step and asks each component whether it is due:
 
     train_step     burnout/train/step.py          forward/backward, clipping, skipped non-finite updates
-    logger         burnout/train/metrics.py       metrics.jsonl, TensorBoard/W&B, tokens/s, MFU, ETA, $
+    logger         burnout/train/metrics.py       metrics.jsonl (and train.tracker's), tokens/s, MFU, ETA, $
     validator      below                          val loss and a sample
     checkpointer   burnout/train/checkpointing.py atomic checkpoints, pruning, mirror, resume
     stop           burnout/train/stopping.py      phase end, steps/tokens/epochs, time budget, SIGTERM/SIGINT
@@ -68,6 +68,7 @@ from burnout.train.recipe import Recipe
 from burnout.train.schedule import total_steps
 from burnout.train.step import StepResult, TrainStep, batch_indices
 from burnout.train.stopping import StopConditions
+from burnout.train.trackers import open_tracker
 
 
 @dataclass
@@ -349,10 +350,13 @@ class Trainer:
         show_bar = dist.is_main and (sys.stderr.isatty() if self.progress is None else self.progress)
         self.bar = tqdm(total=self.stop_at, initial=self.step, disable=not show_bar, unit="step", dynamic_ncols=True)
         measure_again = hw.measure_again if hw else None
+        tracker = open_tracker(self.cfg, self.run_dir, self.step if resume else None) if dist.is_main else None
+        if tracker is not None:
+            self.emit(tracker.line)
         self.logger = StepLogger(self.run_dir if dist.is_main else None, tc, self.tokens_per_step, self.flops_per_token,
                                  hw.peak_flops * dist.world_size if hw else None, self.price, self.stop_at, self.bar,
-                                 self._say, self.cfg.to_dict(),
-                                 measure_peak=measure_again and (lambda: measure_again() * dist.world_size))
+                                 self._say, measure_peak=measure_again and (lambda: measure_again() * dist.world_size),
+                                 tracker=tracker)
         if self.phase is not None:
             self.emit(f"phase '{self.phase.name}': steps {self.step} → {self.stop_at}"
                       + (f", budget ${self.phase.budget:,.2f}" if self.phase.budget is not None else ""))

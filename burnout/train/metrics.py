@@ -1,5 +1,5 @@
 """metrics.jsonl: one JSON object per logged step, the file every report and plot reads; the loop's
-step logger that writes it (and TensorBoard / W&B, and the console line)."""
+step logger that writes it (and hands each record to the run's tracker, and prints the console line)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from burnout.base.files import METRICS_FILE, append_jsonl, read_jsonl, write_atomic
 from burnout.base.text import format_duration
 from burnout.config import TrainConfig
+from burnout.train.trackers import Tracker
 
 # Keys that measure the machine rather than the training: they differ between a run and its exact replay.
 TIMING_KEYS = ("elapsed_s", "tokens_per_s", "mfu", "eta_s", "dollars", "dollars_projected", "first_step_s")
@@ -36,45 +37,6 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return read_jsonl(Path(run_dir) / METRICS_FILE)
 
 
-class ExternalLoggers:
-    """TensorBoard and Weights & Biases, each only when enabled in the config (and installed)."""
-
-    def __init__(self, run_dir: Path, tensorboard: bool, wandb: bool, config: dict):
-        from burnout.errors import BurnoutError
-
-        self.tb = self.wandb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise BurnoutError("train.tensorboard: the tensorboard package is not installed; "
-                                   "pip install tensorboard or set train.tensorboard=false") from None
-            self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
-        if wandb:
-            try:
-                import wandb as wandb_module
-            except ImportError:
-                raise BurnoutError("train.wandb: the wandb package is not installed; "
-                                   "pip install wandb or set train.wandb=false") from None
-            # The run folder's name is the W&B id, so a resumed run continues the same W&B run.
-            self.wandb = wandb_module.init(project="gpuburnout", name=Path(run_dir).name, id=Path(run_dir).name,
-                                           dir=str(run_dir), config=config, resume="allow")
-
-    def write(self, record: dict) -> None:
-        numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
-        if self.tb is not None:
-            for key, value in numbers.items():
-                self.tb.add_scalar(key, value, record["step"])
-        if self.wandb is not None:
-            self.wandb.log(numbers, step=record["step"])
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-        if self.wandb is not None:
-            self.wandb.finish()
-
-
 class StepLogger:
     """Due every train.log_interval steps, at every evaluation and at a session's last step. A record
     holds the loss, LR, gradient norm, tokens/s since the previous record and, on rank 0, MFU, ETA to
@@ -84,18 +46,19 @@ class StepLogger:
     compilation and the allocator's warm-up, which no later step repeats. Its seconds are logged once,
     as `first_step_s` in the session's first record, so the cost of starting shows on its own.
 
-    MFU never exceeds 1 (`mfu`): `measure_peak`, where given, measures `peak_flops` again (all devices)."""
+    MFU never exceeds 1 (`mfu`): `measure_peak`, where given, measures `peak_flops` again (all devices). `tracker`
+    (train.tracker's, on rank 0) receives each record metrics.jsonl receives, and is closed with the logger."""
 
     def __init__(self, run_dir: Path | None, tc: TrainConfig, tokens_per_step: int, flops_per_token: float,
                  peak_flops: float | None, price: float | None, stop_at: int, bar, emit: Callable[[str], None],
-                 config: dict, measure_peak: Callable[[], float] | None = None):
+                 measure_peak: Callable[[], float] | None = None, tracker: Tracker | None = None):
         self.tc, self.tokens_per_step, self.flops_per_token = tc, tokens_per_step, flops_per_token
         self.peak_flops, self.price, self.stop_at, self.bar, self.emit = peak_flops, price, stop_at, bar, emit
         self.measure_peak, self.peak_measurements_left = measure_peak, PEAK_MEASUREMENTS_PER_SESSION
         self.said_mfu_left_out = False
         self.main = run_dir is not None  # rank 0 writes; the other ranks only measure
         self.metrics = MetricsLog(run_dir) if self.main else None
-        self.external = ExternalLoggers(run_dir, tc.log.tensorboard, tc.log.wandb, config) if self.main else None
+        self.tracker = tracker
         self.train_time, self.train_tokens, self.train_steps = 0.0, 0, 0  # since the last record, for tokens/s
         self.first_step_s: float | None = None  # the session's first step, until a record takes it
         self.started = False  # whether this session has counted its first step
@@ -165,7 +128,8 @@ class StepLogger:
         if not self.main:
             return
         self.metrics.write(record)
-        self.external.write(record)
+        if self.tracker is not None:
+            self.tracker.log(record)
         line = f"step {record['step']}/{self.stop_at} loss {record['train_loss']:.4f} lr {record['lr']:.2e}"
         postfix = {"loss": f"{record['train_loss']:.3f}"}
         if "tokens_per_s" in record:
@@ -186,5 +150,5 @@ class StepLogger:
             self.emit(line)
 
     def close(self) -> None:
-        if self.external is not None:
-            self.external.close()
+        if self.tracker is not None:
+            self.tracker.close()

@@ -32,6 +32,7 @@ from burnout.train.loop import Trainer, TrainResult, clock, refuse_existing_run
 from burnout.train.plan import check_memory_floor
 from burnout.train.provenance import trained_data
 from burnout.train.recipe import Recipe
+from burnout.train.trackers import check_tracker
 
 # Changing these mid-run would change which tokens the resumed run sees (or, for the optimizer, which
 # state the checkpoint must hold): every section but train (the model, the data, the recipe's own), and these.
@@ -52,6 +53,7 @@ def start_run(cfg: RunConfig, run_dir: Path, recipe: Recipe, data_dir: Path | No
     the Trainer trains it. The run's time counts from here: a time budget covers the data's preparation too."""
     started = clock()
     run_dir = Path(run_dir)
+    check_tracker(cfg.train.log.tracker, run_dir)  # its library is there, or nothing is written
     if cfg.fine_tune is None and not cfg.train.init_from:
         # A pretraining run's model is its config's: what cannot fit is refused before its data are prepared.
         check_memory_floor(cfg, resolve_device(cfg.train.device), int(os.environ.get("WORLD_SIZE", "1")),
@@ -75,6 +77,7 @@ def resume_run(run_dir: Path, recipe_for: RecipeFor, overrides: list[str] = (),
         raise BurnoutError(_not_resumable(run_dir))
     with _writing(run_dir, "--resume"):
         cfg, data_dir, resumed_with = _resumed_config(run_dir, config_path, overrides, on_event)
+        check_tracker(cfg.train.log.tracker, run_dir)
         recipe = recipe_for(cfg)
         with process_group(resolve_device(cfg.train.device)) as (dist, device):
             return Trainer(cfg, run_dir, data_dir, recipe, dist, device, resume=True, progress=progress,

@@ -200,7 +200,7 @@ def test_narrow_batches_count_the_positions_they_computed(tiny_run_config, tmp_p
     assert positions == 2 * 16 + 8
     tc = tiny_run_config().train
     logger = StepLogger(tmp_path, tc, tokens_per_step=4 * 64, flops_per_token=6.0, peak_flops=1e3, price=None,
-                        stop_at=10, bar=None, emit=_quiet, config={})
+                        stop_at=10, bar=None, emit=_quiet)
     for seconds, computed in ((9.0, 256), (2.0, 100), (2.0, 60)):  # the first step is compile's, left out
         logger.count(seconds, computed)
     record = logger.record(3, 1.0, 1e-3, 1.0, elapsed=13.0, skipped=0)

@@ -311,7 +311,7 @@ def test_a_busy_moment_cannot_shrink_the_cpu_peak_nor_lift_mfu_over_one(tmp_path
 
     lines = []
     logger = StepLogger(tmp_path, TrainConfig(log=LogConfig(log_interval=2)), tokens_per_step=1000, flops_per_token=1e6,
-                        peak_flops=hw.peak_flops, price=None, stop_at=10, bar=Bar(), emit=lines.append, config={},
+                        peak_flops=hw.peak_flops, price=None, stop_at=10, bar=Bar(), emit=lines.append,
                         measure_peak=hw.measure_again)
     for seconds in (1.0, 0.02):  # the first step (compile's) is left out: the second ran 50 GFLOP/s
         logger.count(seconds, 1000)

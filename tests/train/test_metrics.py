@@ -17,7 +17,7 @@ def _logger(run_dir, price=3.6, **budget) -> tuple[StepLogger, list[str]]:
     lines: list[str] = []
     tc = TrainConfig(log=LogConfig(log_interval=4), eval=EvalConfig(eval_interval=6), budget=BudgetConfig(**budget))
     return StepLogger(run_dir, tc, tokens_per_step=100, flops_per_token=6000.0, peak_flops=1.5e6, price=price,
-                      stop_at=10, bar=_Bar(), emit=lines.append, config={}), lines
+                      stop_at=10, bar=_Bar(), emit=lines.append), lines
 
 
 def test_a_record_derives_each_figure_from_the_steps_since_the_last(tmp_path):
@@ -81,7 +81,7 @@ def test_mfu_never_exceeds_one_steps_that_outrun_the_peak_measure_it_again(tmp_p
     figures, lines = [10e9, 100e9, 150e9], []
     tc = TrainConfig(log=LogConfig(log_interval=1), eval=EvalConfig(eval_interval=100))
     logger = StepLogger(tmp_path, tc, tokens_per_step=100, flops_per_token=1e8, peak_flops=25e9, price=None,
-                        stop_at=10, bar=_Bar(), emit=lines.append, config={}, measure_peak=lambda: figures.pop(0))
+                        stop_at=10, bar=_Bar(), emit=lines.append, measure_peak=lambda: figures.pop(0))
     logger.count(3.0, 100)  # the first step (compile's) is left out
     # Each window one step of 100 tokens: at 500, 200, 500, 2000, 2000, 100 tokens/s, i.e. 50, 20, 50, 200, 200 and
     # 10 GFLOP/s; the peak is 25, then measured at 10 (kept 25), 100 and 150 GFLOP/s.
