@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from burnout.core.checkpoint import list_checkpoints
+from burnout.generate.sampling import shown
 
 REPO = Path(__file__).resolve().parent.parent
 # A minute of this machine on a tenth of the offline corpus with a 512-token BPE: every stage runs, in about two
@@ -143,11 +144,13 @@ def test_the_card_is_made_from_the_run_folders_files(speedrun, shared_data):
     assert "Pythia-160M" in text  # the published scores beside ours
     predicted = {row[0]: row for row in card["Predicted against achieved"]}
     assert predicted["pretraining val loss"][2] == f"{last['pretrain']['val_loss']:.4f}"
-    assert predicted["pretraining val loss"][1].startswith(f"{plan['pretrain']['prediction']['val_loss']:.3f}")
+    # A laptop's model is far below the published fits' range and no ladder was run: no figure, said so.
+    assert plan["pretrain"]["prediction"]["val_loss"] is None
+    assert predicted["pretraining val loss"][1].startswith("none: the published fits were measured on 70M–16B")
     # The samples: the chat model's answers to compare's prompts, from its compare.json.
     compare = json.loads((out / "sft" / "compare.json").read_text())
     samples = [row for row in card["Samples"][1:] if row[0] == "sft"]
-    assert [row[3] for row in samples] == [answer.replace("\n", " ") or "(empty: the model ended its answer at once)"
+    assert [row[3] for row in samples] == [shown(answer).replace("\n", " ")
                                            for answer in compare["rows"][-1]["continuations"]]
     assert "## The data" in text and "audit of prepared" in text
     assert "## Machine and versions" in text
