@@ -128,6 +128,32 @@ def cmd_quickstart(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
+@command("speedrun", help="the whole journey in one command: plan, data, pretrain, SFT, RL, eval, export, card",
+         description="Plan the budget (--minutes N of this machine, or --dollars X on --gpu G) over the stages and "
+                     "write DIR/plan.json before anything is spent; prepare the data (the offline corpus, or --data "
+                     "TEXT|RECIPE) and audit it; pretrain the planner's compute-optimal model; SFT on --chat-data; "
+                     "RL on --rl-data when the budget allows; evaluate; export a Hugging Face folder and a GGUF file; "
+                     "write the report card DIR/report.md and .html. Each stage is a run folder in DIR; killed, the "
+                     "same command continues.",
+         computes=True)
+def cmd_speedrun(p: argparse.ArgumentParser) -> Handler:
+    p.add_argument("--out", required=True, metavar="DIR", help="the speedrun's folder (new, or this speedrun's own)")
+    p.add_argument("--minutes", type=positive, help="the budget in minutes of this machine")
+    p.add_argument("--dollars", type=positive, help="the budget in dollars of --gpu's time")
+    p.add_argument("--gpu", help="with --dollars: a burnout/configs/hardware.yaml entry, e.g. h100")
+    p.add_argument("--data", metavar="TEXT_OR_MIX", help="your text or a data mix instead of the offline corpus")
+    p.add_argument("--chat-data", metavar="FILE", help="conversations for SFT (without: no chat model)")
+    p.add_argument("--rl-data", metavar="FILE", help="checkable questions and answers for RL (GSM8K's layout)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="data.* and tokenizer.* settings of the data")
+
+    def run(args, overrides):
+        from burnout.speedrun import speedrun
+
+        speedrun(args.out, minutes=args.minutes, dollars=args.dollars, gpu=args.gpu, data=args.data,
+                 chat_data=args.chat_data, rl_data=args.rl_data, overrides=overrides)
+    return run
+
+
 group("model", help="inspect model presets: parameters, FLOPs, memory", description="Inspect model presets.")
 
 
@@ -1124,7 +1150,8 @@ def cmd_grow(p: argparse.ArgumentParser) -> Handler:
 
 @command("report", help="a run's report (HTML + Markdown, plots) or an overlay of several runs",
          description="Write RUN/report/report.html (self-contained) and report.md with plots, "
-                     "tables, samples and anomalies from the run's own logs, and print a summary. "
+                     "tables, samples and anomalies from the run's own logs, and print a summary; a speedrun's "
+                     "folder: its report card, DIR/report.md and .html. "
                      "Several runs: their loss curves overlaid, written to --out.")
 def cmd_report(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("runs", nargs="+", metavar="RUN")
@@ -1135,8 +1162,15 @@ def cmd_report(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--log-scale", action="store_true", help="log-log axes on the loss plots")
 
     def run(args, overrides):
+        from burnout.report.card import is_speedrun, write_card
         from burnout.report.render import terminal_summary, write_report
 
+        if len(args.runs) == 1 and is_speedrun(args.runs[0]):
+            if args.html or args.md or args.out or args.log_scale:
+                raise BurnoutError(f"report {args.runs[0]}: a speedrun's card is DIR/report.md and .html; drop "
+                                   "--html, --md, --out and --log-scale (or report one of its runs, e.g. DIR/pretrain)")
+            print("\n".join(f"wrote {path}" for path in write_card(args.runs[0])))
+            return
         both = not (args.html or args.md)  # neither flag means both formats
         runs, written = write_report(args.runs, out=args.out, html_page=args.html or both,
                                      markdown=args.md or both, log_scale=args.log_scale, overwrite=args.overwrite)

@@ -24,7 +24,7 @@ LAYERS = [
     {"finetune"},
     {"forensics", "runs"},
     {"bench", "report"},
-    {"playground", "serve", "quickstart"},
+    {"playground", "serve", "quickstart", "speedrun"},
     {"cli"},
     {"__main__"},
 ]

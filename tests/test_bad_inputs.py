@@ -643,6 +643,33 @@ CASES = [
                                             "{dir}/run", "--minutes", "1", "train.startup_seconds=-5"],
          ["train.startup_seconds: -5", "is negative", "measured when not given"]),
     Case("plan-mfu-above-one", ["plan", "llama-tiny", "--mfu", "1.5"], ["--mfu", "1.5"]),
+    # issue 51: the speedrun and its card
+    Case("speedrun-without-a-budget", ["speedrun", "--out", "{dir}/sr"], ["speedrun needs one budget", "--minutes N"]),
+    Case("speedrun-two-budgets", ["speedrun", "--out", "{dir}/sr", "--minutes", "3", "--dollars", "2", "--gpu",
+                                  "h100"], ["speedrun needs one budget"]),
+    Case("speedrun-dollars-without-a-gpu", ["speedrun", "--out", "{dir}/sr", "--dollars", "2"],
+         ["--dollars 2: give the GPU whose time it buys, --gpu G"]),
+    Case("speedrun-minutes-on-a-gpu", ["speedrun", "--out", "{dir}/sr", "--minutes", "3", "--gpu", "h100"],
+         ["--minutes plans for this machine; drop --gpu"]),
+    Case("speedrun-dollars-at-no-price", ["speedrun", "--out", "{dir}/sr", "--dollars", "2", "--gpu", "cpu"],
+         ["--gpu cpu: no price per hour is known for a CPU", "--minutes N"]),
+    Case("speedrun-dollars-on-an-unknown-gpu", ["speedrun", "--out", "{dir}/sr", "--dollars", "2", "--gpu", "h900"],
+         ["hardware 'h900' is not in"]),
+    Case("speedrun-dollars-too-few", ["speedrun", "--out", "{dir}/sr", "--dollars", "0.00001", "--gpu", "h100"],
+         ["too few for the smallest model", "give a budget"]),
+    Case("speedrun-rl-without-chat-data", ["speedrun", "--out", "{dir}/sr", "--minutes", "3", "--rl-data",
+                                           "{dir}/tasks.jsonl"], ["RL tunes a chat model", "--chat-data FILE"],
+         setup=lambda d, *_: _tasks(d, {"answer": "#### 2"})),
+    Case("speedrun-a-training-setting", ["speedrun", "--out", "{dir}/sr", "--minutes", "3", "train.lr=1"],
+         ["train.lr=1: a speedrun takes data.* and tokenizer.* settings"]),
+    Case("speedrun-chat-data-not-there", ["speedrun", "--out", "{dir}/sr", "--minutes", "3", "--chat-data",
+                                          "{dir}/nowhere.json"], ["--chat-data {dir}/nowhere.json: no such file"]),
+    Case("speedrun-into-a-users-folder", ["speedrun", "--out", "{dir}", "--minutes", "3"],
+         ["--out {dir} holds files that are not burnout's (notes.txt)"], setup=lambda d, *_: _notes(d)),
+    Case("speedrun-card-elsewhere", ["report", "{dir}/sr", "--out", "{dir}/card"],
+         ["a speedrun's card is DIR/report.md and .html", "drop"], setup=lambda d, *_: _speedrun_folder(d / "sr")),
+    Case("speedrun-card-of-an-edited-plan", ["report", "{dir}/sr"], ["{dir}/sr/plan.json: cannot be read"],
+         setup=lambda d, *_: _speedrun_folder(d / "sr", "{cut sho")),
     # trackers
     Case("train-an-unknown-tracker", ["train", "--data", "{data}", "--model", "llama-tiny", "--out", "{dir}/run",
                                       "--tracker", "mlflow"],
@@ -661,6 +688,13 @@ CASES = [
          setup=lambda d, data, run: (_copy_run(d, data, run),
                                      (d / "run" / "sample_prompts.json").write_text('{"prompts": "The "}'))),
 ]
+
+
+def _speedrun_folder(folder: Path, plan: str = '{"command": {}, "budget": {}, "stages": {}}') -> None:
+    """A speedrun's folder as `burnout speedrun` marks it, holding `plan` as its plan.json."""
+    folder.mkdir()
+    (folder / ".burnout.json").write_text(json.dumps({"kind": "speedrun", "source": "--minutes=3"}))
+    (folder / "plan.json").write_text(plan)
 
 
 def _reward_module(d: Path, name: str, body: str) -> None:

@@ -26,7 +26,8 @@ OWNER_FILE = ".burnout.json"
 LOCK_FILE = ".burnout.lock"
 # Each kind of output folder, as a refusal names it.
 OUTPUT_KINDS = {"data": "prepared data", "run": "a run", "export": "a Hugging Face export", "audit": "a data audit",
-                "report": "a report", "mirror": "a mirror", "ladder": "a scaling ladder"}
+                "report": "a report", "mirror": "a mirror", "ladder": "a scaling ladder",
+                "speedrun": "a speedrun"}
 
 
 def folder_owner(folder: str | Path) -> dict | None:

@@ -447,6 +447,26 @@ def probe_base(policy: Transformer, tokenizer: Tokenizer, tasks: Sequence[Task],
     return Probe(answered, batch, differing, rewards, example)
 
 
+def _fitting_tasks(tasks: list[Task], lengths: list[int], context: int, section: RLConfig, say: Say) -> list[Task]:
+    """The tasks whose templated question (`lengths` tokens) leaves room in the model's `context` for an answer (its
+    answers get the room left, up to rl.max_new_tokens); the others, which cannot be sampled, dropped with a line;
+    none left is refused in one line."""
+    kept = [task for task, n in zip(tasks, lengths) if n < context]
+    if not kept:
+        raise BurnoutError(f"'{section.source}': every question fills the model's context ({context:,} tokens), "
+                           f"leaving no room for an answer (the shortest is {min(lengths):,} tokens); give shorter "
+                           "questions, or a model of a longer context")
+    if len(kept) < len(tasks):
+        say(f"{len(tasks) - len(kept):,} of {len(tasks):,} questions dropped: each fills the model's {context:,}-token "
+            "context, leaving no room for an answer")
+    return kept
+
+
+class NothingToLearn(BurnoutError):
+    """The refusal of an RL run whose base gets the same reward for every answer of every question probed (the line of
+    nothing_to_learn): a command that runs RL as one stage of several (`burnout speedrun`) skips the stage on it."""
+
+
 def nothing_to_learn(probe: Probe, section: RLConfig) -> str:
     """The refusal of a run whose probe found no question with answers of differing rewards: what was sampled, what
     they all got, and what would give GRPO something to learn."""
@@ -520,9 +540,10 @@ class RL(FineTune):
         section = cfg.rl
         say(f"reading {self.what} from {section.source} into {data_dir}")
         tasks = read_tasks(section.source, section.split, section.subset, section.data_files, section.max_examples)
-        for number, task in enumerate(tasks, start=1):  # each is encoded at every step: refused now, not then
-            encode_prompt(tokenizer, [{"role": "user", "content": task.prompt}],
-                          f"'{section.source}' record {number}: its question")
+        lengths = [len(encode_prompt(tokenizer, [{"role": "user", "content": task.prompt}],
+                                     f"'{section.source}' record {number}: its question"))
+                   for number, task in enumerate(tasks, start=1)]  # each is encoded at every step: refused now
+        tasks = _fitting_tasks(tasks, lengths, cfg.model.context_length, section, say)
         if section.reward == "gsm8k":
             for number, task in enumerate(tasks, start=1):
                 if final_number(task.reference) is None:
@@ -554,7 +575,7 @@ class RL(FineTune):
         probe = probe_base(policy.to(resolve_device(cfg.train.device)), tokenizer, tasks, batches, self.reward,
                            section, cfg.train.seed, min(section.probe_questions, len(tasks)))
         if not probe.differing:
-            raise BurnoutError(nothing_to_learn(probe, section))
+            raise NothingToLearn(nothing_to_learn(probe, section))
         say(f"before training: the base answered {probe.questions} train question(s) {section.group_size} times "
             f"each; {probe.differing} of them got answers whose rewards differ (mean reward "
             f"{sum(probe.rewards) / len(probe.rewards):.3g}): something to learn")

@@ -57,6 +57,17 @@ def write_report(run_paths: list[str | Path], out: str | Path | None = None, htm
         mark_folder(out, "report", source)
     out.mkdir(parents=True, exist_ok=True)
     title, blocks = (run_blocks(runs[0], log_scale) if len(runs) == 1 else overlay_blocks(runs, log_scale))
+    written = write_blocks(out, title, blocks, html_page, markdown)
+    mirror = runs[0].train.checkpoint.mirror_dir
+    if mirror and out == runs[0].path / REPORT_DIR:  # the run's own report survives the machine with its logs
+        mirror_run_logs(runs[0].path, Path(mirror))
+        written.append(Path(mirror) / REPORT_DIR)
+    return runs, written
+
+
+def write_blocks(out: Path, title: str, blocks: list[Block], html_page: bool = True,
+                 markdown: bool = True) -> list[Path]:
+    """OUT/report.md (its images beside it) and OUT/report.html (images embedded) from the same blocks."""
     written = []
     if markdown:
         written += _write_markdown(out, title, blocks)
@@ -64,11 +75,7 @@ def write_report(run_paths: list[str | Path], out: str | Path | None = None, htm
         path = out / "report.html"
         write_atomic(path, _html(title, blocks))
         written.append(path)
-    mirror = runs[0].train.checkpoint.mirror_dir
-    if mirror and out == runs[0].path / REPORT_DIR:  # the run's own report survives the machine with its logs
-        mirror_run_logs(runs[0].path, Path(mirror))
-        written.append(Path(mirror) / REPORT_DIR)
-    return runs, written
+    return written
 
 
 def run_blocks(run: RunLog, log_scale: bool) -> tuple[str, list[Block]]:

@@ -86,6 +86,10 @@ def predict_loss(source: dict, params: int, tokens: int) -> dict:
                                 source["train_tokens"])
         return {**found, "source": "ladder", "ladder": source["ladder"], "params": params, "tokens": tokens}
     unique = source["train_tokens"]
+    outside = scaling.outside_published_range(params, float(scaling.fresh_tokens(tokens, unique)))
+    if outside:  # no figure at all: another data set's law, extrapolated past what it was measured on
+        return {"val_loss": None, "low": None, "high": None, "level": 0.0, "source": source["law"].label,
+                "ladder": None, "params": params, "tokens": tokens, "outside": outside}
     values = [float(law.loss(params, tokens, unique)) for law in scaling.PUBLISHED.values()]
     return {"val_loss": float(source["law"].loss(params, tokens, unique)), "low": min(values), "high": max(values),
             "level": 0.0, "source": source["law"].label, "ladder": None, "params": params, "tokens": tokens}
@@ -211,6 +215,8 @@ def _machine_plan(source: dict, minutes: float, say: Callable[[str], None]) -> d
 
 def prediction_words(p: dict) -> str:
     """'2.314 (90% interval 2.250–2.381, from the ladder L)' or the published fits' line with the warning."""
+    if p["val_loss"] is None:
+        return f"none: {p['outside']}; `burnout ladder` fits your data's own law at any size"
     if p["source"] == "ladder":
         return (f"{p['val_loss']:.3f} ({p['level']:.0%} interval {p['low']:.3f}–{p['high']:.3f}, from the ladder "
                 f"{p['ladder']})")
@@ -271,11 +277,12 @@ def check_config_path(path: str | Path, source: dict) -> None:
 
 
 def write_config(plan: dict, path: str | Path) -> None:
-    """The plan's run config with its prediction (the prediction section, PredictionConfig), ready for `burnout train
-    FILE --out RUN`; checked by loading it back before it is written."""
+    """The plan's run config with its prediction (the prediction section, PredictionConfig) when it has one, ready for
+    `burnout train FILE --out RUN`; checked by loading it back before it is written."""
     raw = plan["cfg"].to_dict()
     fields = PredictionConfig.__dataclass_fields__
-    raw["prediction"] = {key: value for key, value in plan["prediction"].items() if key in fields}
+    if plan["prediction"]["val_loss"] is not None:  # a run trained from it sets its loss beside the prediction
+        raw["prediction"] = {key: value for key, value in plan["prediction"].items() if key in fields}
     load_run_config(raw)
     write_atomic(path, yaml.safe_dump(raw, sort_keys=False))
 
@@ -295,7 +302,7 @@ def named_model_lines(cfg: RunConfig, planned: dict, source: dict) -> list[str]:
     lines = [f"predicted val loss of {format_count(n)} parameters × {format_count(d)} tokens ({d / n:.1f} per "
              f"parameter; about {CHINCHILLA_TOKENS_PER_PARAM} is compute-optimal): {said}",
              f"  twice the tokens ({format_count(2 * d)}, {cost(2)}): "
-             f"{predict_loss(source, n, 2 * d)['val_loss']:.3f}"]
+             f"{_loss(predict_loss(source, n, 2 * d))}"]
     seq_len, tokens_per_step = planned["seq_len"], planned["tokens_per_step"]
     try:
         best = choose_shape(source["law"], d * fpt, cfg.model.vocab_size, seq_len, tokens_per_step, "the same FLOPs",
@@ -305,8 +312,13 @@ def named_model_lines(cfg: RunConfig, planned: dict, source: dict) -> list[str]:
     lines.append(f"  the compute-optimal shape for the same FLOPs ({cost(1)}): {best['model'].n_layer} layers × "
                  f"{best['model'].d_model} wide{' (' + best['preset'] + ')' if best['preset'] else ''}, "
                  f"{format_count(best['params'])} parameters × {format_count(best['tokens'])} tokens: "
-                 f"{predict_loss(source, best['params'], round(best['tokens']))['val_loss']:.3f}")
+                 f"{_loss(predict_loss(source, best['params'], round(best['tokens'])))}")
     if source["kind"] == "ladder" and cfg.model.vocab_size != source["vocab"]:
         lines.append(f"  warning: the ladder's vocabulary ({source['vocab']:,}) is not this model's "
                      f"({cfg.model.vocab_size:,}): {scaling.TRANSFER_WARNING}")
     return lines
+
+
+def _loss(p: dict) -> str:
+    """A prediction's central figure, or 'none' where the published fits do not reach."""
+    return "none (outside the published fits' range)" if p["val_loss"] is None else f"{p['val_loss']:.3f}"

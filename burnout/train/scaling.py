@@ -26,6 +26,8 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import huber, logsumexp, softmax
 
+from burnout.base.text import format_count
+
 # Chinchilla's Huber threshold on log-loss residuals.
 HUBER_DELTA = 1e-3
 # The grid of starts (Hoffmann et al.'s): every combination is scored, L-BFGS starts from the best few.
@@ -91,6 +93,20 @@ PUBLISHED = {
     "besiroglu2024": ScalingLaw(1.82, 482.01, 0.3478, 2085.43, 0.3658,
                                 "Besiroglu et al. 2024's replication of Hoffmann et al.'s approach 3; MassiveText"),
 }
+# The models those fits were measured on (Hoffmann et al.: 70M to 16B parameters, 5B to 500B tokens): outside them a
+# published fit is not stated as a prediction at all (at 316K parameters × 1M tokens it says 20.8 nats, more than a
+# uniform guess over a 4,096-token vocabulary, 8.3).
+PUBLISHED_RANGE = {"params": (7e7, 1.6e10), "tokens": (5e9, 5e11)}
+
+
+def outside_published_range(n: float, d: float) -> str | None:
+    """Why N parameters × D tokens lie outside PUBLISHED_RANGE, in words; None inside it."""
+    (n_low, n_high), (d_low, d_high) = PUBLISHED_RANGE["params"], PUBLISHED_RANGE["tokens"]
+    if n_low <= n <= n_high and d_low <= d <= d_high:
+        return None
+    return (f"the published fits were measured on {n_low / 1e6:.0f}M–{n_high / 1e9:.0f}B parameters and "
+            f"{d_low / 1e9:.0f}B–{d_high / 1e9:.0f}B tokens, and {format_count(n)} parameters × {format_count(d)} "
+            "tokens lie outside them")
 
 
 def _objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray) -> tuple[float, np.ndarray]:

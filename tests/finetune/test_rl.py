@@ -724,3 +724,20 @@ def test_lora_merge_of_an_rl_run_writes_a_plain_chat_checkpoint_with_the_same_ou
     assert not any("lora" in key for key in merged.state_dict())
     idx = torch.randint(0, merged.cfg.vocab_size, (2, 20))
     torch.testing.assert_close(merged(idx), lora_model(idx), rtol=1e-4, atol=1e-5)
+
+
+def test_questions_that_leave_no_room_for_an_answer_are_dropped_with_a_line():
+    """A question whose templated prompt fills the model's context cannot be sampled: it is dropped when the data are
+    prepared, said in a line; with none left, one line says why. Sampled, it failed the run at its batch (`burnout
+    speedrun`'s RL stage on GSM8K with a 256-token context)."""
+    from burnout.finetune.rl import Task, _fitting_tasks
+
+    tasks = [Task(f"q{i}", "#### 1") for i in range(4)]
+    section = RLConfig(base="runs/chat", source="tasks.jsonl")
+    said = []
+    kept = _fitting_tasks(tasks, [50, 255, 256, 10], 256, section, said.append)
+    assert kept == [tasks[0], tasks[1], tasks[3]]  # 255 leaves one token for an answer; 256 none
+    assert said == ["1 of 4 questions dropped: each fills the model's 256-token context, leaving no room for an answer"]
+    with pytest.raises(BurnoutError, match=r"^'tasks.jsonl': every question fills the model's context \(256 tokens\), "
+                                           r"leaving no room for an answer \(the shortest is 256 tokens\)"):
+        _fitting_tasks(tasks[:2], [256, 300], 256, section, said.append)

@@ -84,10 +84,10 @@ def test_a_plan_that_repeats_its_data_is_predicted_the_loss_of_the_fresh_tokens_
     scarce = optimal.choose_shape(law, flops, vocab, seq_len, step, "1e19 FLOPs", unique=plentiful["tokens"] / 20)
     assert scarce["params"] > plentiful["params"]  # fewer fresh tokens: the compute goes to parameters
     assert scarce["loss"] > plentiful["loss"]
-    source = {**optimal.prediction_source(None, None), "train_tokens": 1e8}
-    p = optimal.predict_loss(source, 10**8, 10**9)
-    assert p["val_loss"] == pytest.approx(float(law.loss(1e8, scaling.fresh_tokens(1e9, 1e8))))
-    assert p["val_loss"] > float(law.loss(1e8, 1e9))
+    source = {**optimal.prediction_source(None, None), "train_tokens": 1e10}
+    p = optimal.predict_loss(source, 10**9, 10**11)  # ten passes, worth 78B fresh tokens
+    assert p["val_loss"] == pytest.approx(float(law.loss(1e9, scaling.fresh_tokens(1e11, 1e10))))
+    assert p["val_loss"] > float(law.loss(1e9, 1e11))
 
 
 @pytest.mark.slow
@@ -97,13 +97,15 @@ def test_a_written_config_trains_with_its_prediction(tiny_bpe_data, tmp_path, ca
                  str(path)]) == 0
     out = capsys.readouterr().out
     assert f"wrote {path}" in out and "this plan reads" in out
-    raw = yaml.safe_load(path.read_text())
+    # A model this small, on data this small, is far below what the published fits were measured on: no figure, and
+    # no prediction section for the run to be held to (test_the_published_fits_predict_only_inside_their_range).
+    assert "predicted val loss: none: the published fits were measured on 70M–16B parameters" in out
     cfg = load_run_config(str(path))
-    assert cfg.prediction is not None and cfg.prediction.ladder is None
+    assert cfg.prediction is None and yaml.safe_load(path.read_text())["prediction"] is None
     assert cfg.data.prepared_dir == str(tiny_bpe_data.resolve())
-    assert raw["prediction"]["tokens"] == cfg.train.max_steps * cfg.train.batch_size * cfg.train.grad_accum * \
-        cfg.train.seq_len
     assert cfg.model.vocab_size == optimal.prediction_source(None, tiny_bpe_data)["vocab"]
+    run = tmp_path / "run"
+    assert main(["train", str(path), "--out", str(run), "train.max_steps=2"]) == 0
 
 
 @pytest.mark.slow
@@ -136,3 +138,19 @@ def test_the_prediction_stays_with_the_run_it_was_made_for(tiny_run_config, tiny
     assert continued_config(parent, []).prediction is None
     assert main(["grow", str(parent), "--out", str(tmp_path / "grown"), "model.n_layer=3"]) == 0
     assert yaml.safe_load((tmp_path / "grown" / "config.yaml").read_text())["prediction"] is None
+
+
+def test_the_published_fits_predict_only_inside_their_range():
+    source = optimal.prediction_source(None, None)
+    inside = optimal.predict_loss(source, 10**9, 2 * 10**10)
+    assert inside["val_loss"] == pytest.approx(float(scaling.PUBLISHED["besiroglu2024"].loss(1e9, 2e10)))
+    for n, d in ((315_600, 1_058_816), (10**9, 10**9), (10**11, 10**12)):  # too small a model; too few tokens; too big
+        p = optimal.predict_loss(source, n, d)
+        assert (p["val_loss"], p["low"], p["high"]) == (None, None, None)
+        said = optimal.prediction_words(p)
+        assert said.startswith("none: the published fits were measured on 70M–16B parameters and 5B–500B tokens")
+        assert f"{format_count(n)} parameters × {format_count(d)} tokens lie outside them" in said
+    # Tokens read again count as the fresh ones they are worth: 100B read from 100M distinct ones are worth 1.64B
+    # (below the fits' 5B), read from 1B distinct ones 16.4B (inside).
+    assert optimal.predict_loss({**source, "train_tokens": 10**8}, 10**9, 10**11)["val_loss"] is None
+    assert optimal.predict_loss({**source, "train_tokens": 10**9}, 10**9, 10**11)["val_loss"] is not None
